@@ -1,0 +1,98 @@
+"""Error types of onnx-ir-multidevice.
+
+Every error the package raises on bad input is a subclass of :class:`OmnyError`, so callers
+can catch one type. Each subclass also derives from the closest built-in exception
+(``ValueError``, ``OSError``...), so code written against the built-ins keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BindingError",
+    "CheckError",
+    "OmnyError",
+    "OmnyFormatError",
+    "OmnyIOError",
+    "PipelineError",
+    "PlanError",
+    "SplitError",
+    "VerifyError",
+]
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class OmnyError(Exception):
+    """Base class of every error raised by onnx-ir-multidevice on bad input."""
+
+
+class OmnyFormatError(OmnyError, ValueError):
+    """The ``.omny`` metadata JSON is malformed.
+
+    Attributes:
+        path: JSON path of the offending element, e.g.
+            ``sharding.configurations[1].cut_point_ids[2]`` (``""`` for the document).
+        reason: What is wrong, without the path.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}" if path else reason)
+
+
+class OmnyIOError(OmnyError, OSError):
+    """A model file cannot be read or written (missing, unreadable, not ONNX, refused overwrite)."""
+
+
+class BindingError(OmnyError, ValueError):
+    """A ``.omny`` plan cannot be bound to a model in the way requested."""
+
+
+class CheckError(OmnyError, ValueError):
+    """A model or plan failed the checker.
+
+    Attributes:
+        diagnostics: The diagnostics (errors first) that made the check fail.
+    """
+
+    def __init__(self, diagnostics: Sequence[Any], message: str | None = None) -> None:
+        self.diagnostics = list(diagnostics)
+        if message is None:
+            lines = [f"{len(self.diagnostics)} problem(s) found:"]
+            lines.extend(f"  {d}" for d in self.diagnostics)
+            message = "\n".join(lines)
+        super().__init__(message)
+
+
+class PlanError(OmnyError, ValueError):
+    """No plan satisfies the request (a stage does not fit, too few cut points...)."""
+
+
+class SplitError(OmnyError, ValueError):
+    """A model cannot be split into stages as requested."""
+
+
+class VerifyError(OmnyError, RuntimeError):
+    """Verification could not run (the model or a stage failed in onnxruntime)."""
+
+
+class PipelineError(OmnyError, RuntimeError):
+    """A pipeline stage failed while running a request.
+
+    Attributes:
+        stage: 0-based index of the stage that failed (``None`` when not stage-specific).
+        request: 0-based sequence number of the request it failed on (``None`` if unknown).
+    """
+
+    def __init__(self, message: str, *, stage: int | None = None, request: int | None = None) -> None:
+        self.stage = stage
+        self.request = request
+        where = []
+        if stage is not None:
+            where.append(f"stage {stage}")
+        if request is not None:
+            where.append(f"request {request}")
+        prefix = f"[{', '.join(where)}] " if where else ""
+        super().__init__(prefix + message)
