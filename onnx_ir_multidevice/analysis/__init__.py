@@ -1,0 +1,59 @@
+"""Pure graph analysis for multi-device planning: tensor classes, stages, boundaries.
+
+Functions here take an :class:`onnx_ir.Graph` and return plain data; they do no I/O and never
+modify the graph.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    # uses
+    "AnalysisError",
+    "graph_uses",
+    "node_subgraphs",
+    "node_uses",
+    "topological_order",
+    "value_consumers",
+    # tensor classes
+    "DEFAULT_LARGE_CONSTANT_BYTES",
+    "HEAVY_OPS",
+    "NONDETERMINISTIC_OPS",
+    "TensorClass",
+    "classify_values",
+    # stages
+    "StageAssignmentError",
+    "assign_stages",
+    "stages_from_annotations",
+    # boundaries
+    "Boundary",
+    "boundary_crossings",
+    "edge_violations",
+]
+
+from onnx_ir_multidevice.analysis.boundaries import (
+    Boundary,
+    boundary_crossings,
+    edge_violations,
+)
+from onnx_ir_multidevice.analysis.stages import (
+    StageAssignmentError,
+    assign_stages,
+    stages_from_annotations,
+)
+from onnx_ir_multidevice.analysis.tensor_classes import (
+    DEFAULT_LARGE_CONSTANT_BYTES,
+    HEAVY_OPS,
+    NONDETERMINISTIC_OPS,
+    TensorClass,
+    classify_values,
+)
+from onnx_ir_multidevice.analysis.uses import (
+    AnalysisError,
+    graph_uses,
+    node_subgraphs,
+    node_uses,
+    topological_order,
+    value_consumers,
+)

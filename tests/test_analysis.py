@@ -1,0 +1,767 @@
+"""Tensor classes, stage assignment and stage boundaries on real onnx-ir graphs."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from onnx_ir_multidevice._errors import OmnyError
+from onnx_ir_multidevice.analysis import (
+    DEFAULT_LARGE_CONSTANT_BYTES,
+    AnalysisError,
+    Boundary,
+    StageAssignmentError,
+    TensorClass,
+    assign_stages,
+    boundary_crossings,
+    classify_values,
+    edge_violations,
+    graph_uses,
+    node_uses,
+    stages_from_annotations,
+    topological_order,
+)
+
+F = TensorClass.FORWARDED
+R = TensorClass.REPLICABLE
+A = TensorClass.ACTIVATION
+FLOAT = ir.DataType.FLOAT
+
+
+def _weight(name: str, *shape: int) -> ir.Value:
+    array = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    return ir.Value(name=name, const_value=ir.tensor(array, name=name))
+
+
+def _input(name: str, dtype: ir.DataType = FLOAT, shape=(2, 8)) -> ir.Value:
+    return ir.val(name, dtype, shape)
+
+
+class _Builder:
+    """A tiny graph builder: named nodes whose single output carries the node's name."""
+
+    def __init__(self) -> None:
+        self.nodes: list[ir.Node] = []
+        self.initializers: list[ir.Value] = []
+
+    def weight(self, name: str, *shape: int) -> ir.Value:
+        value = _weight(name, *shape)
+        self.initializers.append(value)
+        return value
+
+    def op(self, op_type: str, inputs, name: str, **attributes) -> ir.Value:
+        node = ir.node(op_type, inputs, attributes=attributes or None, name=name)
+        node.outputs[0].name = name
+        self.nodes.append(node)
+        return node.outputs[0]
+
+    def graph(self, inputs, outputs, name: str = "main") -> ir.Graph:
+        return ir.Graph(
+            inputs,
+            outputs,
+            nodes=self.nodes,
+            initializers=self.initializers,
+            opset_imports={"": 18},
+            name=name,
+        )
+
+
+def _by_name(graph: ir.Graph) -> dict[str, ir.Node]:
+    return {node.name: node for node in graph}
+
+
+def _names(values) -> list[str]:
+    return [v.name for v in values]
+
+
+# ---------------------------------------------------------------------------------------------
+# Example models
+
+
+def _chain(layers: int = 3) -> ir.Graph:
+    b = _Builder()
+    x = _input("x")
+    h = x
+    for i in range(layers):
+        h = b.op("MatMul", [h, b.weight(f"w{i}", 8, 8)], f"mm{i}")
+        h = b.op("Relu", [h], f"relu{i}")
+    return b.graph([x], [h])
+
+
+def _residual(blocks: int = 2) -> ir.Graph:
+    b = _Builder()
+    x = _input("x")
+    h = b.op("MatMul", [x, b.weight("w_in", 8, 8)], "embed")
+    for i in range(blocks):
+        w_t = b.op("Transpose", [b.weight(f"w{i}", 8, 8)], f"wt{i}")  # constant-derived
+        y = b.op("MatMul", [h, w_t], f"mm{i}")
+        y = b.op("Relu", [y], f"relu{i}")
+        h = b.op("Add", [h, y], f"out{i}")
+    return b.graph([x], [h])
+
+
+def _transformer(*, mask_from_activation: bool, layers: int = 2) -> ir.Graph:
+    """Token ids -> embedding (large) -> layers with a causal mask added to the scores."""
+    b = _Builder()
+    ids = _input("ids", ir.DataType.INT64, (1, 8))
+    emb = b.weight("emb", 100, 16)  # an embedding table: a large initializer
+    h = b.op("Gather", [emb, ids], "embed")
+    one = b.op("Constant", [], "one", value=ir.tensor(np.array([1], dtype=np.int64)))
+    minus_inf = b.weight("minus_inf", 1)
+    mask = None
+    for i in range(layers):
+        source = h if mask_from_activation else ids
+        if mask_from_activation or mask is None:
+            shape = b.op("Shape", [source], f"shape{i}")
+            seq = b.op("Gather", [shape, one], f"seq{i}", axis=0)
+            tri = b.op(
+                "Trilu",
+                [
+                    b.op(
+                        "ConstantOfShape",
+                        [b.op("Concat", [seq, seq], f"sq{i}", axis=0)],
+                        f"ones{i}",
+                    )
+                ],
+                f"tri{i}",
+            )
+            mask = b.op("Mul", [b.op("Sub", [tri, minus_inf], f"neg{i}"), minus_inf], f"mask{i}")
+        q = b.op("MatMul", [h, b.weight(f"wq{i}", 16, 16)], f"q{i}")
+        scores = b.op("MatMul", [q, b.op("Transpose", [h], f"kt{i}")], f"scores{i}")
+        probs = b.op("Softmax", [b.op("Add", [scores, mask], f"masked{i}")], f"probs{i}")
+        attn = b.op("MatMul", [probs, h], f"attn{i}")
+        h = b.op("Add", [h, attn], f"layer{i}")
+    return b.graph([ids], [h])
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor classes
+
+
+def test_chain_classes():
+    graph = _chain()
+    classes = classify_values(graph)
+    by_name = {v.name: c for v, c in classes.items()}
+    assert by_name["x"] is F
+    assert all(by_name[f"w{i}"] is R for i in range(3))
+    assert all(by_name[f"mm{i}"] is A and by_name[f"relu{i}"] is A for i in range(3))
+    assert len(classes) == 1 + 3 + 6
+
+
+def test_residual_constant_derived_weights_are_replicable():
+    classes = {v.name: c for v, c in classify_values(_residual()).items()}
+    assert classes["wt0"] is R and classes["wt1"] is R
+    assert classes["embed"] is A and classes["out1"] is A
+
+
+@pytest.mark.parametrize("from_activation", [True, False])
+def test_transformer_mask_class(from_activation):
+    graph = _transformer(mask_from_activation=from_activation)
+    classes = {v.name: c for v, c in classify_values(graph).items()}
+    assert classes["embed"] is A  # cheap op, but reads the large embedding table
+    assert classes["one"] is R and classes["minus_inf"] is R
+    assert classes["shape0"] is (A if from_activation else R)
+    assert classes["mask0"] is (A if from_activation else R)
+    assert classes["q0"] is A
+
+
+def test_large_constant_threshold_and_heavy_ops_are_parameters():
+    graph = _transformer(mask_from_activation=False)
+    classes = {v.name: c for v, c in classify_values(graph, large_constant_bytes=1 << 20).items()}
+    assert classes["embed"] is R  # the table is small under this threshold
+    classes = {
+        v.name: c
+        for v, c in classify_values(graph, heavy_ops={"Trilu"}, large_constant_bytes=1).items()
+    }
+    assert classes["tri0"] is A  # a heavy op now
+    assert classes["seq0"] is A  # reads the 8-byte Constant `one`, large under this threshold
+    assert classes["shape0"] is R  # Shape(ids): no constant, no heavy op
+
+
+def test_constant_node_size_counts():
+    b = _Builder()
+    x = _input("x")
+    big = b.op("Constant", [], "big", value=ir.tensor(np.zeros((600, 600), dtype=np.float32)))
+    small = b.op("Constant", [], "small", value_float=2.0)
+    y = b.op("Add", [x, big], "y")
+    z = b.op("Mul", [x, small], "z")
+    classes = {v.name: c for v, c in classify_values(b.graph([x], [y, z])).items()}
+    assert classes["big"] is R and classes["small"] is R
+    assert classes["y"] is A and classes["z"] is R
+
+
+def test_nondeterministic_ops_are_activations():
+    b = _Builder()
+    x = _input("x")
+    noise = b.op("RandomNormal", [], "noise", shape=[2, 8])
+    y = b.op("Add", [x, noise], "y")
+    z = b.op("Neg", [noise], "z")
+    classes = {v.name: c for v, c in classify_values(b.graph([x], [y, z])).items()}
+    assert classes["noise"] is A and classes["y"] is A and classes["z"] is A
+
+
+def _if_model(
+    *, heavy_body: bool, capture: str, const_cond: bool = False
+) -> tuple[ir.Graph, ir.Node]:
+    """An If whose then-branch reads an outer value (x, h or the weight w)."""
+    b = _Builder()
+    x = _input("x")
+    cond_input = _input("cond", ir.DataType.BOOL, ())
+    cond = cond_input
+    if const_cond:
+        cond = ir.Value(name="cond_c", const_value=ir.tensor(np.array(True)))
+        b.initializers.append(cond)
+    w = b.weight("w", 8, 8)
+    h = b.op("MatMul", [x, w], "h")
+    outer = {"x": x, "h": h, "w": w}[capture]
+    then_node = ir.node("MatMul" if heavy_body else "Neg", [outer, w] if heavy_body else [outer])
+    then_node.outputs[0].name = "then_out"
+    then_branch = ir.Graph([], then_node.outputs, nodes=[then_node], name="then")
+    if outer.producer() is not None:
+        else_branch = ir.Graph([], [outer], nodes=[], name="else")  # an outer value as output
+    else:  # graph inputs and initializers belong to the main graph: read them through a node
+        identity = ir.node("Identity", [outer])
+        else_branch = ir.Graph([], identity.outputs, nodes=[identity], name="else")
+    out = b.op("If", [cond], "if", then_branch=then_branch, else_branch=else_branch)
+    y = b.op("Relu", [out], "y")
+    return b.graph([x, cond_input], [y]), out.producer()
+
+
+def test_node_uses_include_outer_scope_captures():
+    graph, if_node = _if_model(heavy_body=True, capture="h")
+    assert _names(node_uses(if_node)) == ["cond", "h", "w"]
+    uses = graph_uses(graph)
+    assert list(uses) == list(graph)
+    assert _names(uses[if_node]) == ["cond", "h", "w"]
+
+
+@pytest.mark.parametrize(
+    ("heavy_body", "capture", "const_cond", "expected"),
+    [
+        (False, "x", False, R),  # cheap body over graph inputs
+        (False, "w", False, R),  # cheap body, input condition
+        (True, "w", True, R),  # heavy, but constant-derived (constant condition too)
+        (True, "w", False, A),  # heavy body, the condition is a graph input
+        (True, "x", True, A),  # heavy body over a graph input
+        (False, "h", True, A),  # reads an activation
+    ],
+)
+def test_if_classes(heavy_body, capture, const_cond, expected):
+    graph, if_node = _if_model(heavy_body=heavy_body, capture=capture, const_cond=const_cond)
+    classes = classify_values(graph)
+    assert classes[if_node.outputs[0]] is expected
+
+
+def _loop_graph() -> ir.Graph:
+    b = _Builder()
+    x = _input("x")
+    trip = b.weight("trip", 1)
+    h1 = b.op("Relu", [b.op("MatMul", [x, b.weight("w1", 8, 8)], "mm1")], "h1")
+    h2 = b.op("Relu", [b.op("MatMul", [h1, b.weight("w2", 8, 8)], "mm2")], "h2")
+    i = ir.val("i", ir.DataType.INT64, ())
+    c = ir.val("c", ir.DataType.BOOL, ())
+    carried = ir.val("carried", FLOAT, (2, 8))
+    cond_out = ir.node("Identity", [c])
+    add = ir.node("Add", [carried, h1])  # outer-scope read of h1
+    body = ir.Graph(
+        [i, c, carried], [cond_out.outputs[0], add.outputs[0]], nodes=[cond_out, add], name="body"
+    )
+    loop_out = b.op("Loop", [trip, None, h2], "loop", body=body)
+    y = b.op("Add", [loop_out, h2], "y")
+    return b.graph([x], [y])
+
+
+def test_loop_capture_is_a_use_and_edge_violation():
+    graph = _loop_graph()
+    nodes = _by_name(graph)
+    values = {v.name: v for v in classify_values(graph)}
+    assert _names(node_uses(nodes["loop"])) == ["trip", "h2", "h1"]
+    stages = assign_stages(graph, [values["h1"]])
+    assert stages[nodes["loop"]] == 1 and stages[nodes["mm1"]] == 0
+    assert list(edge_violations(graph, stages)) == []
+    # The loop annotated at stage 0 reads h1 (captured) and h2, both produced at stage >= 0;
+    # put mm1/h1 at stage 1 and the loop at 0: the capture runs backwards.
+    bad = dict(stages)
+    bad[nodes["h1"]] = 1
+    bad[nodes["mm2"]] = 1
+    bad[nodes["h2"]] = 1
+    bad[nodes["loop"]] = 0
+    violations = {(p.name, c.name, v.name) for p, c, v in edge_violations(graph, bad)}
+    assert violations == {("h1", "loop", "h1"), ("h2", "loop", "h2")}
+
+
+def test_function_call_judged_from_its_body():
+    x = _input("x")
+    fx = ir.val("fx", FLOAT, (2, 8))
+    fw = ir.val("fw", FLOAT, (8, 8))
+    mm = ir.node("MatMul", [fx, fw])
+    function = ir.Function(
+        "local",
+        "Dense",
+        "",
+        graph=ir.Graph([fx, fw], mm.outputs, nodes=[mm], name="Dense"),
+        attributes=[],
+    )
+    b = _Builder()
+    w = b.weight("w", 8, 8)
+    node = ir.Node("local", "Dense", [x, w], name="dense", num_outputs=1)
+    node.outputs[0].name = "dense"
+    b.nodes.append(node)
+    y = b.op("Relu", [node.outputs[0]], "y")
+    graph = b.graph([x], [y])
+    model = ir.Model(graph, ir_version=10, functions=[function])
+    assert classify_values(graph)[node.outputs[0]] is R  # op type alone: unknown, cheap
+    classes = classify_values(graph, functions=model.functions)
+    assert classes[node.outputs[0]] is A and classes[y] is A
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages
+
+
+def test_chain_stages_and_strict_boundaries():
+    graph = _chain()
+    values = {v.name: v for v in classify_values(graph)}
+    stages = assign_stages(graph, [values["relu0"], values["relu1"]])
+    assert {n.name: s for n, s in stages.items()} == {
+        "mm0": 0,
+        "relu0": 0,
+        "mm1": 1,
+        "relu1": 1,
+        "mm2": 2,
+        "relu2": 2,
+    }
+    boundaries = boundary_crossings(graph, stages)
+    assert [b.index for b in boundaries] == [0, 1]
+    assert [_names(b.activations) for b in boundaries] == [["relu0"], ["relu1"]]
+    assert all(b.is_strict for b in boundaries)
+    assert all(b.outputs_carried == () for b in boundaries)
+
+
+def test_residual_cut_carries_the_skip_connection():
+    graph = _residual()
+    values = {v.name: v for v in classify_values(graph)}
+    stages = assign_stages(graph, [values["out0"]])
+    named = {n.name: s for n, s in stages.items()}
+    assert named["wt0"] == 0 and named["wt1"] == 1  # replicable: moved to its consumer
+    (boundary,) = boundary_crossings(graph, stages)
+    assert _names(boundary.activations) == ["out0"] and boundary.is_strict
+    # Cutting inside the block: the skip connection crosses too.
+    stages = assign_stages(graph, [values["relu1"]])
+    (boundary,) = boundary_crossings(graph, stages)
+    assert _names(boundary.activations) == ["out0", "relu1"] and not boundary.is_strict
+
+
+@pytest.mark.parametrize("from_activation", [True, False])
+def test_transformer_boundary_side_activations(from_activation):
+    graph = _transformer(mask_from_activation=from_activation)
+    values = {v.name: v for v in classify_values(graph)}
+    stages = assign_stages(graph, [values["layer0"]])
+    (boundary,) = boundary_crossings(graph, stages)
+    assert _names(boundary.activations) == ["layer0"]
+    named = {n.name: s for n, s in stages.items()}
+    if from_activation:
+        assert named["shape1"] == 1  # Shape(layer0)
+    else:
+        # The mask is built once from the ids; it is replicable and recomputed.
+        assert named["mask0"] == 0
+        assert [c for v, c in boundary.tensors if v.name == "mask0"] == [R]
+    # A cut in the middle of layer 1 carries the mask (an activation when it comes from Shape
+    # of an activation) next to the residual stream.
+    stages = assign_stages(graph, [values["q1"]])
+    (boundary,) = boundary_crossings(graph, stages)
+    # kt1 = Transpose(layer0) runs with q1 in stage 0 and is read by stage 1.
+    expected = ["kt1", "layer0", "mask1", "q1"] if from_activation else ["kt1", "layer0", "q1"]
+    assert sorted(_names(boundary.activations)) == expected
+
+
+def test_replicable_graph_output_goes_to_last_stage_and_dead_stays():
+    b = _Builder()
+    x = _input("x")
+    h = b.op("Relu", [b.op("MatMul", [x, b.weight("w", 8, 8)], "mm")], "h")
+    shape = b.op("Shape", [x], "shape")  # replicable graph output
+    b.op("Neg", [x], "dead")  # replicable, unused
+    y = b.op("Relu", [b.op("MatMul", [h, b.weight("w2", 8, 8)], "mm2")], "y")
+    graph = b.graph([x], [y, shape, h])
+    stages = {n.name: s for n, s in assign_stages(graph, [h]).items()}
+    assert stages == {"mm": 0, "h": 0, "shape": 1, "dead": 0, "mm2": 1, "y": 1}
+    (boundary,) = boundary_crossings(graph, assign_stages(graph, [h]))
+    assert _names(v for v, _ in boundary.outputs_carried) == ["h"]
+    assert _names(boundary.activations) == ["h"]
+
+
+def test_cut_producer_is_never_moved():
+    b = _Builder()
+    x = _input("x")
+    shape = b.op("Shape", [x], "shape")  # replicable, but cut
+    h = b.op("MatMul", [x, b.op("Cast", [shape], "cast", to=1)], "h")
+    graph = b.graph([x], [h])
+    stages = {n.name: s for n, s in assign_stages(graph, [shape]).items()}
+    assert stages == {"shape": 0, "cast": 1, "h": 1}
+
+
+@pytest.mark.parametrize(
+    ("make_cuts", "match"),
+    [
+        (lambda v: [v["relu1"], v["relu0"]], r"cut 0 'relu1'.*computed from cut 1 'relu0'"),
+        (lambda v: [v["relu0"], v["relu0"]], r"cut 1 'relu0'.*repeats cut 0"),
+        (lambda v: [v["x"]], r"cut 0 'x' is not produced by a node"),
+        (lambda v: [v["w0"]], r"cut 0 'w0' is not produced by a node"),
+        (lambda v: ["relu0"], r"not an onnx_ir.Value"),
+    ],
+)
+def test_invalid_cuts(make_cuts, match):
+    graph = _chain()
+    values = {v.name: v for v in classify_values(graph)}
+    with pytest.raises(StageAssignmentError, match=match) as info:
+        assign_stages(graph, make_cuts(values))
+    assert isinstance(info.value, OmnyError) and isinstance(info.value, ValueError)
+
+
+def test_cut_inside_subgraph_is_rejected():
+    graph, if_node = _if_model(heavy_body=True, capture="h")
+    inner = if_node.attributes["then_branch"].as_graph()[0].outputs[0]
+    with pytest.raises(StageAssignmentError, match="'then_out'.*inside a subgraph"):
+        assign_stages(graph, [inner])
+
+
+def test_independent_later_cut_is_accepted():
+    b = _Builder()
+    x = _input("x")
+    a = b.op("Relu", [x], "a")
+    c = b.op("Neg", [x], "c")
+    y = b.op("Add", [a, c], "y")
+    graph = b.graph([x], [y])
+    stages = {n.name: s for n, s in assign_stages(graph, [a, c]).items()}
+    assert stages == {"a": 0, "c": 0, "y": 2}
+    boundaries = boundary_crossings(graph, assign_stages(graph, [a, c]))
+    assert [sorted(_names(b.activations)) for b in boundaries] == [[], []]  # a, c replicable
+    assert [sorted(_names(v for v, _ in b.tensors)) for b in boundaries] == [["a", "c"]] * 2
+
+
+def test_stages_from_annotations():
+    graph = _chain()
+    config = ir.ModelConfiguration("pipe", 2)
+    other = ir.ModelConfiguration("other", 2)
+    nodes = list(graph)
+    for i, node in enumerate(nodes[:-1]):
+        node.set_pipeline_stage(config, i // 3)
+    nodes[0].set_pipeline_stage(other, 1)
+    nodes[-1].shard(nodes[-1].outputs[0], configuration=config, axis=0, num_shards=2)
+    result = stages_from_annotations(graph, config)
+    assert list(result.values()) == [0, 0, 0, 1, 1, None]
+    assert stages_from_annotations(graph, other)[nodes[0]] == 1
+    # An equal (not identical) configuration object still finds the entries.
+    assert stages_from_annotations(graph, ir.ModelConfiguration("pipe", 2))[nodes[4]] == 1
+    assert set(stages_from_annotations(graph, ir.ModelConfiguration("x", 1)).values()) == {None}
+
+
+def test_boundaries_reject_missing_stage():
+    graph = _chain()
+    stages: dict[ir.Node, int | None] = dict.fromkeys(graph, 0)
+    stages[list(graph)[2]] = None
+    with pytest.raises(StageAssignmentError, match="'mm1' has no stage"):
+        boundary_crossings(graph, stages)
+    with pytest.raises(StageAssignmentError, match="num_stages=1"):
+        boundary_crossings(graph, dict.fromkeys(graph, 1), num_stages=1)
+    assert len(boundary_crossings(graph, dict.fromkeys(graph, 0), num_stages=3)) == 2
+
+
+def test_boundary_properties():
+    x = ir.val("x", FLOAT, (1,))
+    a = ir.val("a", FLOAT, (1,))
+    boundary = Boundary(0, ((x, R), (a, A)))
+    assert boundary.activations == (a,) and boundary.is_strict
+    assert not Boundary(0, ((x, R),)).is_strict
+    assert not dataclasses.replace(boundary, tensors=((a, A), (x, A))).is_strict
+
+
+def test_topological_order_sorts_and_detects_cycles():
+    b = _Builder()
+    x = _input("x")
+    h = x
+    for i in range(4):
+        h = b.op("Relu", [b.op("MatMul", [h, b.weight(f"w{i}", 8, 8)], f"mm{i}")], f"relu{i}")
+    nodes = list(b.nodes)
+    b.nodes.reverse()
+    shuffled = b.graph([x], [h])
+    assert list(shuffled)[0] is nodes[-1]
+    assert topological_order(shuffled) == nodes
+    stages = assign_stages(shuffled, [nodes[1].outputs[0]])
+    assert stages[nodes[-1]] == 1 and stages[nodes[0]] == 0
+    # A cycle: feed the last output back into the first node.
+    nodes[0].replace_input_with(0, nodes[-1].outputs[0])
+    with pytest.raises(AnalysisError, match="cycle through node"):
+        classify_values(shuffled)
+
+
+def test_analysis_does_not_modify_the_graph():
+    graph = _transformer(mask_from_activation=True)
+    before = ir.to_proto(ir.Model(graph, ir_version=10)).SerializeToString()
+    values = {v.name: v for v in classify_values(graph)}
+    stages = assign_stages(graph, [values["layer0"]])
+    boundary_crossings(graph, stages)
+    list(edge_violations(graph, stages))
+    assert ir.to_proto(ir.Model(graph, ir_version=10)).SerializeToString() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Property tests against brute-force oracles
+
+
+@dataclasses.dataclass
+class RandomGraph:
+    graph: ir.Graph
+    reads: dict[ir.Node, list[ir.Value]]  # ground truth from the generator, captures included
+    own_costly: dict[ir.Node, bool]  # heavy op / large constant in the node or its body
+    own_pinned: dict[ir.Node, bool]
+    large: set[ir.Value]  # large initializers
+
+
+OPS = ["Add", "Relu", "MatMul", "Split", "Constant", "If", "RandomNormal", "Neg"]
+
+
+@st.composite
+def random_graphs(draw) -> RandomGraph:
+    inputs = [ir.val(f"in{i}", FLOAT, (2,)) for i in range(draw(st.integers(1, 3)))]
+    initializers = []
+    large = set()
+    for i in range(draw(st.integers(0, 3))):
+        size = draw(st.sampled_from([1, 4, 255, 256, 3000]))  # float32: 1 KiB at 256
+        value = ir.Value(name=f"init{i}", const_value=ir.tensor(np.zeros(size, np.float32)))
+        initializers.append(value)
+        if size * 4 >= DEFAULT_LARGE_CONSTANT_BYTES:
+            large.add(value)
+    available = [*inputs, *initializers]
+    nodes, reads, own_costly, own_pinned = [], {}, {}, {}
+    body_outputs: set[ir.Value] = set()
+    for n in range(draw(st.integers(1, 22))):
+        op = draw(st.sampled_from(OPS))
+
+        def pick(k, available=available):
+            # Bias toward recent values (chains) while allowing far reads (residuals, late
+            # graph inputs).
+            idx = st.one_of(
+                st.integers(0, len(available) - 1),
+                st.integers(max(0, len(available) - 3), len(available) - 1),
+            )
+            return [available[draw(idx)] for _ in range(k)]
+
+        costly = pinned = False
+        captured: list[ir.Value] = []
+        attributes = None
+        num_outputs = 1
+        if op == "Constant":
+            size = draw(st.sampled_from([1, 255, 256]))
+            attributes = {"value": ir.tensor(np.zeros(size, np.float32))}
+            costly = size * 4 >= DEFAULT_LARGE_CONSTANT_BYTES
+            inputs_ = []
+        elif op == "RandomNormal":
+            attributes = {"shape": [2]}
+            pinned = True
+            inputs_ = []
+        elif op == "If":
+            inputs_ = pick(1)
+            captured = pick(draw(st.integers(1, 2)))
+            heavy_body = draw(st.booleans())
+            inner = ir.node(
+                "MatMul" if heavy_body else "Sub", captured[:2] * (2 // len(captured[:2]))
+            )
+            inner.outputs[0].name = f"n{n}_then"
+            then_branch = ir.Graph([], inner.outputs, nodes=[inner], name=f"then{n}")
+            if captured[0].producer() is not None and captured[0] not in body_outputs:
+                body_outputs.add(captured[0])  # an outer value as a body output
+                else_branch = ir.Graph([], [captured[0]], nodes=[], name=f"else{n}")
+            else:  # a value is the output of one graph only
+                identity = ir.node("Identity", [captured[0]])
+                identity.outputs[0].name = f"n{n}_else"
+                else_branch = ir.Graph([], identity.outputs, nodes=[identity], name=f"else{n}")
+            attributes = {"then_branch": then_branch, "else_branch": else_branch}
+            costly = heavy_body
+        else:
+            arity = {"Add": 2, "MatMul": 2, "Relu": 1, "Neg": 1, "Split": 1}[op]
+            inputs_ = pick(arity)
+            costly = op == "MatMul"
+            num_outputs = 2 if op == "Split" else 1
+        node = ir.node(op, inputs_, attributes=attributes, num_outputs=num_outputs, name=f"n{n}")
+        for i, out in enumerate(node.outputs):
+            out.name = f"n{n}_{i}"
+        nodes.append(node)
+        reads[node] = list(dict.fromkeys([*inputs_, *captured]))
+        own_costly[node] = costly
+        own_pinned[node] = pinned
+        available.extend(node.outputs)
+    produced = [v for node in nodes for v in node.outputs if v not in body_outputs]
+    outputs = draw(st.lists(st.sampled_from(produced), min_size=1, max_size=3, unique=True))
+    graph = ir.Graph(inputs, outputs, nodes=nodes, initializers=initializers, name="random")
+    return RandomGraph(graph, reads, own_costly, own_pinned, large)
+
+
+def _oracle_classes(rg: RandomGraph) -> dict[ir.Value, TensorClass]:
+    result = {}
+    for value in rg.graph.inputs:
+        result[value] = F
+    for value in rg.graph.initializers.values():
+        result[value] = R
+    for node in rg.graph:
+        # Brute force: the whole cone of the node, by a fresh search.
+        seen_nodes, seen_values, stack = set(), set(), [node]
+        while stack:
+            current = stack.pop()
+            if current in seen_nodes:
+                continue
+            seen_nodes.add(current)
+            for value in rg.reads[current]:
+                seen_values.add(value)
+                if value.producer() is not None:
+                    stack.append(value.producer())
+        has_input = any(v.is_graph_input() for v in seen_values)
+        costly = any(rg.own_costly[n] for n in seen_nodes) or bool(seen_values & rg.large)
+        pinned = any(rg.own_pinned[n] for n in seen_nodes)
+        cls = A if pinned or (has_input and costly) else R
+        for value in node.outputs:
+            result[value] = cls
+    return result
+
+
+@settings(max_examples=120, deadline=None)
+@given(random_graphs())
+def test_classify_values_matches_brute_force(rg):
+    assert classify_values(rg.graph) == _oracle_classes(rg)
+    assert graph_uses(rg.graph) == {n: tuple(v) for n, v in rg.reads.items()}
+
+
+def _oracle_stages(rg: RandomGraph, cuts: list[ir.Value], classes) -> dict[ir.Node, int] | None:
+    """Fixpoint of the stage definition; None where the cuts are out of order."""
+    nodes = list(rg.graph)
+    position = {v: j for j, v in enumerate(cuts)}
+    stage = dict.fromkeys(nodes, 0)
+
+    def read(value):
+        if value in position:
+            return position[value] + 1
+        return stage[value.producer()] if value.producer() is not None else 0
+
+    changed = True
+    while changed:
+        changed = False
+        for node in nodes:
+            new = max((read(v) for v in rg.reads[node]), default=0)
+            if new != stage[node]:
+                stage[node], changed = new, True
+    if any(stage[v.producer()] > j for v, j in position.items()):
+        return None
+    outputs = set(rg.graph.outputs)
+    movable = [n for n in nodes if all(classes[v] is R and v not in position for v in n.outputs)]
+    changed = True
+    while changed:
+        changed = False
+        for node in movable:
+            targets = [stage[c] for c in nodes for v in rg.reads[c] if v in node.outputs]
+            if any(v in outputs for v in node.outputs):
+                targets.append(len(cuts))
+            if targets and min(targets) != stage[node]:
+                stage[node], changed = min(targets), True
+    return stage
+
+
+@settings(max_examples=120, deadline=None)
+@given(random_graphs(), st.data())
+def test_assign_stages_matches_fixpoint(rg, data):
+    produced = [v for node in rg.graph for v in node.outputs]
+    cuts = data.draw(st.lists(st.sampled_from(produced), max_size=4, unique=True))
+    classes = classify_values(rg.graph)
+    expected = _oracle_stages(rg, cuts, classes)
+    if expected is None:
+        with pytest.raises(StageAssignmentError, match="pipeline order"):
+            assign_stages(rg.graph, cuts)
+        return
+    stages = assign_stages(rg.graph, cuts)
+    assert stages == expected
+    assert list(edge_violations(rg.graph, stages)) == []
+    assert max(stages.values()) <= len(cuts)
+
+
+def _oracle_boundaries(rg: RandomGraph, stages, classes, num_stages):
+    nodes = list(rg.graph)
+    result = []
+    for k in range(num_stages - 1):
+        tensors, carried = [], []
+        for node in nodes:
+            for value in node.outputs:
+                if stages[node] > k:
+                    continue
+                if any(stages[c] > k and value in rg.reads[c] for c in nodes):
+                    tensors.append((value, classes[value]))
+                if value in rg.graph.outputs:
+                    carried.append((value, classes[value]))
+        result.append(Boundary(k, tuple(tensors), tuple(carried)))
+    return result
+
+
+@settings(max_examples=120, deadline=None)
+@given(random_graphs(), st.data())
+def test_boundaries_and_violations_match_brute_force(rg, data):
+    nodes = list(rg.graph)
+    # Arbitrary stages, consistent or not.
+    stages = {n: data.draw(st.integers(0, 3), label=n.name) for n in nodes}
+    classes = classify_values(rg.graph)
+    num_stages = max(stages.values()) + 1
+    assert boundary_crossings(rg.graph, stages) == _oracle_boundaries(
+        rg, stages, classes, num_stages
+    )
+    expected = {
+        (v.producer(), c, v)
+        for c in nodes
+        for v in rg.reads[c]
+        if v.producer() is not None and stages[c] < stages[v.producer()]
+    }
+    found = list(edge_violations(rg.graph, stages))
+    assert len(found) == len(set(found)) and set(found) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Zoo models (real architectures) and scale
+
+
+def test_zoo_gpt_has_side_activations_and_resnet_strict_cuts():
+    zoo = pytest.importorskip("onnx_ir_multidevice.zoo")
+    gpt = zoo.gpt()
+    graph = gpt.graph
+    classes = classify_values(graph, functions=gpt.functions)
+    values = {v.name: v for v in classes}
+    layer_outs = sorted(
+        name for name in values if name.startswith("layer.") and name.endswith(".out")
+    )
+    assert layer_outs, "zoo.gpt names its layer outputs layer.<i>.out"
+    stages = assign_stages(graph, [values[layer_outs[0]]], classes=classes)
+    (boundary,) = boundary_crossings(graph, stages, classes=classes)
+    assert layer_outs[0] in _names(boundary.activations)
+    assert not boundary.is_strict  # the causal mask comes from Shape of an activation
+
+
+def _analysis_cpu_seconds(graph: ir.Graph) -> float:
+    start = time.process_time()  # CPU time of this process: steadier than wall time
+    classes = classify_values(graph)
+    produced = [v for node in graph for v in node.outputs if classes[v] is A]
+    cuts = [produced[len(produced) * (j + 1) // 8] for j in range(7)]
+    stages = assign_stages(graph, cuts, classes=classes)
+    boundaries = boundary_crossings(graph, stages, classes=classes)
+    list(edge_violations(graph, stages))
+    assert len(boundaries) == 7
+    return time.process_time() - start
+
+
+def test_analysis_scales_linearly():
+    zoo = pytest.importorskip("onnx_ir_multidevice.zoo")
+    small, large = zoo.synthetic_chain(3_000).graph, zoo.synthetic_chain(12_000).graph
+    t_small = min(_analysis_cpu_seconds(small) for _ in range(2))
+    t_large = min(_analysis_cpu_seconds(large) for _ in range(2))
+    # 4x the nodes: about 4x the time when linear, 16x when quadratic.
+    assert t_large < 8 * t_small + 0.05, (t_small, t_large)
