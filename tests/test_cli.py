@@ -1,0 +1,242 @@
+"""The ``omny`` command line: main(), inspect, demo, error handling."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx_ir as ir
+import pytest
+
+from onnx_ir_multidevice import _cli, zoo
+from onnx_ir_multidevice._cli import demo as demo_cli
+from onnx_ir_multidevice._cli import inspect as inspect_cli
+from onnx_ir_multidevice.examples import GPT_TINY
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = _cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_version_and_help(capsys):
+    from onnx_ir_multidevice import __version__
+
+    code, out, _ = _run(capsys, "--version")
+    assert code == 0
+    assert out.strip() == f"omny {__version__}"
+    code, out, _ = _run(capsys, "--help")
+    assert code == 0
+    assert "inspect" in out and "demo" in out
+
+
+def test_no_command_is_usage_error(capsys):
+    code, _, err = _run(capsys)
+    assert code == 2
+    assert "usage: omny" in err
+
+
+def test_bad_arguments_exit_2(capsys):
+    code, _, err = _run(capsys, "inspect")
+    assert code == 2
+    assert "required" in err
+
+
+def test_missing_subcommand_modules_are_skipped(monkeypatch):
+    monkeypatch.setattr(_cli, "_SUBCOMMANDS", ("inspect", "no_such_command_module", "demo"))
+    parser = _cli.build_parser()
+    choices = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert list(choices) == ["inspect", "demo"]
+
+
+def test_import_error_inside_a_subcommand_is_not_hidden(monkeypatch, tmp_path):
+    package = tmp_path / "fake_cli_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "broken.py").write_text("import module_that_does_not_exist_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_cli, "__name__", "fake_cli_pkg")
+    assert _cli._load_subcommand("absent") is None
+    with pytest.raises(ModuleNotFoundError, match="module_that_does_not_exist_anywhere"):
+        _cli._load_subcommand("broken")
+
+
+def test_omny_error_becomes_one_line_and_exit_2(capsys, tmp_path):
+    missing = tmp_path / "nope.omny"
+    code, out, err = _run(capsys, "inspect", str(missing))
+    assert code == 2
+    assert out == ""
+    assert err.startswith("omny: error: ")
+    assert "nope.omny" in err
+    assert "Traceback" not in err
+    not_onnx = tmp_path / "garbage.onnx"
+    not_onnx.write_bytes(b"\xff\xfe not a protobuf at all")
+    code, _, err = _run(capsys, "inspect", str(not_onnx))
+    assert code == 2 and err.startswith("omny: error: ")
+
+
+def test_subcommand_exit_code_is_passed_through(capsys, monkeypatch):
+    def register(subparsers: argparse._SubParsersAction) -> None:
+        subparsers.add_parser("seven").set_defaults(func=lambda args: 7)
+
+    real = _cli._load_subcommand
+    monkeypatch.setattr(_cli, "_SUBCOMMANDS", ("seven",))
+    monkeypatch.setattr(
+        _cli, "_load_subcommand", lambda name: argparse.Namespace(register=register)
+    )
+    assert _cli.main(["seven"]) == 7
+    assert real("inspect") is inspect_cli
+
+
+def test_inspect_text_shows_cut_points_and_configurations(capsys):
+    code, out, err = _run(capsys, "inspect", str(GPT_TINY))
+    assert code == 0, err
+    assert "gpt_tiny.omny" in out
+    assert "input_ids" in out and "logits" in out
+    for cut_id in ("cut_1", "cut_2", "cut_3"):
+        assert cut_id in out
+    assert "layer.1.out" in out
+    assert "configurations (2)" in out
+    assert "NO" not in out  # every reference resolves
+
+
+def test_inspect_json_document(capsys):
+    code, out, _ = _run(capsys, "inspect", str(GPT_TINY), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["schema"] == "onnx-ir-multidevice/inspect"
+    assert doc["schema_version"] == 1
+    assert doc["inputs"] == [{"name": "input_ids", "dtype": "int64", "shape": ["batch", 32]}]
+    assert doc["outputs"] == [{"name": "logits", "dtype": "float32", "shape": ["batch", 32, 512]}]
+    model = doc["model"]
+    assert model["opset_imports"] == {"": 18}
+    assert model["num_nodes"] == model["num_nodes_with_subgraphs"] > 100
+    assert model["weights_bytes"] == 4 * model["num_parameters"]
+    meta = doc["metadata"]
+    assert meta["omnynet_version"] == meta["version"] == "1.0"
+    assert [c["id"] for c in meta["cut_points"]] == ["cut_1", "cut_2", "cut_3"]
+    assert all(c["resolved"] is True for c in meta["cut_points"])
+    assert [c["num_shards"] for c in meta["configurations"]] == [2, 4]
+    assert [c["resolved"] for c in meta["configurations"]] == [True, True]
+    assert meta["unresolved"] == []
+    assert meta["export_info"]["validated"] is None
+
+
+def test_inspect_plain_onnx_and_control_flow(capsys, tmp_path):
+    from onnx_ir_multidevice._io import save
+
+    path = tmp_path / "cf.onnx"
+    save(zoo.control_flow(), path)
+    code, out, _ = _run(capsys, "inspect", str(path), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["metadata"] is None
+    assert doc["model"]["num_nodes"] == 6
+    assert doc["model"]["num_nodes_with_subgraphs"] > 6
+    code, out, _ = _run(capsys, "inspect", str(path))
+    assert "plain ONNX" in out
+
+
+def test_inspect_reports_unresolved_cut_point(capsys, tmp_path):
+    from onnx_ir_multidevice import omny
+    from onnx_ir_multidevice._io import load, save
+
+    model = load(GPT_TINY)
+    node = model.graph.node("layer.1.out")
+    node.outputs[0].name = "renamed_behind_the_plans_back"
+    path = tmp_path / "stale.omny"
+    save(model, path)
+    assert omny.read(load(path)) is not None
+    code, out, _ = _run(capsys, "inspect", str(path), "--json")
+    assert code == 0
+    meta = json.loads(out)["metadata"]
+    resolved = {c["id"]: c["resolved"] for c in meta["cut_points"]}
+    assert resolved == {"cut_1": True, "cut_2": False, "cut_3": True}
+    assert [c["resolved"] for c in meta["configurations"]] == [False, False]
+    assert meta["unresolved"]
+    code, out, _ = _run(capsys, "inspect", str(path))
+    assert "NO" in out and "unresolved references" in out
+
+
+def test_table_formatting():
+    text = inspect_cli.table(["a", "long header"], [[1, None], [[1, 2], True]])
+    lines = text.splitlines()
+    assert lines[0] == "  a       long header"
+    assert lines[1] == "  1       ?"
+    assert lines[2] == "  [1, 2]  yes"
+
+
+def test_shape_and_dtype_helpers():
+    value = ir.Value(name="v", type=ir.TensorType(ir.DataType.FLOAT16), shape=ir.Shape(["b", 3]))
+    assert inspect_cli.dtype_name(value.dtype) == "float16"
+    assert inspect_cli.shape_list(value.shape) == ["b", 3]
+    assert inspect_cli.shape_list(None) is None
+    assert inspect_cli.dtype_name(None) is None
+
+
+def test_demo_runs_every_available_step(capsys):
+    code, out, _ = _run(capsys, "demo")
+    assert code == 0, out
+    assert "byte-identical" in out
+    assert "tensor_name is now" in out
+    assert "failed" in out.splitlines()[-1]
+    assert out.splitlines()[-1].endswith(" 0 failed")
+
+
+def test_demo_list_and_failure_exit_code(capsys, monkeypatch):
+    code, out, _ = _run(capsys, "demo", "--list")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == [s.name for s in demo_cli.STEPS]
+
+    def boom(ctx):
+        raise RuntimeError("step exploded")
+
+    steps = [*demo_cli.STEPS[:1], demo_cli.Step("boom", "A failing step", boom, uses_model=False)]
+    monkeypatch.setattr(demo_cli, "STEPS", steps)
+    code, out, _ = _run(capsys, "demo")
+    assert code == 1
+    assert "FAILED: RuntimeError: step exploded" in out
+
+
+def test_demo_skips_steps_with_missing_modules(capsys, monkeypatch):
+    steps = [
+        demo_cli.Step(
+            "later", "Needs a future module", lambda ctx: None, ("onnx_ir_multidevice._nope",)
+        ),
+        demo_cli.Step(
+            "later2",
+            "Needs a future function",
+            lambda ctx: None,
+            (),
+            ("onnx_ir_multidevice.zoo:nope",),
+        ),
+    ]
+    monkeypatch.setattr(demo_cli, "STEPS", steps)
+    code, out, _ = _run(capsys, "demo")
+    assert code == 0
+    assert "skipped: needs onnx_ir_multidevice._nope" in out
+    assert "skipped: needs onnx_ir_multidevice.zoo:nope" in out
+
+
+def test_demo_missing_model_is_exit_2(capsys, tmp_path):
+    code, _, err = _run(capsys, "demo", "--model", str(tmp_path / "missing.omny"))
+    assert code == 2
+    assert err.startswith("omny: error:")
+
+
+def test_console_entry_point_runs():
+    result = subprocess.run(
+        [sys.executable, "-m", "onnx_ir_multidevice._cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("omny ")
