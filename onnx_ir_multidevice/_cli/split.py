@@ -1,0 +1,77 @@
+"""``omny split IN OUTDIR --shards N``: write one runnable ONNX model per pipeline stage.
+
+Writes ``OUTDIR/stage_<i>.onnx`` (weights over 1 KiB in ``stage_<i>.onnx.data``) and
+``OUTDIR/manifest.json``, which says what each stage reads and from where. The files are
+written into a temporary sibling directory that is then renamed to ``OUTDIR``; a non-empty
+``OUTDIR`` is refused unless ``--force``. ``--json`` prints the manifest.
+"""
+
+from __future__ import annotations
+
+__all__ = ["register", "run"]
+
+import argparse
+from pathlib import Path
+
+from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, error, print_json
+from onnx_ir_multidevice._errors import SplitError
+
+
+def _configuration(text: str | None) -> int | str | None:
+    if text is None:
+        return None
+    return int(text) if text.isdigit() else text
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``split`` subcommand."""
+    parser = subparsers.add_parser(
+        "split",
+        help="write one runnable ONNX model per pipeline stage, and a manifest",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
+    parser.add_argument("input", type=Path, help="an .omny or annotated .onnx model file")
+    parser.add_argument("outdir", type=Path, help="directory to write (must be empty or absent)")
+    parser.add_argument("--shards", type=int, required=True, help="number of stages")
+    parser.add_argument(
+        "--configuration",
+        metavar="ID",
+        help="index of an .omny shard configuration or name of an IR v11 configuration "
+        "(default: the one with N shards)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace a non-empty OUTDIR")
+    parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Split ``args.input`` into ``args.outdir``."""
+    from onnx_ir_multidevice._io import load
+    from onnx_ir_multidevice._split import save_split
+
+    model = load(args.input)
+    try:
+        manifest = save_split(
+            model,
+            args.outdir,
+            args.shards,
+            configuration=_configuration(args.configuration),
+            force=args.force,
+        )
+    except SplitError as exc:
+        error(f"{args.input}: {exc}")
+        return EXIT_FINDINGS
+    if args.json:
+        print_json(manifest)
+        return EXIT_OK
+    print(f"{args.input} -> {args.outdir}/ ({manifest['num_stages']} stages)")
+    for stage in manifest["stages"]:
+        reads = ", ".join(
+            f"{i['name']} ({'input' if i['from'] == 'input' else 'stage ' + str(i['from'])})"
+            for i in stage["inputs"]
+        )
+        print(f"  {stage['file']}: reads {reads or 'nothing'}")
+        print(
+            f"  {' ' * len(stage['file'])}  writes {', '.join(o['name'] for o in stage['outputs'])}"
+        )
+    return EXIT_OK
