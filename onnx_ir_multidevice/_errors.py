@@ -86,7 +86,9 @@ class PipelineError(OmnyError, RuntimeError):
         request: 0-based sequence number of the request it failed on (``None`` if unknown).
     """
 
-    def __init__(self, message: str, *, stage: int | None = None, request: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, stage: int | None = None, request: int | None = None
+    ) -> None:
         self.stage = stage
         self.request = request
         where = []

@@ -1,0 +1,111 @@
+"""Benchmark: annotate + check of a synthetic model, against ``onnx_ir.load`` of the same model.
+
+Builds ``zoo.synthetic_chain(N)`` with a ``.omny`` plan (a 2-shard and a 4-shard
+configuration cutting at block outputs), saves it, then in the same run times:
+
+* ``onnx_ir.load`` of the file (the reference);
+* ``annotate(model)`` (checker gate included) followed by ``check(model)``.
+
+Prints the ratio (target <= 0.10) and the time per node at the small and the large size
+(target: growth <= 1.3x). Best of ``--repeat`` runs for each timing.
+
+    python benchmarks/annotate.py                # 3000 and 50000 nodes
+    python benchmarks/annotate.py --sizes 3000 20000 --repeat 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import tempfile
+import time
+from pathlib import Path
+
+import onnx_ir as ir
+
+from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice._annotate import annotate
+from onnx_ir_multidevice._check import check
+from onnx_ir_multidevice._format import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
+
+
+def add_plan(model: ir.Model) -> None:
+    """Write a 2-shard and a 4-shard configuration cutting at evenly spaced block outputs."""
+    outs = [v for node in model.graph for v in node.outputs if v.name.endswith(".out")]
+    picks = sorted({outs[len(outs) * k // 4] for k in (1, 2, 3)}, key=outs.index)
+    cuts = tuple(
+        CutPoint(
+            id=f"cut_{i + 1}",
+            after_node=v.producer().name,
+            tensor_name=v.name,
+            shape=tuple(d if isinstance(d, int) else -1 for d in v.shape),
+            cumulative_memory_mb=10 * (i + 1),
+            shard_memory_mb=10,
+        )
+        for i, v in enumerate(picks)
+    )
+    configurations = (
+        ShardConfiguration(2, (10, 10), ("cut_2",)),
+        ShardConfiguration(4, (10, 10, 10, 10), ("cut_1", "cut_2", "cut_3")),
+    )
+    omny.write(
+        model, OmnyMetadata(cut_points=cuts, sharding=Sharding(configurations=configurations))
+    )
+
+
+def best_of(repeat: int, func) -> tuple[float, object]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        result = func()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def measure(num_nodes: int, repeat: int, folder: Path) -> tuple[float, float]:
+    """Return (load seconds, annotate + check seconds) for a model of ``num_nodes`` nodes."""
+    model = zoo.synthetic_chain(num_nodes)
+    add_plan(model)
+    path = folder / f"chain_{num_nodes}.omny"
+    ir.save(model, path)
+    del model
+    load_s, _ = best_of(repeat, lambda: ir.load(path))
+
+    def work() -> list:
+        fresh = ir.load(path)
+        start = time.perf_counter()
+        annotate(fresh)
+        diagnostics = check(fresh)
+        work.elapsed = time.perf_counter() - start  # type: ignore[attr-defined]
+        assert not [d for d in diagnostics if d.is_error], diagnostics
+        return diagnostics
+
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        work()
+        best = min(best, work.elapsed)  # type: ignore[attr-defined]
+    return load_s, best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs=2, default=(3000, 50000))
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    small, large = args.sizes
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = {n: measure(n, args.repeat, Path(tmp)) for n in (small, large)}
+    print(f"{'nodes':>8} {'ir.load s':>10} {'annotate+check s':>17} {'ratio':>7} {'us/node':>8}")
+    for n, (load_s, work_s) in rows.items():
+        ratio, per_node = work_s / load_s, work_s / n * 1e6
+        print(f"{n:>8} {load_s:>10.3f} {work_s:>17.3f} {ratio:>7.3f} {per_node:>8.1f}")
+    growth = (rows[large][1] / large) / (rows[small][1] / small)
+    ratio = rows[large][1] / rows[large][0]
+    print(f"ratio at {large} nodes: {ratio:.3f} (target <= 0.10)")
+    print(f"time per node growth {small} -> {large}: {growth:.2f}x (target <= 1.3x)")
+
+
+if __name__ == "__main__":
+    main()

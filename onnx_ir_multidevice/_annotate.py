@@ -1,0 +1,158 @@
+"""``annotate()``: turn a model's ``.omny`` plan into IR v11 multi-device annotations.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = ["annotate"]
+
+import os
+import re
+from collections.abc import Collection, Sequence
+
+import onnx
+import onnx_ir as ir
+
+from onnx_ir_multidevice import _check
+from onnx_ir_multidevice._diagnostics import Diagnostic, Severity
+from onnx_ir_multidevice._errors import CheckError
+from onnx_ir_multidevice.passes.annotate import (
+    OMNY_CONFIGURATION_PREFIX,
+    AnnotatePass,
+    DeviceNames,
+)
+
+_CONFIGURATION_PATH = re.compile(r"sharding\.configurations\[(\d+)\]")
+_CUT_PATH = re.compile(r"cut_points\[(\d+)\]")
+#: Plan-level pipeline rules, checked on the plan itself (not on an existing annotation).
+_PLAN_RULES = frozenset({"OMNY320", "OMNY322", "OMNY323"})
+
+
+def annotate(
+    model: ir.Model | onnx.ModelProto | str | os.PathLike,
+    *,
+    configurations: Collection[int] | None = None,
+    device_names: Sequence[str] | DeviceNames | None = None,
+    check: bool = True,
+    relaxed_cuts: bool = False,
+) -> ir.Model:
+    """Annotate a model with the pipeline stages and cut-tensor placements of its ``.omny`` plan.
+
+    Each selected ``.omny`` shard configuration becomes an :class:`onnx_ir.ModelConfiguration`
+    named ``omny/<n>-shards`` (``omny/<n>-shards#1`` for a second one with ``n`` shards...),
+    every main-graph node gets its ``pipeline_stage``, and each cut tensor gets placement-only
+    sharding specs (see :mod:`onnx_ir_multidevice.passes.annotate`). Annotating twice changes
+    nothing the second time. ``ir_version`` is raised to 11 when lower.
+
+    Args:
+        model: An :class:`onnx_ir.Model`, annotated in place and returned; the path of a
+            ``.onnx`` / ``.omny`` file, loaded into a new model (the file is not modified:
+            save the result yourself); or an :class:`onnx.ModelProto`, converted into a new
+            model (the proto is not modified).
+        configurations: Shard counts to annotate (``{2, 4}``); default: every configuration.
+        device_names: Device names: a sequence, of which an ``n``-shard configuration takes
+            the first ``n``, or a mapping from shard count to names. Default: none (an
+            existing configuration keeps its names).
+        check: Run the checker first and raise :class:`CheckError` on errors that concern
+            what is annotated: the plan's format rules, the cut points and configurations
+            selected, and the model's IR v11 fields. Errors in configurations that are not
+            selected do not block, nor do those of an earlier ``omny/`` annotation that this
+            call rewrites.
+        relaxed_cuts: Accept cuts that several activations cross (see ``OMNY320``).
+
+    Returns:
+        The annotated model.
+
+    Raises:
+        CheckError: ``check`` is true and the checker found errors (listed in the error).
+        BindingError: The model has no ``.omny`` metadata, ``configurations`` names a shard
+            count the plan lacks, or a selected configuration does not resolve.
+        OmnyIOError: ``model`` is a path that cannot be read.
+
+    .. versionadded:: 0.1
+    """
+    ir_model = _as_model(model)
+    with _check.gc_paused():
+        _annotate_model(ir_model, configurations, device_names, check, relaxed_cuts)
+    return ir_model
+
+
+def _annotate_model(
+    ir_model: ir.Model,
+    configurations: Collection[int] | None,
+    device_names: Sequence[str] | DeviceNames | None,
+    check: bool,
+    relaxed_cuts: bool,
+) -> None:
+    if check:
+        errors = _blocking_errors(
+            _check.check(ir_model, relaxed_cuts=relaxed_cuts, onnx_checker=False),
+            ir_model,
+            configurations,
+        )
+        if errors:
+            raise CheckError(errors)
+    AnnotatePass(configurations, device_names)(ir_model)
+
+
+def _as_model(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> ir.Model:
+    if isinstance(model, ir.Model):
+        return model
+    if isinstance(model, onnx.ModelProto):
+        from onnx_ir_multidevice._roundtrip import from_proto
+
+        return from_proto(model)
+    if isinstance(model, (str, os.PathLike)):
+        from onnx_ir_multidevice._io import load
+
+        return load(model)
+    raise TypeError(
+        f"annotate() takes an onnx_ir.Model, an onnx.ModelProto or a path, not "
+        f"{type(model).__name__}"
+    )
+
+
+def _blocking_errors(
+    diagnostics: Sequence[Diagnostic],
+    model: ir.Model,
+    configurations: Collection[int] | None,
+) -> list[Diagnostic]:
+    """Keep the errors that concern the selected configurations (see :func:`annotate`)."""
+    from onnx_ir_multidevice._format import OMNY_METADATA_KEY, OmnyMetadata
+
+    selected_indexes: set[int] | None = None
+    used_cuts: set[int] | None = None
+    text = model.metadata_props.get(OMNY_METADATA_KEY)
+    if configurations is not None and text is not None:
+        try:
+            metadata = OmnyMetadata.from_json(text)
+        except Exception:  # reported by the checker as OMNY104
+            metadata = None
+        if metadata is not None:
+            selected = [
+                c for c in metadata.sharding.configurations if c.num_shards in configurations
+            ]
+            selected_indexes = {
+                i
+                for i, c in enumerate(metadata.sharding.configurations)
+                if c.num_shards in configurations
+            }
+            ids = {cut_id for c in selected for cut_id in c.cut_point_ids}
+            used_cuts = {k for k, cut in enumerate(metadata.cut_points) if cut.id in ids}
+    blocking = []
+    for diagnostic in diagnostics:
+        if diagnostic.severity is not Severity.ERROR:
+            continue
+        if diagnostic.code.startswith("OMNY3") and diagnostic.code not in _PLAN_RULES:
+            continue  # about an existing annotation, which this call rewrites
+        if diagnostic.location.startswith(f"configuration:{OMNY_CONFIGURATION_PREFIX}"):
+            continue
+        match = _CONFIGURATION_PATH.match(diagnostic.location)
+        if match and selected_indexes is not None and int(match[1]) not in selected_indexes:
+            continue
+        match = _CUT_PATH.match(diagnostic.location)
+        if match and used_cuts is not None and int(match[1]) not in used_cuts:
+            continue
+        blocking.append(diagnostic)
+    return blocking

@@ -1,0 +1,230 @@
+"""Diagnostics reported by the checker: stable codes, severities and locations.
+
+A :class:`Diagnostic` is one finding of :func:`onnx_ir_multidevice._check.check`. Its
+``code`` is stable across releases (tools may filter on it) and belongs to one family:
+
+* ``OMNY1xx`` -- the ``.omny`` format: the spec's validation rules and cut-point
+  requirements, checked against the graph.
+* ``OMNY2xx`` -- the IR v11 multi-device fields (``ModelConfiguration``,
+  ``NodeDeviceConfiguration``, ``ShardingSpec``): everything onnx-ir's private
+  ``_check_device_configurations`` checks, and more.
+* ``OMNY3xx`` -- pipeline consistency: stages along edges, stage numbering, agreement with
+  the ``.omny`` plan, and the tensors that cross each stage boundary.
+
+:data:`CODES` lists every code with its default severity and a one-line title.
+
+Locations are strings in one of these forms:
+
+* ``node:<name>`` -- a node (``node:#<index>(<op_type>)`` for an unnamed main-graph node);
+* ``value:<name>`` -- a value (tensor);
+* ``configuration:<name>`` -- a :class:`~onnx_ir.ModelConfiguration`;
+* ``metadata_props[<key>]`` -- an entry of the model's ``metadata_props``;
+* a JSON path into the ``omnynet_metadata`` document, such as
+  ``sharding.configurations[1].cut_point_ids[2]``;
+* ``model`` -- the model as a whole.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CODES",
+    "CodeInfo",
+    "Diagnostic",
+    "Severity",
+    "configuration_location",
+    "node_location",
+    "value_location",
+]
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+
+import onnx_ir as ir
+
+
+class Severity(enum.Enum):
+    """How serious a :class:`Diagnostic` is."""
+
+    ERROR = "error"
+    """The model or plan is invalid: annotating, splitting or running it would fail or lie."""
+
+    WARNING = "warning"
+    """Valid, but probably not what was meant (an idle device, an unverifiable shape...)."""
+
+    INFO = "info"
+    """For information (the tensors crossing a boundary, a configuration not annotated)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnostic:
+    """One finding of the checker.
+
+    ``str(diagnostic)`` gives ``"error OMNY132 at <location>: <message>"``.
+    """
+
+    code: str
+    """Stable code, ``OMNY`` followed by three digits (see :data:`CODES`)."""
+
+    severity: Severity
+    """Error, warning or info."""
+
+    message: str
+    """What is wrong and what to do about it, in one or two sentences."""
+
+    location: str
+    """Where: ``node:<name>``, ``value:<name>``, ``configuration:<name>``,
+    ``metadata_props[<key>]``, a JSON path into the ``.omny`` document, or ``model``."""
+
+    def __str__(self) -> str:
+        return f"{self.severity.value} {self.code} at {self.location}: {self.message}"
+
+    @property
+    def is_error(self) -> bool:
+        """Whether the severity is :attr:`Severity.ERROR`."""
+        return self.severity is Severity.ERROR
+
+    def to_dict(self) -> dict[str, str]:
+        """Return the JSON form: ``{"code", "severity", "message", "location"}``."""
+        return {
+            "code": self.code,
+            "severity": self.severity.value,
+            "message": self.message,
+            "location": self.location,
+        }
+
+    def sort_key(self) -> int:
+        """Sort key that puts errors first, then warnings, then infos (use a stable sort)."""
+        return _SEVERITY_ORDER[self.severity]
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeInfo:
+    """Description of one diagnostic code."""
+
+    code: str
+    """The code, e.g. ``OMNY132``."""
+
+    severity: Severity
+    """Default severity (a few codes are downgraded by checker options, as documented)."""
+
+    title: str
+    """One-line summary of the rule."""
+
+
+def _codes(*rows: tuple[str, Severity, str]) -> Mapping[str, CodeInfo]:
+    return {code: CodeInfo(code, severity, title) for code, severity, title in rows}
+
+
+_E, _W, _I = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+CODES: Mapping[str, CodeInfo] = _codes(
+    # --- .omny format and spec rules ---
+    ("OMNY100", _I, "The model has no .omny metadata; only the IR checks ran."),
+    ("OMNY101", _E, "The file is not a valid ONNX model."),
+    ("OMNY102", _E, "omnynet_metadata is present but omnynet_version is missing."),
+    ("OMNY103", _E, "omnynet_version is present but omnynet_metadata is missing."),
+    ("OMNY104", _E, "omnynet_metadata is not valid JSON or does not follow the schema."),
+    ("OMNY105", _W, "Unknown or inconsistent .omny format version."),
+    ("OMNY110", _E, "A cut point's after_node is not a node of the graph."),
+    ("OMNY111", _E, "A cut point's tensor_name is not a value of the graph."),
+    ("OMNY112", _E, "A cut point's tensor is not an output of its after_node."),
+    ("OMNY113", _E, "A cut point's node has more than one output tensor."),
+    ("OMNY114", _E, "A cut tensor's shape is not fully defined (only the batch may be dynamic)."),
+    (
+        "OMNY115",
+        _W,
+        "A cut tensor's shape or dtype is not recorded in the graph.",
+    ),
+    ("OMNY116", _E, "A cut point's shape or dtype disagrees with the graph."),
+    ("OMNY117", _E, "A cut point is inside a control-flow body (If/Loop/Scan)."),
+    ("OMNY118", _E, "Two cut points have the same id."),
+    ("OMNY120", _E, "A memory estimate is not positive."),
+    ("OMNY121", _W, "Memory estimates are inconsistent with each other."),
+    ("OMNY130", _E, "No shard configuration is defined."),
+    ("OMNY131", _E, "A configuration does not list num_shards - 1 cut points."),
+    ("OMNY132", _E, "A configuration names a cut point id that is not defined."),
+    ("OMNY133", _E, "memory_per_shard_mb does not have num_shards entries."),
+    ("OMNY134", _E, "A configuration's num_shards is not in allowed_shards."),
+    ("OMNY135", _E, "Shard-count limits are inconsistent (min/max/allowed/num_shards)."),
+    ("OMNY136", _E, "A shard needs more memory than max_shard_size_mb."),
+    ("OMNY137", _W, "max_shard_size_mb exceeds min_vram_mb (no runtime headroom)."),
+    ("OMNY138", _W, "A metadata input/output does not name a graph input/output."),
+    ("OMNY139", _E, "A configuration lists the same cut point twice."),
+    # --- IR v11 device configurations ---
+    ("OMNY200", _E, "Multi-device fields on a model with ir_version < 11 (lost on save)."),
+    ("OMNY201", _E, "A node device configuration has no ModelConfiguration."),
+    ("OMNY202", _E, "A configuration has an empty name."),
+    ("OMNY203", _E, "A node references a configuration not declared on the model."),
+    ("OMNY204", _E, "A node references a same-named copy, not the registered configuration."),
+    ("OMNY205", _E, "A ShardingSpec has no value."),
+    ("OMNY206", _E, "A sharded value has an empty name."),
+    ("OMNY207", _E, "A sharded value is not an input or output of its node."),
+    ("OMNY208", _E, "A sharded axis is out of range."),
+    ("OMNY209", _E, "A value is sharded along the same axis more than once."),
+    ("OMNY210", _E, "A sharded dimension has num_shards < 1."),
+    ("OMNY211", _E, "A device index is outside the configuration's devices."),
+    ("OMNY212", _E, "Two model configurations have the same name."),
+    ("OMNY213", _E, "device_names does not have num_devices entries."),
+    ("OMNY214", _E, "A configuration has num_devices < 1."),
+    ("OMNY215", _E, "A node has two device configurations for one configuration."),
+    ("OMNY216", _E, "A device-group key shadows a device index."),
+    ("OMNY217", _W, "A device-group key is not used by the spec's devices."),
+    ("OMNY218", _E, "The number of devices does not match the number of shards."),
+    ("OMNY219", _E, "A pipeline stage is negative or beyond int32."),
+    ("OMNY220", _E, "A node shards one value twice under one configuration."),
+    # --- pipeline consistency ---
+    ("OMNY300", _E, "An edge goes from a later stage to an earlier one."),
+    ("OMNY301", _E, "Some main-graph nodes have no stage in a staged configuration."),
+    ("OMNY302", _E, "Stages are not contiguous from 0 (a stage has no node)."),
+    ("OMNY303", _E, "A stage is beyond the configuration's devices."),
+    ("OMNY304", _W, "Fewer stages than devices: some devices stay idle."),
+    ("OMNY305", _W, "A node inside a subgraph has a stage other than its parent's."),
+    ("OMNY310", _E, "The annotated stages contradict a cut point of the .omny plan."),
+    ("OMNY311", _W, "The annotated stages differ from the stages the plan's cut points give."),
+    ("OMNY312", _I, "A .omny configuration is not annotated in the IR."),
+    ("OMNY313", _E, "An omny/ configuration does not match the .omny plan."),
+    ("OMNY320", _E, "More than one activation crosses a strict cut."),
+    ("OMNY321", _I, "Tensors crossing a stage boundary."),
+    ("OMNY322", _E, "A configuration's cut points cannot be ordered into a pipeline."),
+    ("OMNY323", _E, "A stage of a configuration's plan has no node."),
+)
+"""Every diagnostic code, in order, with its default severity and title."""
+
+
+def node_location(node: ir.Node, index: int | None = None) -> str:
+    """Return the location string of ``node``: ``node:<name>``.
+
+    Args:
+        node: The node.
+        index: Its position in the main graph, used for an unnamed node.
+    """
+    if node.name:
+        return f"node:{node.name}"
+    if index is not None:
+        return f"node:#{index}({node.op_type})"
+    return f"node:<unnamed {node.op_type}>"
+
+
+def value_location(value: ir.Value) -> str:
+    """Return the location string of ``value``: ``value:<name>``."""
+    return f"value:{value.name}" if value.name else "value:<unnamed>"
+
+
+def configuration_location(name: str) -> str:
+    """Return the location string of a configuration: ``configuration:<name>``."""
+    return f"configuration:{name}"
+
+
+def make(code: str, message: str, location: str, severity: Severity | None = None) -> Diagnostic:
+    """Build a :class:`Diagnostic` with the default severity of ``code`` from :data:`CODES`."""
+    info = CODES[code]
+    return Diagnostic(code, severity or info.severity, message, location)

@@ -1,0 +1,31 @@
+"""onnx-ir passes of onnx-ir-multidevice: annotate, reverse, strip and check.
+
+Each is an :class:`onnx_ir.passes.InPlacePass` usable on its own or in an
+:class:`onnx_ir.passes.PassManager`, and reports ``modified`` exactly.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OMNY_CONFIGURATION_PREFIX",
+    "AnnotatePass",
+    "AnnotateShardingPass",
+    "AnnotateStagesPass",
+    "CheckPass",
+    "StagesToOmnyPass",
+    "StripAnnotationsPass",
+    "configuration_names",
+]
+
+from onnx_ir_multidevice.passes.annotate import (
+    OMNY_CONFIGURATION_PREFIX,
+    AnnotatePass,
+    AnnotateShardingPass,
+    AnnotateStagesPass,
+    configuration_names,
+)
+from onnx_ir_multidevice.passes.check import CheckPass
+from onnx_ir_multidevice.passes.reverse import StagesToOmnyPass
+from onnx_ir_multidevice.passes.strip import StripAnnotationsPass

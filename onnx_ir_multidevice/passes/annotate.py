@@ -1,0 +1,366 @@
+"""Passes that turn a model's ``.omny`` plan into IR v11 multi-device annotations.
+
+Rules:
+
+* **One configuration per ``.omny`` shard configuration.** Configuration ``i`` of the
+  document becomes an :class:`onnx_ir.ModelConfiguration` with ``num_devices = num_shards``,
+  named by :func:`configuration_names`: ``omny/<n>-shards`` for the first configuration with
+  ``n`` shards, ``omny/<n>-shards#1`` for the second, ``#2`` for the third... Names depend
+  only on the document, so annotating a subset of the configurations gives the same names.
+* **Stages** (:class:`AnnotateStagesPass`): every node of the main graph gets the
+  ``pipeline_stage`` that :func:`~onnx_ir_multidevice.analysis.stages.assign_stages` computes
+  from the configuration's cut tensors (cut ``j`` separates stage ``j`` from ``j + 1``, stage
+  ``k`` runs on device ``k``). Nodes inside subgraph bodies run with their parent and get no
+  stage of their own.
+* **Sharding specs** (:class:`AnnotateShardingPass`): each cut tensor gets placement-only
+  :class:`onnx_ir.ShardingSpec` entries (a ``device``, no ``sharded_dims``): on its producer,
+  the output is bound to the producer's stage ``k``; on each main-graph consumer, the input is
+  bound to that consumer's stage (``k + 1`` for the next stage, a later one when the tensor
+  skips stages). The specs of an ``omny/`` configuration are owned by this pass: stale ones
+  from an earlier plan are replaced.
+* The model's ``ir_version`` is raised to 11 when lower (older versions cannot store the
+  fields). Both passes report ``modified`` exactly: a second run changes nothing.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OMNY_CONFIGURATION_PREFIX",
+    "AnnotatePass",
+    "AnnotateShardingPass",
+    "AnnotateStagesPass",
+    "configuration_names",
+]
+
+import dataclasses
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+import onnx_ir as ir
+
+from onnx_ir_multidevice import omny
+from onnx_ir_multidevice._binding import bind
+from onnx_ir_multidevice._errors import BindingError
+from onnx_ir_multidevice.analysis.stages import assign_stages
+from onnx_ir_multidevice.analysis.tensor_classes import classify_values
+from onnx_ir_multidevice.analysis.uses import AnalysisError
+
+#: Name prefix of the configurations this package creates (and :mod:`.strip` removes).
+OMNY_CONFIGURATION_PREFIX = "omny/"
+#: The IR version that introduced the multi-device fields.
+_MULTI_DEVICE_IR_VERSION = 11
+
+DeviceNames = Sequence[str] | Mapping[int, Sequence[str]]
+
+
+def configuration_names(configurations: Iterable[object]) -> list[str]:
+    """Return the IR configuration name of each ``.omny`` shard configuration, in order.
+
+    The first configuration with ``n`` shards is ``omny/<n>-shards``; the ``m``-th further
+    one with the same count is ``omny/<n>-shards#<m>``.
+
+    Args:
+        configurations: The ``.omny`` shard configurations (anything with ``num_shards``).
+    """
+    seen: dict[int, int] = {}
+    names = []
+    for configuration in configurations:
+        n = configuration.num_shards  # type: ignore[attr-defined]
+        count = seen.get(n, 0)
+        seen[n] = count + 1
+        base = f"{OMNY_CONFIGURATION_PREFIX}{n}-shards"
+        names.append(base if count == 0 else f"{base}#{count}")
+    return names
+
+
+@dataclasses.dataclass(frozen=True)
+class _Selected:
+    """A selected ``.omny`` configuration, bound to the graph."""
+
+    index: int
+    name: str
+    num_shards: int
+    cuts: tuple[ir.Value, ...]
+
+
+def _select(
+    model: ir.Model, configurations: Collection[int] | None
+) -> tuple[list[_Selected], list[str]]:
+    """Bind the model's plan; return the selected configurations and every plan name."""
+    metadata = omny.read(model)
+    if metadata is None:
+        raise BindingError(
+            "the model has no .omny metadata (omnynet_metadata); plan it first "
+            "(`omny plan`) or load a .omny file"
+        )
+    plan = bind(model, metadata)
+    names = configuration_names(metadata.sharding.configurations)
+    available = sorted({c.num_shards for c in plan.configurations})
+    if configurations is not None:
+        unknown = sorted(set(configurations) - set(available))
+        if unknown:
+            raise BindingError(
+                f"no .omny configuration with {unknown} shards; the plan has {available}"
+            )
+    selected = []
+    for bound in plan.configurations:
+        if configurations is not None and bound.num_shards not in configurations:
+            continue
+        path = bound.json_path
+        cuts = bound.cut_values()
+        if len(cuts) != bound.num_shards - 1:
+            raise BindingError(
+                f"{path}: {bound.num_shards} shards need {bound.num_shards - 1} cut point(s), "
+                f"{len(cuts)} listed"
+            )
+        selected.append(_Selected(bound.index, names[bound.index], bound.num_shards, tuple(cuts)))
+    return selected, names
+
+
+def _stages(
+    model: ir.Model, selected: _Selected, classes: Mapping[ir.Value, object]
+) -> dict[ir.Node, int]:
+
+    try:
+        return assign_stages(model.graph, selected.cuts, classes=classes)  # type: ignore[arg-type]
+    except AnalysisError as error:
+        raise BindingError(
+            f"sharding.configurations[{selected.index}]: the cut points do not form a "
+            f"pipeline: {error}"
+        ) from error
+
+
+def _names_for(device_names: DeviceNames | None, num_devices: int) -> tuple[str, ...] | None:
+    if device_names is None:
+        return None
+    if isinstance(device_names, Mapping):
+        names = device_names.get(num_devices)
+        if names is None:
+            return None
+    else:
+        names = device_names
+    names = tuple(names)
+    if len(names) < num_devices:
+        raise BindingError(
+            f"{len(names)} device name(s) {list(names)} for a configuration of {num_devices} "
+            "devices; give at least one name per device"
+        )
+    return names[:num_devices]
+
+
+def _all_nodes(model: ir.Model) -> Iterable[ir.Node]:
+    yield from model.graph.all_nodes()
+    for function in model.functions.values():
+        yield from function.all_nodes()
+
+
+def _rebind(model: ir.Model, old: ir.ModelConfiguration, new: ir.ModelConfiguration) -> None:
+    """Replace configuration ``old`` by ``new`` on the model and on every node entry."""
+    model.device_configurations = tuple(new if c is old else c for c in model.device_configurations)
+    for node in _all_nodes(model):
+        entries = node.device_configurations
+        if any(e.configuration is old for e in entries):
+            node.device_configurations = tuple(
+                dataclasses.replace(e, configuration=new) if e.configuration is old else e
+                for e in entries
+            )
+
+
+def ensure_configuration(
+    model: ir.Model, name: str, num_devices: int, device_names: tuple[str, ...] | None
+) -> tuple[ir.ModelConfiguration, bool]:
+    """Return the model's configuration ``name`` with these devices, creating or updating it.
+
+    ``device_names=None`` keeps the names of an existing configuration (when they still fit).
+
+    Returns:
+        The configuration and whether the model changed.
+    """
+    existing = next((c for c in model.device_configurations if c.name == name), None)
+    if device_names is None:
+        keep = existing is not None and len(existing.device_names) == num_devices
+        device_names = existing.device_names if keep else ()  # type: ignore[union-attr]
+    if (
+        existing is not None
+        and existing.num_devices == num_devices
+        and existing.device_names == device_names
+    ):
+        return existing, False
+    configuration = ir.ModelConfiguration(
+        name=name, num_devices=num_devices, device_names=device_names
+    )
+    if existing is None:
+        model.device_configurations = (*model.device_configurations, configuration)
+    else:
+        _rebind(model, existing, configuration)
+    return configuration, True
+
+
+def _upsert(
+    node: ir.Node,
+    configuration: ir.ModelConfiguration,
+    *,
+    stage: int | None = None,
+    specs: tuple[ir.ShardingSpec, ...] | None = None,
+) -> bool:
+    """Set the stage and/or specs of ``node`` for ``configuration``; return whether it changed."""
+    entries = node.device_configurations
+    for i, entry in enumerate(entries):
+        if entry.configuration is not configuration:
+            continue
+        updated = entry
+        if stage is not None and entry.pipeline_stage != stage:
+            updated = dataclasses.replace(updated, pipeline_stage=stage)
+        if specs is not None and entry.sharding_specs != specs:
+            updated = dataclasses.replace(updated, sharding_specs=specs)
+        if updated is entry:
+            return False
+        node.device_configurations = (*entries[:i], updated, *entries[i + 1 :])
+        return True
+    if stage is None and not specs:
+        return False
+    node.device_configurations = (
+        *entries,
+        ir.NodeDeviceConfiguration(
+            configuration=configuration, sharding_specs=specs or (), pipeline_stage=stage
+        ),
+    )
+    return True
+
+
+def _raise_ir_version(model: ir.Model) -> bool:
+    if model.ir_version < _MULTI_DEVICE_IR_VERSION:
+        model.ir_version = _MULTI_DEVICE_IR_VERSION
+        return True
+    return False
+
+
+class _PlanPass(ir.passes.InPlacePass):
+    """Common options of the annotation passes."""
+
+    def __init__(
+        self,
+        configurations: Collection[int] | None = None,
+        device_names: DeviceNames | None = None,
+    ) -> None:
+        """Create the pass.
+
+        Args:
+            configurations: Annotate only the ``.omny`` configurations whose ``num_shards``
+                is in this collection (default: all of them).
+            device_names: Device names for the configurations: a sequence (an ``n``-shard
+                configuration takes the first ``n`` names) or a mapping from shard count to
+                names. ``None`` keeps existing names (none on a new configuration).
+        """
+        super().__init__()
+        self.configurations = None if configurations is None else frozenset(configurations)
+        self.device_names = device_names
+
+
+def _annotate(
+    model: ir.Model,
+    selected: Sequence[_Selected],
+    device_names: DeviceNames | None,
+    *,
+    stages: bool,
+    sharding: bool,
+) -> bool:
+    """Annotate ``model`` for the selected configurations; return whether it changed."""
+    modified = _raise_ir_version(model)
+    graph = model.graph
+    classes = classify_values(graph, functions=model.functions) if selected else {}
+    for entry in selected:
+        names = _names_for(device_names, entry.num_shards)
+        configuration, changed = ensure_configuration(model, entry.name, entry.num_shards, names)
+        modified |= changed
+        node_stages = _stages(model, entry, classes)
+        if stages:
+            for node, stage in node_stages.items():
+                modified |= _upsert(node, configuration, stage=stage)
+        if sharding:
+            wanted = _cut_specs(graph, entry.cuts, node_stages)
+            for node in graph:
+                modified |= _upsert(node, configuration, specs=tuple(wanted.get(node, ())))
+    return modified
+
+
+def _cut_specs(
+    graph: ir.Graph, cuts: Sequence[ir.Value], stages: Mapping[ir.Node, int]
+) -> dict[ir.Node, list[ir.ShardingSpec]]:
+    """Placement-only specs of the cut tensors: producer -> its stage, consumer -> its stage."""
+    wanted: dict[ir.Node, list[ir.ShardingSpec]] = {}
+    for value in cuts:
+        producer = value.producer()
+        assert producer is not None  # assign_stages checked it
+        wanted.setdefault(producer, []).append(
+            ir.ShardingSpec(value=value, device=(stages[producer],))
+        )
+        for consumer in dict.fromkeys(value.consumers()):
+            if consumer.graph is graph:
+                wanted.setdefault(consumer, []).append(
+                    ir.ShardingSpec(value=value, device=(stages[consumer],))
+                )
+    return wanted
+
+
+class AnnotateStagesPass(_PlanPass):
+    """Give every main-graph node a ``pipeline_stage`` per ``.omny`` configuration.
+
+    Creates (or updates) one :class:`onnx_ir.ModelConfiguration` per selected
+    configuration, named by :func:`configuration_names`, and sets the stage that
+    :func:`~onnx_ir_multidevice.analysis.stages.assign_stages` gives each node.
+
+    Raises:
+        BindingError: The model has no ``.omny`` metadata, a selected configuration's cut
+            points do not resolve or do not form a pipeline, or ``configurations`` names a
+            shard count the plan does not have.
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        """Annotate ``model`` in place; ``modified`` says whether anything changed."""
+        selected, _ = _select(model, self.configurations)
+        modified = _annotate(model, selected, self.device_names, stages=True, sharding=False)
+        return ir.passes.PassResult(model, modified=modified)
+
+
+class AnnotateShardingPass(_PlanPass):
+    """Bind each cut tensor to its devices with placement-only sharding specs.
+
+    On the producer the cut tensor (an output) is bound to the producer's stage; on each
+    main-graph consumer (an input) to that consumer's stage. Creates the configurations
+    like :class:`AnnotateStagesPass` when they are missing. Consumers inside subgraph bodies
+    get no spec (they run with their parent, which does not list the tensor as an input).
+
+    Raises:
+        BindingError: As :class:`AnnotateStagesPass`.
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        """Annotate ``model`` in place; ``modified`` says whether anything changed."""
+        selected, _ = _select(model, self.configurations)
+        modified = _annotate(model, selected, self.device_names, stages=False, sharding=True)
+        return ir.passes.PassResult(model, modified=modified)
+
+
+class AnnotatePass(_PlanPass):
+    """Do what :class:`AnnotateStagesPass` and :class:`AnnotateShardingPass` do, in one walk.
+
+    Also removes ``omny/`` configurations whose name no longer matches any configuration of
+    the plan (left over from an earlier plan), with their node annotations.
+
+    Raises:
+        BindingError: As :class:`AnnotateStagesPass`.
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        """Annotate ``model`` in place; ``modified`` says whether anything changed."""
+        from onnx_ir_multidevice.passes.strip import strip_configurations
+
+        selected, names = _select(model, self.configurations)
+        keep = set(names)
+        modified = strip_configurations(
+            model, lambda c: c.name.startswith(OMNY_CONFIGURATION_PREFIX) and c.name not in keep
+        )
+        modified |= _annotate(model, selected, self.device_names, stages=True, sharding=True)
+        return ir.passes.PassResult(model, modified=modified)

@@ -1,0 +1,45 @@
+"""Pass that fails when the checker finds errors (a gate in a :class:`~onnx_ir.passes.PassManager`).
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = ["CheckPass"]
+
+import onnx_ir as ir
+
+from onnx_ir_multidevice import _check
+from onnx_ir_multidevice._diagnostics import Severity
+from onnx_ir_multidevice._errors import CheckError
+
+
+class CheckPass(ir.passes.InPlacePass):
+    """Run :func:`~onnx_ir_multidevice._check.check`; raise :class:`CheckError` on errors.
+
+    Never modifies the model (``modified`` is always ``False``). Inside a
+    :class:`~onnx_ir.passes.PassManager` the error arrives wrapped in a
+    :class:`~onnx_ir.passes.PassError` whose ``__cause__`` is the :class:`CheckError`.
+    """
+
+    def __init__(self, *, relaxed_cuts: bool = False, warnings_as_errors: bool = False) -> None:
+        """Create the pass.
+
+        Args:
+            relaxed_cuts: Accept cuts that carry side activations (``OMNY320`` as warning).
+            warnings_as_errors: Also fail on warnings.
+        """
+        super().__init__()
+        self.relaxed_cuts = relaxed_cuts
+        self.warnings_as_errors = warnings_as_errors
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        """Check ``model``; raise :class:`CheckError` on errors."""
+        failing = (
+            {Severity.ERROR, Severity.WARNING} if self.warnings_as_errors else {Severity.ERROR}
+        )
+        diagnostics = _check.check(model, relaxed_cuts=self.relaxed_cuts)
+        problems = [d for d in diagnostics if d.severity in failing]
+        if problems:
+            raise CheckError(problems)
+        return ir.passes.PassResult(model, modified=False)

@@ -1,0 +1,681 @@
+"""Checker tests: each diagnostic code has a model that triggers it and one that does not."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+
+from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice._annotate import annotate
+from onnx_ir_multidevice._check import check, check_device_configurations, run_check
+from onnx_ir_multidevice._diagnostics import CODES, Diagnostic, Severity
+from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._format import (
+    CutPoint,
+    OmnyMetadata,
+    ShardConfiguration,
+    Sharding,
+    TensorInfo,
+)
+
+DATA = Path(__file__).parent / "data"
+F32 = ir.DataType.FLOAT
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------
+
+
+def _value(name: str, shape: Sequence[int | str] = ("batch", 8)) -> ir.Value:
+    return ir.Value(name=name, shape=ir.Shape(list(shape)), type=ir.TensorType(F32))
+
+
+def chain(n: int = 6, *, side: bool = False) -> ir.Model:
+    """x -> L0 .. L{n-1} (MatMul by a weight each) -> h{n}; optional side branch x -> S -> s
+    read by a final Add (an activation that crosses every boundary)."""
+    x = _value("x")
+    nodes: list[ir.Node] = []
+    inits = []
+    h = x
+    for i in range(n):
+        w = ir.Value(
+            name=f"w{i}",
+            shape=ir.Shape([8, 8]),
+            type=ir.TensorType(F32),
+            const_value=ir.tensor(np.full((8, 8), 0.1, np.float32), name=f"w{i}"),
+        )
+        inits.append(w)
+        out = _value(f"h{i + 1}")
+        nodes.append(ir.Node("", "MatMul", [h, w], outputs=[out], name=f"L{i}"))
+        h = out
+    if side:
+        w = ir.Value(
+            name="ws",
+            shape=ir.Shape([8, 8]),
+            type=ir.TensorType(F32),
+            const_value=ir.tensor(np.ones((8, 8), np.float32), name="ws"),
+        )
+        inits.append(w)
+        s = _value("s")
+        nodes.insert(0, ir.Node("", "MatMul", [x, w], outputs=[s], name="S"))
+        y = _value("y")
+        nodes.append(ir.Node("", "Add", [h, s], outputs=[y], name="final"))
+        h = y
+    graph = ir.Graph(
+        [x], [h], nodes=nodes, initializers=inits, opset_imports={"": 18}, name="chain"
+    )
+    return ir.Model(graph, ir_version=11)
+
+
+def _dims(value: ir.Value) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else -1 for d in value.shape)
+
+
+def plan(
+    model: ir.Model,
+    configurations: Sequence[Sequence[str]],
+    **sharding: object,
+) -> OmnyMetadata:
+    """Write a .omny plan with one cut point per named tensor and one configuration per list."""
+    values = {v.name: v for node in model.graph for v in node.outputs}
+    order = {node: i for i, node in enumerate(model.graph)}
+    tensors = sorted(
+        {t for c in configurations for t in c}, key=lambda t: order[values[t].producer()]
+    )
+    cuts = tuple(
+        CutPoint(
+            id=f"cut_{t}",
+            after_node=values[t].producer().name,
+            tensor_name=t,
+            shape=_dims(values[t]),
+            dtype="float32",
+            cumulative_memory_mb=10 * (k + 1),
+            shard_memory_mb=10,
+        )
+        for k, t in enumerate(tensors)
+    )
+    configs = tuple(
+        ShardConfiguration(
+            num_shards=len(c) + 1,
+            memory_per_shard_mb=(10,) * (len(c) + 1),
+            cut_point_ids=tuple(f"cut_{t}" for t in c),
+        )
+        for c in configurations
+    )
+    fields = {
+        "allowed_shards": tuple(sorted({len(c) + 1 for c in configurations})),
+        "configurations": configs,
+        **sharding,
+    }
+    metadata = OmnyMetadata(
+        inputs=tuple(TensorInfo(v.name, _dims(v)) for v in model.graph.inputs),
+        outputs=tuple(TensorInfo(v.name, _dims(v)) for v in model.graph.outputs),
+        cut_points=cuts,
+        sharding=Sharding(**fields),  # type: ignore[arg-type]
+    )
+    omny.write(model, metadata)
+    return metadata
+
+
+def planned(**kwargs: object) -> ir.Model:
+    model = chain(**kwargs)  # type: ignore[arg-type]
+    plan(model, [["h3"], ["h2", "h4"]])
+    return model
+
+
+def annotated(**kwargs: object) -> ir.Model:
+    model = planned(**kwargs)
+    annotate(model)
+    return model
+
+
+def edit_metadata(model: ir.Model, edit: Callable[[dict], None]) -> ir.Model:
+    document = json.loads(model.metadata_props["omnynet_metadata"])
+    edit(document)
+    model.metadata_props["omnynet_metadata"] = json.dumps(document)
+    return model
+
+
+def node(model: ir.Model, name: str) -> ir.Node:
+    return next(n for n in model.graph if n.name == name)
+
+
+def configuration(model: ir.Model, name: str) -> ir.ModelConfiguration:
+    return next(c for c in model.device_configurations if c.name == name)
+
+
+def hand_staged(num_devices: int, stages: Sequence[int]) -> ir.Model:
+    model = chain(len(stages))
+    conf = model.add_device_configuration("hand", num_devices=num_devices)
+    for n, s in zip(model.graph, stages):
+        n.set_pipeline_stage(conf, s)
+    return model
+
+
+def with_spec(**spec: object) -> ir.Model:
+    """A model whose node L1 shards its input h1 under a 2-device configuration."""
+    model = chain(3)
+    conf = model.add_device_configuration("tp", num_devices=2)
+    l1 = node(model, "L1")
+    fields = {"value": l1.inputs[0], "device": (0, 1), **spec}
+    l1.device_configurations = (
+        ir.NodeDeviceConfiguration(conf, (ir.ShardingSpec(**fields),)),  # type: ignore[arg-type]
+    )
+    return model
+
+
+def _sharded(axis: int = 0, num_shards: int = 2) -> ir.ShardedDim:
+    return ir.ShardedDim(axis, (ir.SimpleShardedDim(8, num_shards),))
+
+
+# ---------------------------------------------------------------------------------------------
+# Triggers: code -> model (or proto / path) that must produce it
+# ---------------------------------------------------------------------------------------------
+
+
+def _t101() -> onnx.ModelProto:
+    proto = ir.to_proto(chain(2))
+    proto.graph.node[0].op_type = "NoSuchOp"
+    return proto
+
+
+def _t102() -> ir.Model:
+    model = planned()
+    del model.metadata_props["omnynet_version"]
+    return model
+
+
+def _t103() -> ir.Model:
+    model = planned()
+    del model.metadata_props["omnynet_metadata"]
+    return model
+
+
+def _t104() -> ir.Model:
+    model = planned()
+    model.metadata_props["omnynet_metadata"] = '{"version": "1.0", "cut_points": [1'
+    return model
+
+
+def _t105() -> ir.Model:
+    model = planned()
+    model.metadata_props["omnynet_version"] = "2.0"
+    return model
+
+
+def _cut(field: str, value: object, k: int = 0) -> Callable[[], ir.Model]:
+    def make() -> ir.Model:
+        return edit_metadata(planned(), lambda d: d["cut_points"][k].__setitem__(field, value))
+
+    return make
+
+
+def _sharding(field: str, value: object) -> Callable[[], ir.Model]:
+    def make() -> ir.Model:
+        return edit_metadata(planned(), lambda d: d["sharding"].__setitem__(field, value))
+
+    return make
+
+
+def _configuration(field: str, value: object, i: int = 1) -> Callable[[], ir.Model]:
+    def make() -> ir.Model:
+        return edit_metadata(
+            planned(), lambda d: d["sharding"]["configurations"][i].__setitem__(field, value)
+        )
+
+    return make
+
+
+def _t113() -> ir.Model:
+    x = _value("x", ("batch", 8))
+    a, b = _value("a", ("batch", 4)), _value("b", ("batch", 4))
+    split = ir.Node(
+        "",
+        "Split",
+        [x],
+        attributes=[ir.AttrInt64("axis", 1), ir.AttrInt64("num_outputs", 2)],
+        outputs=[a, b],
+        name="split",
+    )
+    y = _value("y", ("batch", 4))
+    add = ir.Node("", "Add", [a, b], outputs=[y], name="add")
+    model = ir.Model(ir.Graph([x], [y], nodes=[split, add], opset_imports={"": 18}), ir_version=11)
+    plan(model, [["a"]])
+    return model
+
+
+def _t115() -> ir.Model:
+    model = planned()
+    node(model, "L2").outputs[0].shape = None
+    return model
+
+
+def _t117() -> ir.Model:
+    model = zoo.control_flow()
+    plan(model, [["proj"]])
+    return edit_metadata(
+        model,
+        lambda d: d["cut_points"][0].update(after_node="branch.then", tensor_name="branch.then"),
+    )
+
+
+def _t118() -> ir.Model:
+    return edit_metadata(planned(), lambda d: d["cut_points"][1].__setitem__("id", "cut_h2"))
+
+
+def _t137() -> ir.Model:
+    return edit_metadata(
+        planned(), lambda d: d["sharding"].update(max_shard_size_mb=2000, min_vram_mb=1500)
+    )
+
+
+def _t138() -> ir.Model:
+    return edit_metadata(planned(), lambda d: d["inputs"][0].__setitem__("name", "nope"))
+
+
+def _t200() -> ir.Model:
+    model = annotated()
+    model.ir_version = 10
+    return model
+
+
+def _t201() -> ir.Model:
+    model = chain(2)
+    node(model, "L0").device_configurations = (ir.NodeDeviceConfiguration(None, (), 0),)
+    return model
+
+
+def _t202() -> ir.Model:
+    model = chain(2)
+    model.device_configurations = (ir.ModelConfiguration("", 1),)
+    return model
+
+
+def _t203() -> ir.Model:
+    model = chain(2)
+    node(model, "L0").set_pipeline_stage(ir.ModelConfiguration("ghost", 1), 0)
+    return model
+
+
+def _t204() -> ir.Model:
+    model = chain(2)
+    model.add_device_configuration("c", num_devices=1)
+    node(model, "L0").set_pipeline_stage(ir.ModelConfiguration("c", 1), 0)
+    return model
+
+
+def _t206() -> ir.Model:
+    model = with_spec()
+    node(model, "L1").inputs[0].name = ""
+    return model
+
+
+def _t207() -> ir.Model:
+    model = chain(3)
+    return with_spec(value=node(model, "L2").outputs[0])
+
+
+def _t212() -> ir.Model:
+    model = chain(2)
+    model.device_configurations = (ir.ModelConfiguration("c", 1), ir.ModelConfiguration("c", 1))
+    return model
+
+
+def _t213() -> ir.Model:
+    model = chain(2)
+    model.device_configurations = (ir.ModelConfiguration("c", 2, ("GPU:0",)),)
+    return model
+
+
+def _t214() -> ir.Model:
+    model = chain(2)
+    model.device_configurations = (ir.ModelConfiguration("c", 0),)
+    return model
+
+
+def _t215() -> ir.Model:
+    model = chain(2)
+    conf = model.add_device_configuration("c", num_devices=1)
+    node(model, "L0").device_configurations = (
+        ir.NodeDeviceConfiguration(conf, pipeline_stage=0),
+        ir.NodeDeviceConfiguration(conf, pipeline_stage=0),
+    )
+    return model
+
+
+def _t219() -> ir.Model:
+    model = chain(2)
+    conf = model.add_device_configuration("c", num_devices=1)
+    node(model, "L0").set_pipeline_stage(conf, 2**31)
+    node(model, "L1").set_pipeline_stage(conf, 0)
+    return model
+
+
+def _t220() -> ir.Model:
+    model = with_spec()
+    l1 = node(model, "L1")
+    entry = l1.device_configurations[0]
+    spec = entry.sharding_specs[0]
+    l1.device_configurations = (dataclasses.replace(entry, sharding_specs=(spec, spec)),)
+    return model
+
+
+def _t300() -> ir.Model:
+    model = annotated()
+    node(model, "L0").set_pipeline_stage(configuration(model, "omny/2-shards"), 1)
+    node(model, "L1").set_pipeline_stage(configuration(model, "omny/2-shards"), 0)
+    return model
+
+
+def _t301() -> ir.Model:
+    model = annotated()
+    node(model, "L5").device_configurations = ()
+    return model
+
+
+def _t305() -> ir.Model:
+    model = zoo.control_flow()
+    plan(model, [["proj"]])
+    annotate(model)
+    conf = configuration(model, "omny/2-shards")
+    branch = node(model, "branch")
+    inner = next(iter(branch.attributes["then_branch"].value))
+    inner.set_pipeline_stage(conf, 0)  # its parent is at stage 1
+    return model
+
+
+def _t310() -> ir.Model:
+    model = annotated()
+    conf = configuration(model, "omny/2-shards")
+    node(model, "L2").set_pipeline_stage(conf, 1)  # producer of cut h3 moves after the cut
+    return model
+
+
+def _t311() -> ir.Model:
+    model = chain(side=True)
+    plan(model, [["h3"]])
+    annotate(model, check=False)
+    node(model, "S").set_pipeline_stage(configuration(model, "omny/2-shards"), 1)
+    return model
+
+
+def _t313() -> ir.Model:
+    model = annotated()
+    model.add_device_configuration("omny/9-shards", num_devices=9)
+    return model
+
+
+def _t320() -> ir.Model:
+    model = chain(side=True)
+    plan(model, [["h3"]])
+    return model
+
+
+def _t323() -> ir.Model:
+    model = chain(side=True)
+    plan(model, [["s", "h2"]])
+    return model
+
+
+TRIGGERS: dict[str, Callable[[], object]] = {
+    "OMNY100": lambda: chain(2),
+    "OMNY101": _t101,
+    "OMNY102": _t102,
+    "OMNY103": _t103,
+    "OMNY104": _t104,
+    "OMNY105": _t105,
+    "OMNY110": _cut("after_node", "nope"),
+    "OMNY111": _cut("tensor_name", "nope"),
+    "OMNY112": _cut("tensor_name", "h4"),
+    "OMNY113": _t113,
+    "OMNY114": _cut("shape", [-1, -1]),
+    "OMNY115": _t115,
+    "OMNY116": _cut("dtype", "int64"),
+    "OMNY117": _t117,
+    "OMNY118": _t118,
+    "OMNY120": _cut("shard_memory_mb", 0),
+    "OMNY121": _cut("shard_memory_mb", 100),
+    "OMNY130": _sharding("configurations", []),
+    "OMNY131": _configuration("cut_point_ids", ["cut_h2"]),
+    "OMNY132": _configuration("cut_point_ids", ["cut_h2", "cut_3"]),
+    "OMNY133": _configuration("memory_per_shard_mb", [10, 10]),
+    "OMNY134": _sharding("allowed_shards", [2]),
+    "OMNY135": _sharding("min_shards", 9),
+    "OMNY136": _configuration("memory_per_shard_mb", [10, 5000, 10]),
+    "OMNY137": _t137,
+    "OMNY138": _t138,
+    "OMNY139": _configuration("cut_point_ids", ["cut_h2", "cut_h2"]),
+    "OMNY200": _t200,
+    "OMNY201": _t201,
+    "OMNY202": _t202,
+    "OMNY203": _t203,
+    "OMNY204": _t204,
+    "OMNY205": lambda: with_spec(value=None),
+    "OMNY206": _t206,
+    "OMNY207": _t207,
+    "OMNY208": lambda: with_spec(sharded_dims=(_sharded(axis=5),)),
+    "OMNY209": lambda: with_spec(sharded_dims=(_sharded(0), _sharded(-2))),
+    "OMNY210": lambda: with_spec(sharded_dims=(_sharded(0, num_shards=0),), device=()),
+    "OMNY211": lambda: with_spec(device=(0, 5), sharded_dims=(_sharded(0),)),
+    "OMNY212": _t212,
+    "OMNY213": _t213,
+    "OMNY214": _t214,
+    "OMNY215": _t215,
+    "OMNY216": lambda: with_spec(
+        device=(0,), index_to_device_group_map=(ir.IndexToDeviceGroupMapEntry(0, (0, 1)),)
+    ),
+    "OMNY217": lambda: with_spec(
+        device=(0,), index_to_device_group_map=(ir.IndexToDeviceGroupMapEntry(-1, (0, 1)),)
+    ),
+    "OMNY218": lambda: with_spec(device=(0, 1), sharded_dims=(_sharded(0, num_shards=4),)),
+    "OMNY219": _t219,
+    "OMNY220": _t220,
+    "OMNY300": _t300,
+    "OMNY301": _t301,
+    "OMNY302": lambda: hand_staged(3, [0, 0, 2, 2]),
+    "OMNY303": lambda: hand_staged(1, [0, 0, 1, 1]),
+    "OMNY304": lambda: hand_staged(3, [0, 0, 1, 1]),
+    "OMNY305": _t305,
+    "OMNY310": _t310,
+    "OMNY311": _t311,
+    "OMNY312": planned,
+    "OMNY313": _t313,
+    "OMNY320": _t320,
+    "OMNY321": annotated,
+    "OMNY322": _configuration("cut_point_ids", ["cut_h4", "cut_h2"]),
+    "OMNY323": _t323,
+}
+
+#: A clean counterpart for each code: by default the annotated chain (no error, no warning).
+CLEAN: dict[str, Callable[[], object]] = {
+    "OMNY100": annotated,
+    "OMNY321": lambda: chain(3),
+    "OMNY200": lambda: _set_ir_version(chain(2), 10),  # ir 10 without multi-device fields
+    "OMNY302": lambda: hand_staged(3, [0, 1, 2, 2]),
+    "OMNY303": lambda: hand_staged(2, [0, 0, 1, 1]),
+    "OMNY304": lambda: hand_staged(2, [0, 0, 1, 1]),
+    "OMNY205": with_spec,
+    "OMNY208": lambda: with_spec(sharded_dims=(_sharded(-1),)),
+    "OMNY211": lambda: with_spec(sharded_dims=(_sharded(0),)),
+    "OMNY216": lambda: with_spec(
+        device=(-1,), index_to_device_group_map=(ir.IndexToDeviceGroupMapEntry(-1, (0, 1)),)
+    ),
+    "OMNY218": lambda: with_spec(sharded_dims=(_sharded(0), _sharded(1, 1))),
+    "OMNY320": lambda: (lambda m: (plan(m, [["h3"]]), m)[1])(chain(side=False)),
+}
+
+
+def _set_ir_version(model: ir.Model, version: int) -> ir.Model:
+    model.ir_version = version
+    return model
+
+
+def codes(diagnostics: Sequence[Diagnostic]) -> set[str]:
+    return {d.code for d in diagnostics}
+
+
+def test_every_code_has_a_trigger():
+    assert set(TRIGGERS) == set(CODES)
+
+
+@pytest.mark.parametrize("code", sorted(TRIGGERS))
+def test_code_is_triggered(code: str):
+    diagnostics = check(TRIGGERS[code]())  # type: ignore[arg-type]
+    found = [d for d in diagnostics if d.code == code]
+    assert found, f"{code} not reported; got {[str(d) for d in diagnostics]}"
+    assert all(d.message and d.location for d in found)
+    assert found[0].severity is CODES[code].severity
+
+
+@pytest.mark.parametrize("code", sorted(TRIGGERS))
+def test_code_is_not_triggered_on_clean_model(code: str):
+    diagnostics = check(CLEAN.get(code, annotated)())  # type: ignore[arg-type]
+    assert code not in codes(diagnostics), [str(d) for d in diagnostics]
+
+
+def test_clean_annotated_model_has_no_error_or_warning():
+    diagnostics = check(annotated())
+    assert [d for d in diagnostics if d.severity is not Severity.INFO] == []
+    infos = [d for d in diagnostics if d.code == "OMNY321"]
+    assert len(infos) == 3  # one boundary in the 2-shard, two in the 3-shard configuration
+    assert "'h3'" in infos[0].message
+
+
+def test_spec_example_names_cut_3():
+    model = chain(2)
+    model.metadata_props["omnynet_version"] = "1.0"
+    model.metadata_props["omnynet_metadata"] = (DATA / "spec_example.json").read_text()
+    diagnostics = check(model)
+    undefined = [d for d in diagnostics if d.code == "OMNY132"]
+    assert len(undefined) == 1
+    assert "'cut_3'" in undefined[0].message
+    assert undefined[0].location == "sharding.configurations[1].cut_point_ids[2]"
+    assert str(undefined[0]).startswith("error OMNY132 at sharding.configurations[1]")
+
+
+def test_errors_come_first_and_diagnostics_are_frozen():
+    diagnostics = check(_t132_and_info())
+    ranks = [d.sort_key() for d in diagnostics]
+    assert ranks == sorted(ranks)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        diagnostics[0].code = "X"  # type: ignore[misc]
+
+
+def _t132_and_info() -> ir.Model:
+    return TRIGGERS["OMNY132"]()  # type: ignore[return-value]
+
+
+def test_relaxed_cuts_downgrade_320():
+    diagnostics = check(_t320(), relaxed_cuts=True)
+    found = [d for d in diagnostics if d.code == "OMNY320"]
+    assert found and all(d.severity is Severity.WARNING for d in found)
+
+
+def _if_reading_outer(a_stage: int, if_stage: int) -> ir.Model:
+    """x -> A (Relu) -> a; If(c) whose branches read ``a`` only from the outer scope."""
+    x = _value("x")
+    c = ir.Value(name="c", shape=ir.Shape([]), type=ir.TensorType(ir.DataType.BOOL))
+    a = _value("a")
+    relu = ir.Node("", "Relu", [x], outputs=[a], name="A")
+
+    def branch(op: str) -> ir.Graph:
+        out = _value(f"{op}_out")
+        return ir.Graph([], [out], nodes=[ir.Node("", op, [a], outputs=[out], name=op)])
+
+    y = _value("y")
+    if_node = ir.Node(
+        "",
+        "If",
+        [c],
+        attributes=[
+            ir.AttrGraph("then_branch", branch("Neg")),
+            ir.AttrGraph("else_branch", branch("Abs")),
+        ],
+        outputs=[y],
+        name="if",
+    )
+    graph = ir.Graph([x, c], [y], nodes=[relu, if_node], opset_imports={"": 18})
+    model = ir.Model(graph, ir_version=11)
+    conf = model.add_device_configuration("hand", num_devices=2)
+    relu.set_pipeline_stage(conf, a_stage)
+    if_node.set_pipeline_stage(conf, if_stage)
+    return model
+
+
+def test_outer_scope_read_counts_as_edge():
+    assert "OMNY300" not in codes(check(_if_reading_outer(0, 1)))
+    backward = [d for d in check(_if_reading_outer(1, 0)) if d.code == "OMNY300"]
+    assert len(backward) == 1
+    assert backward[0].location == "node:if" and "'a'" in backward[0].message
+
+
+def test_check_matches_onnx_ir_private_checker():
+    """Everything onnx-ir's private checker finds, we find (same models)."""
+    from onnx_ir._multi_device import _check_device_configurations
+
+    for code in [c for c in TRIGGERS if c.startswith("OMNY2")]:
+        model = TRIGGERS[code]()
+        theirs = _check_device_configurations(model)  # type: ignore[arg-type]
+        ours = [d for d in check_device_configurations(model) if d.is_error]  # type: ignore[arg-type]
+        if theirs:
+            assert ours, (code, theirs)
+
+
+def test_check_accepts_proto_and_path(tmp_path: Path):
+    model = annotated()
+    proto = ir.to_proto(model)
+    before = proto.SerializeToString()
+    assert codes(check(proto)) == codes(check(model))
+    assert proto.SerializeToString() == before
+    path = tmp_path / "m.omny"
+    path.write_bytes(before)
+    assert codes(check(path)) == codes(check(model))
+    assert codes(check(str(path))) == codes(check(model))
+
+
+def test_check_unreadable_file(tmp_path: Path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\xff\xff not a protobuf")
+    report = run_check(bad)
+    assert report.model is None
+    assert codes(report.diagnostics) == {"OMNY101"}
+    with pytest.raises(OmnyIOError):
+        check(tmp_path / "missing.onnx")
+    with pytest.raises(TypeError):
+        check(42)  # type: ignore[arg-type]
+
+
+def test_check_does_not_modify_model():
+    model = annotated()
+    before = ir.to_proto(model).SerializeToString()
+    check(model)
+    assert ir.to_proto(model).SerializeToString() == before
+
+
+def test_check_is_near_linear():
+    """Per-node CPU time of check on 4000 nodes is within 2x of 1000 nodes (best of 3)."""
+    import time
+
+    def per_node(n: int) -> float:
+        model = zoo.synthetic_chain(n)
+        outs = [v.name for v in (nd.outputs[0] for nd in model.graph) if v.name.endswith(".out")]
+        plan(model, [[outs[len(outs) // 2]], [outs[len(outs) // 4], outs[3 * len(outs) // 4]]])
+        annotate(model)
+        best = math.inf
+        for _ in range(3):
+            start = time.process_time()
+            check(model)
+            best = min(best, time.process_time() - start)
+        return best / n
+
+    small, large = per_node(1000), per_node(4000)
+    assert large < 2.0 * small, (small, large)

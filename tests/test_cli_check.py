@@ -1,0 +1,121 @@
+"""Tests of `omny check` and `omny annotate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx_ir as ir
+import pytest
+from test_check import DATA, chain, plan, planned
+
+from onnx_ir_multidevice._cli import main
+from onnx_ir_multidevice._diagnostics import CODES
+from onnx_ir_multidevice._io import load, save
+
+
+@pytest.fixture
+def planned_file(tmp_path: Path) -> Path:
+    path = tmp_path / "model.omny"
+    save(planned(), path)
+    return path
+
+
+def test_check_ok_file(planned_file: Path, capsys):
+    assert main(["check", str(planned_file)]) == 0
+    out = capsys.readouterr().out
+    assert "info OMNY312" in out and "0 error(s)" in out
+
+
+def test_check_json_schema(planned_file: Path, capsys):
+    assert main(["check", str(planned_file), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["format"] == "onnx-ir-multidevice/check"
+    assert document["version"] == 1
+    assert document["file"] == str(planned_file)
+    assert document["ok"] is True
+    assert set(document["counts"]) == {"error", "warning", "info"}
+    for item in document["diagnostics"]:
+        assert set(item) == {"code", "severity", "message", "location"}
+        assert item["code"] in CODES
+
+
+def test_check_errors_exit_1(tmp_path: Path, capsys):
+    model = chain(2)
+    model.metadata_props["omnynet_version"] = "1.0"
+    model.metadata_props["omnynet_metadata"] = (DATA / "spec_example.json").read_text()
+    path = tmp_path / "spec.omny"
+    save(model, path)
+    assert main(["check", str(path), "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["ok"] is False
+    undefined = [d for d in document["diagnostics"] if d["code"] == "OMNY132"]
+    assert "cut_3" in undefined[0]["message"]
+    assert main(["check", "-q", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "error OMNY132 at sharding.configurations[1].cut_point_ids[2]" in out
+    assert "info " not in out
+
+
+def test_check_relaxed(tmp_path: Path, capsys):
+    model = chain(side=True)
+    plan(model, [["h3"]])
+    path = tmp_path / "side.omny"
+    save(model, path)
+    assert main(["check", str(path)]) == 1
+    assert main(["check", str(path), "--relaxed"]) == 0
+    capsys.readouterr()
+
+
+def test_check_unreadable_and_usage(tmp_path: Path, capsys):
+    assert main(["check", str(tmp_path / "missing.onnx")]) == 2
+    assert "omny: error:" in capsys.readouterr().err
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    assert main(["check", str(bad)]) == 2
+    capsys.readouterr()
+    assert main(["check", str(bad), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["ok"] is False
+    assert main(["check"]) == 2
+
+
+def test_annotate_writes_output_and_keeps_input(planned_file: Path, tmp_path: Path, capsys):
+    before = planned_file.read_bytes()
+    out = tmp_path / "annotated.omny"
+    code = main(
+        ["annotate", str(planned_file), str(out), "--shards", "3", "--device-names", "a,b,c,d"]
+    )
+    assert code == 0
+    assert planned_file.read_bytes() == before
+    model = load(out)
+    (conf,) = model.device_configurations
+    assert conf.name == "omny/3-shards" and conf.device_names == ("a", "b", "c")
+    assert "wrote" in capsys.readouterr().out
+    assert main(["check", str(out)]) == 0
+    capsys.readouterr()
+
+
+def test_annotate_json_and_in_place(planned_file: Path, capsys):
+    assert main(["annotate", str(planned_file), str(planned_file), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in document["configurations"]] == ["omny/2-shards", "omny/3-shards"]
+    assert document["configurations"][1]["nodes_per_stage"] == [2, 2, 2]
+    assert len(load(planned_file).device_configurations) == 2
+
+
+def test_annotate_refuses_bad_plan(tmp_path: Path, capsys):
+    model = chain(side=True)
+    plan(model, [["h3"]])
+    src, out = tmp_path / "side.omny", tmp_path / "out.omny"
+    save(model, src)
+    assert main(["annotate", str(src), str(out)]) == 1
+    assert "OMNY320" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["annotate", str(src), str(out), "--relaxed"]) == 0
+    assert main(["annotate", str(src), str(out), "--shards", "7"]) == 1
+    assert main(["annotate", str(tmp_path / "missing.omny"), str(out)]) == 2
+    assert main(["annotate", str(src), str(out), "--device-names", "a,,b"]) == 2
+    plain = tmp_path / "plain.onnx"
+    ir.save(chain(2), plain)
+    assert main(["annotate", str(plain), str(out), "--no-check"]) == 1
+    capsys.readouterr()
