@@ -1,0 +1,145 @@
+"""``omny run FILE --shards N``: stream requests through a pipeline and report its timing.
+
+``FILE`` is a planned model (``.omny`` or annotated ``.onnx``), split into ``N`` stages, or a
+directory written by ``omny split``. Each stage gets its own onnxruntime session on the device
+given by ``--providers`` (one per stage, comma-separated, e.g. ``cpu,cuda:0``). The command
+sends ``--requests`` random requests (after ``--warmup`` untimed ones) and prints per-stage
+latency, throughput and utilisation (busy time / wall time per stage). Exit status 1 when a
+request fails in a stage.
+"""
+
+from __future__ import annotations
+
+__all__ = ["register", "run"]
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, error, print_json
+from onnx_ir_multidevice._errors import PipelineError, SplitError
+
+
+def _threads(text: str) -> list[int] | int:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a thread count or one per stage (e.g. 1,2), got {text!r}"
+        ) from None
+    return values[0] if len(values) == 1 else values
+
+
+def _dim(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (e.g. batch=8), got {text!r}")
+    return name, int(value)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``run`` subcommand."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run a split model as a pipeline and report per-stage timing",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
+    parser.add_argument(
+        "input", type=Path, help="an .omny / annotated .onnx model, or an `omny split` directory"
+    )
+    parser.add_argument("--shards", type=int, help="number of stages (required for a model file)")
+    parser.add_argument(
+        "--providers",
+        default="cpu",
+        metavar="DEVICES",
+        help="device of each stage, comma-separated (e.g. cpu,cuda:0), or one for all "
+        "(default: cpu)",
+    )
+    parser.add_argument(
+        "--requests", type=int, default=32, metavar="K", help="timed requests (default: 32)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=2, metavar="W", help="untimed requests first (default: 2)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=_threads,
+        metavar="T",
+        help="onnxruntime intra-op threads per stage: one count or one per stage (1,2)",
+    )
+    parser.add_argument(
+        "--dim",
+        type=_dim,
+        action="append",
+        default=[],
+        metavar="NAME=SIZE",
+        help="size of a symbolic input dimension (default 1); repeat for several",
+    )
+    parser.add_argument(
+        "--backend", choices=("thread", "ray"), default="thread", help="default: thread"
+    )
+    parser.add_argument(
+        "--max-in-flight", type=int, metavar="M", help="requests inside the stages at once"
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``args.input`` as a pipeline and print its timing."""
+    from onnx_ir_multidevice.runtime import Pipeline
+
+    if args.requests < 1 or args.warmup < 0:
+        error("--requests must be at least 1 and --warmup at least 0")
+        return EXIT_USAGE
+    if not args.input.is_dir() and args.shards is None:
+        error(f"{args.input}: --shards N is required for a model file")
+        return EXIT_USAGE
+    dims = dict(args.dim)
+    try:
+        pipeline = Pipeline(
+            args.input,
+            args.shards,
+            providers=args.providers,
+            intra_op_num_threads=args.threads,
+            backend=args.backend,
+            max_in_flight=args.max_in_flight,
+        )
+    except SplitError as exc:
+        error(f"{args.input}: {exc}")
+        return EXIT_FINDINGS
+    with pipeline:
+        inputs = pipeline.example_inputs(dims)
+        try:
+            for _ in pipeline.map(itertools.repeat(inputs, args.warmup)):
+                pass
+            pipeline.reset_stats()
+            for _ in pipeline.map(itertools.repeat(inputs, args.requests)):
+                pass
+        except PipelineError as exc:
+            error(f"{args.input}: {exc}")
+            return EXIT_FINDINGS
+        stats = pipeline.stats()
+    if args.json:
+        print_json(
+            {
+                "input": str(args.input),
+                "num_stages": pipeline.num_stages,
+                "providers": [str(d) for d in pipeline.devices],
+                "backend": pipeline.backend,
+                "warmup": args.warmup,
+                "dims": dims,
+                "input_shapes": {name: list(a.shape) for name, a in inputs.items()},
+                **stats.to_dict(),
+            }
+        )
+        return EXIT_OK
+    shapes = ", ".join(f"{name}{list(a.shape)}" for name, a in inputs.items())
+    print(
+        f"{args.input}: {pipeline.num_stages} stage{'s' if pipeline.num_stages != 1 else ''} on "
+        f"{', '.join(str(d) for d in pipeline.devices)}; inputs {shapes}"
+    )
+    print(stats.format())
+    sys.stdout.flush()
+    return EXIT_OK

@@ -1,0 +1,106 @@
+"""Tests of the Ray backend of the pipeline runtime (one actor per stage)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="the Ray backend needs ray (pip install '.[ray]')")
+
+from test_pipeline import OUTPUTS, WIDTH, assert_outputs, mlp_stages, request  # noqa: E402
+
+from onnx_ir_multidevice._errors import PipelineError  # noqa: E402
+from onnx_ir_multidevice.runtime import Pipeline  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_run_map_and_queue_match_oracle():
+    with Pipeline(mlp_stages([2]), backend="ray", intra_op_num_threads=1) as pipe:
+        assert pipe.backend == "ray"
+        inputs = request(0)
+        assert_outputs(pipe.run(inputs), inputs)
+        requests = [request(k, batch=1 + k % 4) for k in range(10)]
+        for out, r in zip(pipe.map(requests), requests):
+            assert_outputs(out, r)
+        for r in requests[:4]:
+            pipe.send_input(r)
+        for r in requests[:4]:
+            assert_outputs(pipe.receive_output(), r)
+        stats = pipe.stats()
+    assert stats.backend == "ray" and stats.requests == 15
+    for stage in stats.stages:
+        assert stage.requests == 15 and 0 < stage.utilisation <= 1
+        assert [p.request for p in stage.periods] == list(range(15))
+
+
+def test_three_stages_forward_graph_inputs():
+    # 3 stages on a 2-CPU instance: ask for less than one CPU each.
+    with Pipeline(
+        mlp_stages([1, 3]),
+        outputs=OUTPUTS,
+        backend="ray",
+        max_in_flight=3,
+        ray_actor_options={"num_cpus": 0.5},
+    ) as pipe:
+        requests = [request(k) for k in range(6)]
+        for out, r in zip(pipe.map(requests), requests):
+            assert_outputs(out, r)
+
+
+def test_bad_request_mid_stream():
+    requests = [request(k) for k in range(6)]
+    requests[3] = {**requests[3], "scale": np.zeros(WIDTH + 1, np.float32)}  # read by stage 1
+    with Pipeline(mlp_stages([2]), backend="ray") as pipe:
+        for r in requests:
+            pipe.send_input(r)
+        for k, r in enumerate(requests):
+            if k == 3:
+                with pytest.raises(PipelineError) as info:
+                    pipe.receive_output()
+                assert (info.value.stage, info.value.request) == (1, 3)
+                assert "INVALID_ARGUMENT" in str(info.value)
+            else:
+                assert_outputs(pipe.receive_output(), r)
+        assert_outputs(pipe.run(request(7)), request(7))
+
+
+def test_close_while_in_flight():
+    stages = mlp_stages([2], width=800)
+    inputs = {"x": np.ones((800, 800), np.float32), "scale": np.ones(800, np.float32)}
+    pipe = Pipeline(stages, backend="ray", intra_op_num_threads=1, max_in_flight=8)
+    for _ in range(8):
+        pipe.send_input(inputs)
+    errors: list[BaseException] = []
+
+    def receive_all():
+        try:
+            while True:
+                pipe.receive_output()
+        except PipelineError as exc:
+            errors.append(exc)
+
+    receiver = threading.Thread(target=receive_all)
+    receiver.start()
+    start = time.perf_counter()
+    pipe.close()
+    assert time.perf_counter() - start < 2.0
+    receiver.join(5)
+    assert not receiver.is_alive() and len(errors) == 1 and "closed" in str(errors[0])
+
+
+def test_resources_beyond_the_cluster_fail_fast():
+    start = time.perf_counter()
+    with pytest.raises(PipelineError, match="ask for 4 CPU"):
+        Pipeline(mlp_stages([2]), backend="ray", intra_op_num_threads=2)
+    assert time.perf_counter() - start < 10
