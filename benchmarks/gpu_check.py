@@ -86,6 +86,12 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
+    if hasattr(ort, "preload_dlls"):
+        # onnxruntime-gpu >= 1.21 finds the CUDA/cuDNN libraries of the nvidia-* wheels.
+        try:
+            ort.preload_dlls()
+        except Exception as exc:  # a CPU-only onnxruntime has nothing to preload
+            print(f"preload_dlls: {exc}", file=sys.stderr)
     providers = ort.get_available_providers()
     cuda = "CUDAExecutionProvider" in providers
     report: dict = {"onnxruntime": ort.__version__, "providers": providers, "cuda": cuda}

@@ -1,0 +1,144 @@
+"""``omny plan IN -o OUT.omny``: find cut points and shard configurations, write ``.omny``.
+
+Plans every feasible shard count from 2 to 8 unless ``--shards`` or ``--devices`` says
+otherwise, stores the ``.omny`` metadata in the model and writes it to ``OUT``. Unnamed
+nodes and values are given names first (onnx-ir ``NameFixPass``), since ``.omny`` refers to
+cut points by name: the written graph may differ from ``IN`` in those names only.
+
+Prints a table of the chosen configurations (``--json``: the metadata document). Exit
+status 1 when no plan fits the request; the message names the stage, device and overflow.
+"""
+
+from __future__ import annotations
+
+__all__ = ["register", "run"]
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from onnx_ir_multidevice._cli import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_progress_argument,
+    error,
+    print_json,
+    progress_enabled,
+)
+from onnx_ir_multidevice._errors import PlanError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``plan`` subcommand."""
+    parser = subparsers.add_parser(
+        "plan",
+        help="find cut points and shard configurations; write an .omny file",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
+    parser.add_argument("input", type=Path, help="an .onnx or .omny model file")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="the .omny file to write")
+    parser.add_argument(
+        "--shards", metavar="N,N...", help="shard counts to plan, e.g. 2,4 (each must fit)"
+    )
+    parser.add_argument(
+        "--devices",
+        metavar="SIZE,SIZE...",
+        help="device memory in pipeline order, e.g. 24GiB,8GiB,8GiB (stage k on device k)",
+    )
+    parser.add_argument(
+        "--max-shard-mb", type=int, metavar="N", help="largest memory of one shard, in MiB"
+    )
+    parser.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="planning value of a symbolic dimension, e.g. seq=512 (repeatable; batch=1 default)",
+    )
+    parser.add_argument(
+        "--relaxed", action="store_true", help="also cut where small side activations cross"
+    )
+    parser.add_argument(
+        "--headroom",
+        type=float,
+        default=0.2,
+        help="share of device memory kept for the runtime (default 0.2)",
+    )
+    parser.add_argument("--name", help="model name in the metadata (default: the file name)")
+    parser.add_argument("--json", action="store_true", help="print the metadata as JSON")
+    add_progress_argument(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan ``args.input`` and write ``args.output``."""
+    from onnx_ir_multidevice import omny
+    from onnx_ir_multidevice._io import load, save
+    from onnx_ir_multidevice.planner.devices import parse_devices, parse_dims
+    from onnx_ir_multidevice.planner.plan import describe, plan_model
+
+    try:
+        shards = None if args.shards is None else _counts(args.shards)
+        devices = None if args.devices is None else parse_devices(args.devices)
+        dims = parse_dims(args.dim)
+    except ValueError as exc:
+        error(str(exc))
+        return EXIT_USAGE
+    started = time.perf_counter()
+    show = progress_enabled(args)
+
+    def progress(message: str) -> None:
+        if show:
+            print(f"omny plan: {message} ({time.perf_counter() - started:.1f}s)", file=sys.stderr)
+
+    progress(f"loading {args.input}")
+    model = load(args.input)
+    try:
+        result = plan_model(
+            model,
+            devices=devices,
+            shards=shards,
+            max_shard_size_mb=args.max_shard_mb,
+            dims=dims,
+            relaxed=args.relaxed,
+            headroom=args.headroom,
+            name=args.name or args.input.stem,
+            assign_names=True,
+            progress=progress,
+        )
+    except PlanError as exc:
+        error(f"{args.input}: {exc}")
+        return EXIT_FINDINGS
+    except ValueError as exc:  # e.g. headroom outside [0, 1)
+        error(str(exc))
+        return EXIT_USAGE
+    for caveat in result.warnings:
+        print(f"omny plan: warning: {caveat}", file=sys.stderr)
+    omny.write(model, result.metadata)
+    progress(f"writing {args.output}")
+    save(model, args.output)
+    if args.json:
+        print_json(json.loads(result.metadata.to_json()))
+        return EXIT_OK
+    cuts = len(result.analysis.candidates)
+    print(
+        f"{args.input} -> {args.output}: {cuts} cut point(s), "
+        f"{len(result.partitions)} configuration(s)"
+    )
+    print(describe(result))
+    for n, why in result.skipped:
+        print(f"{n} shards: not feasible ({why})")
+    return EXIT_OK
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError(f"cannot read --shards {text!r}: expected e.g. 2,4") from None
+    if not counts or min(counts) < 1:
+        raise ValueError(f"--shards {text!r} must list positive shard counts, e.g. 2,4")
+    return counts

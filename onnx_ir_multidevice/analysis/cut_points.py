@@ -1,0 +1,567 @@
+"""Cut points: the tensors at which the main graph can be split into two pipeline stages.
+
+Definition (the oracle the implementation is tested against): for an activation ``v`` of
+the main graph, assign stages with ``cuts=[v]`` as
+:func:`~onnx_ir_multidevice.analysis.stages.assign_stages` does (as soon as possible:
+stage 1 is everything computed from ``v``, stage 0 the rest; replicable nodes follow their
+consumers) and list the activations crossing the boundary
+(:func:`~onnx_ir_multidevice.analysis.boundaries.boundary_crossings`). ``v`` is
+
+* a **strict** cut when exactly one activation, ``v`` itself, crosses, and stage 1 is not
+  empty (``v`` has a consumer). Graph inputs are forwarded and replicable values recomputed,
+  so they never count;
+* a **relaxed** cut when ``v`` crosses together with *side* activations whose sizes are all
+  known at the planning dims and sum to at most ``side_limit_bytes``.
+
+Only values of the main graph are candidates: a cut never falls inside an ``If``/``Loop``/
+``Scan`` body (cutting right after such a node is fine).
+
+Algorithm, for a graph of N nodes and E edges:
+
+1. **Strict cuts, exactly: dominators.** Build the DAG of a virtual source, the non-replicable
+   nodes and their activation outputs (a node points at its outputs, a value at the nodes
+   reading it, a node reading no activation hangs off the source). ``v`` is a strict cut iff
+   it dominates everything reachable from it, iff its dominator subtree has no edge leaving
+   it. Immediate dominators come in one topological pass (the immediate dominator of a
+   vertex is the lowest common ancestor of its predecessors), with O(1)-space skew-binary
+   jump pointers for O(log N) ancestor queries; one reverse pass propagates, per subtree,
+   the shallowest immediate dominator that any of its edges reaches. O((N + E) log N).
+2. **The planning chain.** Strict cuts nest along the dominator tree; the heavy path (at each
+   step the cut whose subtree holds the most nodes) is the chain the planner cuts along.
+   Nodes are ordered by (number of chain cuts above them, depth from the sources, graph
+   order): in that order what each chain cut feeds is a *suffix*.
+3. **Relaxed cuts on the chain: one sweep.** In that order the activations crossing position
+   ``b`` are maintained with counts (each value lives from its producer to its last reader).
+   A value first read at ``b`` is a cut at ``b`` when everything from ``b`` on is computed from
+   it, checked in O(its fan-out) with a range-minimum table over "latest activation read" per
+   node; its crossing set is then exactly the live set. O((N + E) log N).
+4. **Relaxed cuts off the chain** (a side branch to a second output, say): a bounded search
+   per remaining value walks what it feeds in order and stops at the first crossing that
+   breaks the limit. Exact; in the worst case O(N) per value, in practice a few nodes, as a
+   large crossing activation appears within a block.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEFAULT_SIDE_LIMIT_BYTES",
+    "CutAnalysis",
+    "CutCandidate",
+    "analyse_cut_points",
+    "find_cut_points",
+]
+
+import dataclasses
+import heapq
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
+from onnx_ir_multidevice.analysis.uses import graph_uses, topological_order
+
+DEFAULT_SIDE_LIMIT_BYTES = 1 << 20
+"""Default budget of side activations for a relaxed cut: 1 MiB at the planning dims.
+
+Enough for the shape vectors and a causal mask up to ``[1024, 1024]`` booleans that
+TorchScript transformer exports carry across every layer; far below any hidden state.
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class CutCandidate:
+    """A tensor at which the main graph splits into two sequential stages.
+
+    .. versionadded:: 0.1
+    """
+
+    value: ir.Value
+    """The cut tensor: the one activation sent from the stage before to the stage after."""
+
+    node: ir.Node
+    """The node producing :attr:`value` (the ``.omny`` ``after_node``)."""
+
+    position: int
+    """Index of :attr:`node` in the topological order of the main graph
+    (:func:`~onnx_ir_multidevice.analysis.uses.topological_order`)."""
+
+    side: tuple[ir.Value, ...] = ()
+    """Other activations crossing with :attr:`value` (empty for a strict cut)."""
+
+    bytes: int | None = None
+    """Bytes crossing at the planning dims, :attr:`value` and :attr:`side` together; ``None``
+    when the size of :attr:`value` is unknown."""
+
+    @property
+    def strict(self) -> bool:
+        """Whether exactly one activation crosses (what the ``.omny`` spec calls valid)."""
+        return not self.side
+
+
+@dataclasses.dataclass(frozen=True)
+class CutAnalysis:
+    """Everything :func:`analyse_cut_points` computed, for the planner.
+
+    .. versionadded:: 0.1
+    """
+
+    graph: ir.Graph
+    """The analysed main graph."""
+
+    classes: Mapping[ir.Value, TensorClass]
+    """:func:`~onnx_ir_multidevice.analysis.tensor_classes.classify_values` of the graph."""
+
+    sizes: ValueSizes
+    """Shapes and bytes at the planning dims."""
+
+    uses: Mapping[ir.Node, tuple[ir.Value, ...]]
+    """:func:`~onnx_ir_multidevice.analysis.uses.graph_uses` of the graph."""
+
+    candidates: tuple[CutCandidate, ...]
+    """Every cut, sorted by :attr:`CutCandidate.position`."""
+
+    order: tuple[ir.Node, ...]
+    """The non-replicable nodes in planning order: each chain cut feeds exactly a suffix."""
+
+    chain: tuple[CutCandidate, ...]
+    """The cuts the planner chooses from, in pipeline order (one per boundary)."""
+
+    boundaries: tuple[int, ...]
+    """For each chain cut, the index in :attr:`order` of the first node after the cut."""
+
+    replicable_nodes: tuple[ir.Node, ...]
+    """Nodes whose outputs are all replicable (recomputed by each stage that needs them)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Dominator tree with skew-binary jump pointers.
+
+
+class _DominatorTree:
+    """Immediate dominators of a DAG built vertex by vertex in topological order."""
+
+    def __init__(self) -> None:
+        self.parent = [0]
+        self.jump = [0]
+        self.depth = [0]
+
+    def add(self, idom: int) -> int:
+        """Add a vertex whose immediate dominator is ``idom``; return its id."""
+        parent, jump, depth = self.parent, self.jump, self.depth
+        j = jump[idom]
+        if depth[idom] - depth[j] == depth[j] - depth[jump[j]]:
+            target = jump[j]
+        else:
+            target = idom
+        parent.append(idom)
+        jump.append(target)
+        depth.append(depth[idom] + 1)
+        return len(parent) - 1
+
+    def lca(self, a: int, b: int) -> int:
+        """Lowest common ancestor of ``a`` and ``b`` in O(log depth)."""
+        parent, jump, depth = self.parent, self.jump, self.depth
+        if depth[a] < depth[b]:
+            a, b = b, a
+        target = depth[b]
+        while depth[a] > target:
+            a = jump[a] if depth[jump[a]] >= target else parent[a]
+        while a != b:
+            if jump[a] != jump[b]:
+                a, b = jump[a], jump[b]
+            else:
+                a, b = parent[a], parent[b]
+        return a
+
+
+class _SparseMin:
+    """Range-minimum queries over a fixed integer array in O(1) after O(n log n)."""
+
+    def __init__(self, values: Sequence[int]) -> None:
+        level = np.asarray(values, dtype=np.int64)
+        self.levels = [level]
+        span = 1
+        while 2 * span <= len(values):
+            level = np.minimum(level[:-span], level[span:])
+            self.levels.append(level)
+            span *= 2
+
+    def min(self, lo: int, hi: int, default: int) -> int:
+        """Minimum over ``[lo, hi)``; ``default`` for an empty range."""
+        if hi <= lo:
+            return default
+        k = (hi - lo).bit_length() - 1
+        level = self.levels[k]
+        return int(min(level[lo], level[hi - (1 << k)]))
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def find_cut_points(
+    graph: ir.Graph,
+    *,
+    relaxed: bool = False,
+    side_limit_bytes: int = DEFAULT_SIDE_LIMIT_BYTES,
+    dims: Mapping[str, int] | None = None,
+) -> list[CutCandidate]:
+    """Return every tensor at which ``graph`` can be split into two sequential stages.
+
+    See the module docstring for the exact definition and the algorithm. The graph is not
+    modified.
+
+    Args:
+        graph: The main graph of a model.
+        relaxed: Also return relaxed cuts (the cut tensor plus small side activations).
+        side_limit_bytes: Budget of the side activations of a relaxed cut, at the planning
+            dims.
+        dims: Planning dims for symbolic dimensions, e.g. ``{"seq": 512}`` (a graph input's
+            symbolic first dimension defaults to 1).
+
+    Returns:
+        The cuts sorted by the topological position of their producer.
+
+    Raises:
+        AnalysisError: If the graph has a cycle.
+
+    Example:
+        >>> from onnx_ir_multidevice import zoo
+        >>> cuts = find_cut_points(zoo.resnet(depth_blocks=2).graph)
+        >>> [c.value.name for c in cuts][-2:]
+        ['pool', 'flatten']
+
+    .. versionadded:: 0.1
+    """
+    analysis = analyse_cut_points(
+        graph, relaxed=relaxed, side_limit_bytes=side_limit_bytes, dims=dims
+    )
+    return list(analysis.candidates)
+
+
+def analyse_cut_points(
+    graph: ir.Graph,
+    *,
+    relaxed: bool = False,
+    side_limit_bytes: int = DEFAULT_SIDE_LIMIT_BYTES,
+    dims: Mapping[str, int] | None = None,
+    sizes: ValueSizes | None = None,
+    classes: Mapping[ir.Value, TensorClass] | None = None,
+) -> CutAnalysis:
+    """Find the cut points of ``graph`` and the planning chain (see :func:`find_cut_points`).
+
+    Args:
+        graph: The main graph of a model.
+        relaxed: Also find relaxed cuts.
+        side_limit_bytes: Budget of the side activations of a relaxed cut.
+        dims: Planning dims (ignored when ``sizes`` is given).
+        sizes: Precomputed sizes at the planning dims.
+        classes: Precomputed tensor classes of ``graph``.
+
+    Returns:
+        The analysis: all candidates, the chain, and the planning order.
+
+    .. versionadded:: 0.1
+    """
+    if side_limit_bytes < 0:
+        raise ValueError(f"side_limit_bytes must be >= 0, got {side_limit_bytes}")
+    if classes is None:
+        classes = classify_values(graph)
+    if sizes is None:
+        sizes = ValueSizes(graph, dims)
+    return _Finder(graph, classes, sizes, relaxed, side_limit_bytes).run()
+
+
+class _Finder:
+    """One cut-point analysis (state shared by the steps of the module docstring)."""
+
+    def __init__(
+        self,
+        graph: ir.Graph,
+        classes: Mapping[ir.Value, TensorClass],
+        sizes: ValueSizes,
+        relaxed: bool,
+        side_limit: int,
+    ) -> None:
+        self.graph = graph
+        self.classes = classes
+        self.sizes = sizes
+        self.relaxed = relaxed
+        self.side_limit = side_limit
+        self.uses = graph_uses(graph)
+        self.topo = topological_order(graph, self.uses)
+        self.topo_index = {node: i for i, node in enumerate(self.topo)}
+        replicable = TensorClass.REPLICABLE
+        self.placed: list[ir.Node] = []
+        self.replicable_nodes: list[ir.Node] = []
+        for node in self.topo:
+            if node.outputs and all(classes.get(v) is replicable for v in node.outputs):
+                self.replicable_nodes.append(node)
+            else:
+                self.placed.append(node)
+        placed_set = set(self.placed)
+        # Activation reads of each placed node (values produced by placed nodes).
+        self.reads: dict[ir.Node, list[ir.Value]] = {}
+        self.consumers: dict[ir.Value, list[ir.Node]] = {}
+        for node in self.placed:
+            reads = []
+            for value in self.uses[node]:
+                producer = value.producer()
+                if producer is not None and producer in placed_set:
+                    reads.append(value)
+                    self.consumers.setdefault(value, []).append(node)
+            self.reads[node] = reads
+        self._bytes: dict[ir.Value, int | None] = {}
+        self.decided: set[ir.Value] = set()
+
+    def nbytes(self, value: ir.Value) -> int | None:
+        try:
+            return self._bytes[value]
+        except KeyError:
+            result = self._bytes[value] = self.sizes.nbytes(value)
+            return result
+
+    # -- step 1 ---------------------------------------------------------------------------
+
+    def dominators(self) -> tuple[set[ir.Value], list[ir.Value]]:
+        """Return the strict cuts and the heavy-path chain of them (pipeline order)."""
+        tree = _DominatorTree()
+        vertex: dict[ir.Value | ir.Node, int] = {}
+        for node in self.placed:
+            reads = self.reads[node]
+            idom = 0
+            if reads:
+                idom = vertex[reads[0]]
+                for value in reads[1:]:
+                    idom = tree.lca(idom, vertex[value])
+            vertex[node] = tree.add(idom)
+            for value in node.outputs:
+                vertex[value] = tree.add(vertex[node])
+        size = len(tree.parent)
+        depth, parent = tree.depth, tree.parent
+        infinity = size + 1
+        low = [infinity] * size
+        nodes_below = [0] * size
+        values_by_vertex: dict[int, ir.Value] = {}
+        for key, v in vertex.items():
+            if isinstance(key, ir.Node):
+                nodes_below[v] = 1
+                continue
+            values_by_vertex[v] = key
+            reach = infinity
+            for consumer in self.consumers.get(key, ()):
+                d = depth[parent[vertex[consumer]]]
+                if d < reach:
+                    reach = d
+            low[v] = reach
+        for v in range(size - 1, 0, -1):
+            p = parent[v]
+            if low[v] < low[p]:
+                low[p] = low[v]
+            nodes_below[p] += nodes_below[v]
+        strict = {
+            value
+            for v, value in values_by_vertex.items()
+            if low[v] >= depth[v] and value in self.consumers
+        }
+        # Heavy path through the tree of strict cuts.
+        strict_vertex = {vertex[value] for value in strict}
+        nearest = [0] * size  # nearest strict-cut proper ancestor (0: none)
+        children: dict[int, list[int]] = {}
+        for v in range(1, size):
+            p = parent[v]
+            nearest[v] = p if p in strict_vertex else nearest[p]
+            if v in strict_vertex:
+                children.setdefault(nearest[v], []).append(v)
+        chain: list[ir.Value] = []
+        current = 0
+        while current in children:
+            current = max(children[current], key=lambda c: (nodes_below[c], -c))
+            chain.append(values_by_vertex[current])
+        # Chain cuts above each node: number of chain cuts strictly dominating it.
+        on_chain = {vertex[value] for value in chain}
+        above = [0] * size
+        for v in range(1, size):
+            p = parent[v]
+            above[v] = above[p] + (1 if p in on_chain else 0)
+        self.chain_rank = {node: above[vertex[node]] for node in self.placed}
+        return strict, chain
+
+    # -- step 2 ---------------------------------------------------------------------------
+
+    def planning_order(self) -> None:
+        level: dict[ir.Node, int] = {}
+        for node in self.placed:
+            level[node] = 1 + max(
+                (level[v.producer()] for v in self.reads[node]),  # type: ignore[index]
+                default=-1,
+            )
+        rank, topo_index = self.chain_rank, self.topo_index
+        self.order = sorted(self.placed, key=lambda n: (rank[n], level[n], topo_index[n]))
+        self.pos = {node: i for i, node in enumerate(self.order)}
+
+    # -- step 3 ---------------------------------------------------------------------------
+
+    def sweep(self) -> list[tuple[int, CutCandidate]]:
+        """Cuts whose stage 1 is a suffix of the planning order, with that suffix's start."""
+        pos, order = self.pos, self.order
+        size = len(order)
+        latest = [
+            max((pos[v.producer()] for v in self.reads[node]), default=-1)  # type: ignore[index]
+            for node in order
+        ]
+        table = _SparseMin(latest) if size else None
+        values = list(self.consumers)
+        made = [pos[v.producer()] for v in values]  # type: ignore[index]
+        first = [min(pos[r] for r in self.consumers[v]) for v in values]
+        last = [max(pos[r] for r in self.consumers[v]) for v in values]
+
+        def feeds_suffix(value: ir.Value) -> bool:
+            positions = sorted({pos[r] for r in self.consumers[value]})
+            start = positions[0]
+            assert table is not None
+            bounds = [*positions, size]
+            for k in range(len(positions)):
+                if table.min(bounds[k] + 1, bounds[k + 1], start) < start:
+                    return False
+            return True
+
+        if not self.relaxed:
+            # Strict: only the number of live values matters; count them with prefix sums.
+            delta = np.zeros(size + 2, dtype=np.int64)
+            np.add.at(delta, np.asarray(made, dtype=np.int64) + 1, 1)
+            np.add.at(delta, np.asarray(last, dtype=np.int64) + 1, -1)
+            live_count = np.cumsum(delta)
+            found = []
+            for value, b in zip(values, first):
+                if live_count[b] == 1 and feeds_suffix(value):
+                    found.append((b, self.candidate(value, (), self.nbytes(value))))
+            return sorted(found, key=lambda item: item[0])
+
+        first_read: dict[int, list[ir.Value]] = {}
+        add_at: dict[int, list[ir.Value]] = {}
+        drop_at: dict[int, list[ir.Value]] = {}
+        for value, m, f, la in zip(values, made, first, last):
+            first_read.setdefault(f, []).append(value)
+            add_at.setdefault(m + 1, []).append(value)
+            drop_at.setdefault(la + 1, []).append(value)
+        live: dict[ir.Value, None] = {}
+        known_bytes = 0
+        unknown = 0
+        found = []
+        for b in range(1, size):
+            for value in add_at.get(b, ()):
+                live[value] = None
+                n = self.nbytes(value)
+                if n is None:
+                    unknown += 1
+                else:
+                    known_bytes += n
+            for value in drop_at.get(b, ()):
+                del live[value]
+                n = self.nbytes(value)
+                if n is None:
+                    unknown -= 1
+                else:
+                    known_bytes -= n
+            for value in first_read.get(b, ()):
+                if not feeds_suffix(value):
+                    continue
+                self.decided.add(value)  # its crossing set is exactly ``live``
+                own = self.nbytes(value)
+                side_unknown = unknown - (own is None)
+                side_bytes = known_bytes - (own or 0)
+                if len(live) > 1 and (side_unknown or side_bytes > self.side_limit):
+                    continue
+                side = tuple(v for v in live if v is not value)
+                total = None if own is None else own + side_bytes
+                found.append((b, self.candidate(value, side, total)))
+        return found
+
+    def candidate(
+        self, value: ir.Value, side: tuple[ir.Value, ...], total: int | None
+    ) -> CutCandidate:
+        node = value.producer()
+        assert node is not None
+        return CutCandidate(value, node, self.topo_index[node], side, total)
+
+    # -- step 4 ---------------------------------------------------------------------------
+
+    def bounded_search(self, value: ir.Value) -> CutCandidate | None:
+        """Exact relaxed test of one value by walking what it feeds, in planning order."""
+        pos, order = self.pos, self.order
+        inside: set[ir.Node] = set()
+        heap = sorted({pos[r] for r in self.consumers[value]})
+        queued = set(heap)
+        side: dict[ir.Value, None] = {}
+        side_bytes = 0
+        while heap:
+            node = order[heapq.heappop(heap)]
+            inside.add(node)
+            for read in self.reads[node]:
+                if read is value or read.producer() in inside or read in side:
+                    continue
+                n = self.nbytes(read)
+                if n is None:
+                    return None
+                side_bytes += n
+                if side_bytes > self.side_limit:
+                    return None
+                side[read] = None
+            for out in node.outputs:
+                for reader in self.consumers.get(out, ()):
+                    p = pos[reader]
+                    if p not in queued:
+                        queued.add(p)
+                        heapq.heappush(heap, p)
+        own = self.nbytes(value)
+        return self.candidate(value, tuple(side), None if own is None else own + side_bytes)
+
+    # -------------------------------------------------------------------------------------
+
+    def main_key(self, cut: CutCandidate) -> tuple[int, int]:
+        """Order of preference for the cut tensor among cuts at one boundary."""
+        own = self.nbytes(cut.value)
+        return (-1 if own is None else own, cut.position)
+
+    def run(self) -> CutAnalysis:
+        strict, _ = self.dominators()
+        self.planning_order()
+        on_chain = self.sweep()
+        by_value: dict[ir.Value, CutCandidate] = {c.value: c for _, c in on_chain}
+        for value in strict:
+            if value not in by_value:
+                by_value[value] = self.candidate(value, (), self.nbytes(value))
+        if self.relaxed:
+            for node in self.placed:
+                for value in node.outputs:
+                    if value in self.decided or value in by_value or value not in self.consumers:
+                        continue
+                    found = self.bounded_search(value)
+                    if found is not None:
+                        by_value[value] = found
+        # One chain cut per boundary: the largest tensor is the cut, the others ride along.
+        per_boundary: dict[int, CutCandidate] = {}
+        for b, cut in on_chain:
+            best = per_boundary.get(b)
+            if best is None or self.main_key(cut) > self.main_key(best):
+                per_boundary[b] = cut
+        boundaries = tuple(sorted(per_boundary))
+        return CutAnalysis(
+            graph=self.graph,
+            classes=self.classes,
+            sizes=self.sizes,
+            uses=self.uses,
+            candidates=tuple(sorted(by_value.values(), key=_position_key)),
+            order=tuple(self.order),
+            chain=tuple(per_boundary[b] for b in boundaries),
+            boundaries=boundaries,
+            replicable_nodes=tuple(self.replicable_nodes),
+        )
+
+
+def _position_key(cut: CutCandidate) -> tuple[int, int]:
+    return (cut.position, cut.node.outputs.index(cut.value))

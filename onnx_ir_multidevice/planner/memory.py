@@ -1,0 +1,419 @@
+"""Memory model of pipeline stages (``ARCHITECTURE.md``, "Memory numbers").
+
+A stage's memory, at the planning dims, is the sum of
+
+* **weights**: the initializers and ``Constant`` tensors its nodes read, directly or through
+  the replicable (constant-derived) computations it recomputes (a transposed or cast weight
+  counts its source weight). A weight read by two stages counts in both.
+* **activations**: the peak, over the stage's nodes in the planning order (a topological
+  schedule), of the activations alive at once. An activation lives from its producer to its
+  last reader, so the cut tensor received from the previous stage is alive from the stage's
+  first node and the one sent to the next stage until its last node.
+* **input/output buffers**: the graph inputs it reads, the cheap input-derived values
+  (masks, position ids) it recomputes, and the graph outputs it produces (held until the
+  pipeline ends).
+
+The device must also keep *headroom* for the runtime (arena, kernels' workspace):
+:attr:`StageMemory.required_bytes` is ``total / (1 - headroom)``, so a 1200 MiB stage with
+the default 20 % needs a 1500 MiB device (the ``.omny`` spec's 1.2 GB shard / 1.5 GB VRAM).
+
+A size that is not known at the planning dims is left out of the sums and *named* in
+:attr:`StageMemory.unknown`; the totals are then lower bounds. MiB figures are rounded up.
+
+The model is built once over the *segments* between consecutive chain cuts
+(:attr:`~onnx_ir_multidevice.analysis.cut_points.CutAnalysis.chain`); a stage is a run of
+segments ``[i, j)``. Additive parts are prefix sums, the activation peak a sparse-table range
+maximum and weights shared between segments an explicit short list, so
+:meth:`MemoryModel.total_bytes` answers a whole array of stages at once in
+O(len * (1 + shared weights)).
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEFAULT_HEADROOM",
+    "MIB",
+    "MemoryModel",
+    "StageMemory",
+    "format_bytes",
+    "required_bytes",
+    "to_mib",
+    "usable_bytes",
+]
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from fractions import Fraction
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
+from onnx_ir_multidevice.analysis.uses import node_subgraphs
+from onnx_ir_multidevice.planner.flops import node_flops
+
+MIB = 1 << 20
+"""Bytes in a MiB (the unit of every ``*_mb`` field of ``.omny``)."""
+
+DEFAULT_HEADROOM = 0.2
+"""Share of a device's memory kept for the runtime (20 %, the spec's lower bound)."""
+
+
+def to_mib(nbytes: int) -> int:
+    """Round a byte count up to whole MiB (never under-report)."""
+    return -(-nbytes // MIB)
+
+
+def format_bytes(nbytes: int) -> str:
+    """Format a byte count for people: ``"312 B"``, ``"231.5 KiB"``, ``"1.2 GiB"``."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _fraction(headroom: float) -> Fraction:
+    value = Fraction(str(headroom))
+    if not 0 <= value < 1:
+        raise ValueError(f"headroom must be in [0, 1), got {headroom}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class StageMemory:
+    """Memory of one stage at the planning dims (see the module docstring).
+
+    .. versionadded:: 0.1
+    """
+
+    weights_bytes: int
+    """Initializers and constants read, replicable sources included."""
+
+    activations_bytes: int
+    """Peak of the activations alive at once."""
+
+    io_bytes: int
+    """Graph inputs and cheap input-derived values read, graph outputs produced."""
+
+    headroom: float = DEFAULT_HEADROOM
+    """Share of the device kept for the runtime."""
+
+    unknown: tuple[str, ...] = ()
+    """Names of values whose size is unknown (left out: the totals are lower bounds)."""
+
+    @property
+    def total_bytes(self) -> int:
+        """Weights + peak activations + buffers: the ``.omny`` shard memory."""
+        return self.weights_bytes + self.activations_bytes + self.io_bytes
+
+    @property
+    def required_bytes(self) -> int:
+        """Device memory needed: :attr:`total_bytes` plus the runtime headroom."""
+        return required_bytes(self.total_bytes, self.headroom)
+
+    @property
+    def total_mb(self) -> int:
+        """:attr:`total_bytes` in MiB, rounded up."""
+        return to_mib(self.total_bytes)
+
+    @property
+    def required_mb(self) -> int:
+        """:attr:`required_bytes` in MiB, rounded up."""
+        return to_mib(self.required_bytes)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every size was known (the totals are exact, not lower bounds)."""
+        return not self.unknown
+
+
+def required_bytes(total: int, headroom: float) -> int:
+    """Device bytes for a stage of ``total`` bytes keeping ``headroom`` for the runtime."""
+    h = _fraction(headroom)
+    return math.ceil(Fraction(total) / (1 - h))
+
+
+def usable_bytes(capacity: int, headroom: float) -> int:
+    """Largest stage total that fits a device of ``capacity`` bytes with ``headroom``."""
+    h = _fraction(headroom)
+    return math.floor(capacity * (1 - h))
+
+
+class _SparseMax:
+    """Vectorized range-maximum queries over a fixed array (one 2-D table, no loops)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        size = len(values)
+        levels = max(1, size.bit_length())
+        table = np.zeros((levels, max(size, 1)), dtype=np.int64)
+        table[0, :size] = values
+        span = 1
+        for k in range(1, levels):
+            table[k, : size - 2 * span + 1] = np.maximum(
+                table[k - 1, : size - 2 * span + 1], table[k - 1, span : size - span + 1]
+            )
+            span *= 2
+        self.table = table
+        self.log2 = _floor_log2(np.arange(size + 1))
+        self.spans = np.left_shift(1, self.log2)
+
+    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Maximum over ``[lo, hi)`` element-wise (``hi > lo`` everywhere)."""
+        length = hi - lo
+        k = self.log2[length]
+        return np.maximum(self.table[k, lo], self.table[k, hi - self.spans[length]])
+
+
+def _floor_log2(length: np.ndarray) -> np.ndarray:
+    """``floor(log2(n))`` of positive integers, exactly (0 for 0)."""
+    _, exponent = np.frexp(np.maximum(length, 1).astype(np.float64))
+    return exponent.astype(np.int64) - 1
+
+
+class MemoryModel:
+    """Memory (and FLOPs) of every stage ``[i, j)`` of segments along the planning chain.
+
+    Segment ``s`` holds the nodes of :attr:`CutAnalysis.order` between chain boundary
+    ``s - 1`` and ``s`` (segment 0 starts at the first node, the last ends at the last).
+
+    Args:
+        analysis: The cut-point analysis of the graph.
+        headroom: Share of device memory kept for the runtime, in ``[0, 1)``.
+
+    .. versionadded:: 0.1
+    """
+
+    def __init__(self, analysis: CutAnalysis, *, headroom: float = DEFAULT_HEADROOM) -> None:
+        _fraction(headroom)
+        self.analysis = analysis
+        self.headroom = headroom
+        self.sizes = analysis.sizes
+        order = analysis.order
+        self.starts = (0, *analysis.boundaries)
+        self.ends = (*analysis.boundaries, len(order))
+        self.num_segments = len(self.starts)
+        segment_of = np.zeros(len(order), dtype=np.int64)
+        for s, (a, b) in enumerate(zip(self.starts, self.ends)):
+            segment_of[a:b] = s
+        self._segment_of = segment_of
+        self._unknown: list[dict[str, None]] = [{} for _ in range(self.num_segments)]
+        self._weights = np.zeros(self.num_segments, dtype=np.int64)
+        self._io = np.zeros(self.num_segments, dtype=np.int64)
+        self._shared: list[tuple[int, bool, np.ndarray]] = []  # bytes, is_weight, segments
+        self._count_items()
+        self._peak = np.zeros(self.num_segments, dtype=np.int64)
+        self._count_activations()
+        self._flops = np.zeros(self.num_segments, dtype=np.int64)
+        self.unknown_flops: tuple[str, ...] = self._count_flops()
+        self._prefix_weights = np.concatenate([[0], np.cumsum(self._weights)])
+        self._prefix_io = np.concatenate([[0], np.cumsum(self._io)])
+        self._prefix_additive = self._prefix_weights + self._prefix_io
+        self._prefix_flops = np.concatenate([[0], np.cumsum(self._flops)])
+        self._peak_table = _SparseMax(self._peak)
+
+    # -- construction -----------------------------------------------------------------------
+
+    def _nbytes(self, value: ir.Value) -> int | None:
+        n = self.sizes.nbytes(value)
+        if n is None:
+            producer = value.producer()
+            if producer is not None and producer.op_type == "Constant":
+                attr = producer.attributes.get("value")
+                if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
+                    return attr.value.nbytes
+        return n
+
+    def _count_items(self) -> None:
+        """Weights and buffers: which segments read each, then additive or shared."""
+        analysis = self.analysis
+        graph = analysis.graph
+        classes = analysis.classes
+        initializers = set(graph.initializers.values())
+        replicable = set(analysis.replicable_nodes)
+        memo: dict[ir.Node, tuple[frozenset[ir.Value], bool]] = {}
+
+        def value_items(value: ir.Value) -> tuple[frozenset[ir.Value], bool]:
+            """Items a stage holds to have ``value``, and whether a graph input is among them."""
+            producer = value.producer()
+            if producer is None:
+                if value in initializers or value.const_value is not None:
+                    return frozenset((value,)), False
+                return frozenset((value,)), True  # a graph input
+            if producer not in replicable:
+                return frozenset(), False  # an activation: counted by liveness
+            items, from_input = memo[producer]
+            if not producer.inputs or not items:
+                return items | {value}, False  # a Constant-like source: the value is a weight
+            return (items | {value} if from_input else items), from_input
+
+        kinds: dict[ir.Value, bool] = {}  # item -> is a weight
+
+        def node_items(node: ir.Node) -> tuple[frozenset[ir.Value], bool]:
+            items: set[ir.Value] = set()
+            from_input = False
+            for value in analysis.uses[node]:
+                inner, flag = value_items(value)
+                items |= inner
+                from_input |= flag
+            if node.attributes:
+                for body in node_subgraphs(node):
+                    items.update(_body_constants(body))
+            return frozenset(items), from_input
+
+        for node in analysis.replicable_nodes:  # topological: sources before users
+            memo[node] = node_items(node)
+        item_segments: dict[ir.Value, set[int]] = {}
+        for position, node in enumerate(analysis.order):
+            segment = int(self._segment_of[position])
+            for item in node_items(node)[0]:
+                item_segments.setdefault(item, set()).add(segment)
+        for item, segments in item_segments.items():
+            is_weight = item in initializers or classes.get(item) is not TensorClass.FORWARDED
+            if item.producer() is not None:
+                # A replicable node output: a weight when constant-derived, else a buffer.
+                is_weight = not memo[item.producer()][1]  # type: ignore[index]
+            kinds[item] = is_weight
+            n = self._nbytes(item)
+            if n is None:
+                for s in segments:
+                    self._unknown[s][item.name or "<unnamed>"] = None
+                continue
+            if len(segments) == 1:
+                (s,) = segments
+                if is_weight:
+                    self._weights[s] += n
+                else:
+                    self._io[s] += n
+            else:
+                self._shared.append((n, is_weight, np.array(sorted(segments), dtype=np.int64)))
+        # Graph outputs are held by the stage producing them until the pipeline ends.
+        position = {node: i for i, node in enumerate(analysis.order)}
+        for value in graph.outputs:
+            producer = value.producer()
+            if producer is None or producer not in position:
+                continue
+            s = int(self._segment_of[position[producer]])
+            n = self._nbytes(value)
+            if n is None:
+                self._unknown[s][value.name or "<unnamed>"] = None
+            else:
+                self._io[s] += n
+
+    def _count_activations(self) -> None:
+        """Peak live activation bytes of each segment, one sweep over the planning order."""
+        analysis = self.analysis
+        order = analysis.order
+        position = {node: i for i, node in enumerate(order)}
+        last_read: dict[ir.Value, int] = {}
+        for i, node in enumerate(order):
+            for value in analysis.uses[node]:
+                producer = value.producer()
+                if producer is not None and producer in position:
+                    last_read[value] = i
+        delta = np.zeros(len(order) + 1, dtype=np.int64)
+        for i, node in enumerate(order):
+            for value in node.outputs:
+                end = last_read.get(value, i)
+                n = self._nbytes(value)
+                if n is None:
+                    for s in range(int(self._segment_of[i]), int(self._segment_of[end]) + 1):
+                        self._unknown[s][value.name or "<unnamed>"] = None
+                    continue
+                delta[i] += n
+                delta[end + 1] -= n
+        live = np.cumsum(delta[:-1])
+        for s, (a, b) in enumerate(zip(self.starts, self.ends)):
+            self._peak[s] = live[a:b].max() if b > a else 0
+
+    def _count_flops(self) -> tuple[str, ...]:
+        unknown = []
+        for i, node in enumerate(self.analysis.order):
+            count = node_flops(node, self.sizes)
+            if count is None:
+                unknown.append(node.name or node.op_type)
+                continue
+            self._flops[self._segment_of[i]] += count
+        return tuple(unknown)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def _shared_sum(self, i: np.ndarray, j: np.ndarray, weights: bool | None) -> np.ndarray:
+        total = np.zeros(len(i), dtype=np.int64)
+        for n, is_weight, segments in self._shared:
+            if weights is not None and is_weight != weights:
+                continue
+            k = np.searchsorted(segments, i)
+            first = segments[np.minimum(k, len(segments) - 1)]
+            total += np.where((k < len(segments)) & (first < j), n, 0)
+        return total
+
+    def total_bytes(self, i: Iterable[int], j: Iterable[int]) -> np.ndarray:
+        """:attr:`StageMemory.total_bytes` of the stages ``[i[k], j[k])``, vectorized.
+
+        Args:
+            i: First segment of each stage.
+            j: One past the last segment of each stage (``j > i``).
+        """
+        i = np.asarray(i, dtype=np.int64)
+        j = np.asarray(j, dtype=np.int64)
+        total = self._prefix_additive[j] - self._prefix_additive[i]
+        total += self._peak_table.query(i, j)
+        if self._shared:
+            total += self._shared_sum(i, j, None)
+        return total
+
+    def flops(self, i: Iterable[int], j: Iterable[int]) -> np.ndarray:
+        """Estimated FLOPs of the stages ``[i[k], j[k])``, vectorized."""
+        i = np.asarray(i, dtype=np.int64)
+        j = np.asarray(j, dtype=np.int64)
+        return self._prefix_flops[j] - self._prefix_flops[i]
+
+    def stage(self, i: int, j: int) -> StageMemory:
+        """The memory of the stage made of segments ``[i, j)``, broken down.
+
+        Raises:
+            ValueError: If not ``0 <= i < j <= num_segments``.
+        """
+        if not 0 <= i < j <= self.num_segments:
+            raise ValueError(
+                f"a stage is a non-empty run of segments [i, j) with 0 <= i < j <= "
+                f"{self.num_segments}, got [{i}, {j})"
+            )
+        a, b = np.array([i]), np.array([j])
+        weights = int(self._prefix_weights[j] - self._prefix_weights[i])
+        weights += int(self._shared_sum(a, b, True)[0])
+        io = int(self._prefix_io[j] - self._prefix_io[i]) + int(self._shared_sum(a, b, False)[0])
+        unknown: dict[str, None] = {}
+        for s in range(i, j):
+            unknown.update(self._unknown[s])
+        return StageMemory(
+            weights_bytes=weights,
+            activations_bytes=int(self._peak_table.query(a, b)[0]),
+            io_bytes=io,
+            headroom=self.headroom,
+            unknown=tuple(unknown),
+        )
+
+    def segment_nodes(self, s: int) -> tuple[ir.Node, ...]:
+        """The nodes of segment ``s`` in planning order."""
+        return self.analysis.order[self.starts[s] : self.ends[s]]
+
+    def whole(self) -> StageMemory:
+        """The memory of the whole model run as one stage."""
+        return self.stage(0, self.num_segments)
+
+
+def _body_constants(body: ir.Graph) -> Iterable[ir.Value]:
+    """Initializers and ``Constant`` outputs inside a body (nested bodies included)."""
+    yield from body.initializers.values()
+    for node in body:
+        if node.op_type == "Constant" and node.domain == "":
+            yield from node.outputs
+        for inner in node_subgraphs(node):
+            yield from _body_constants(inner)

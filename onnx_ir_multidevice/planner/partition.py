@@ -1,0 +1,330 @@
+"""Choose the cuts: exactly optimal pipeline partitions under the memory model.
+
+Given the segments of a :class:`~onnx_ir_multidevice.planner.memory.MemoryModel` and a
+number of stages ``N``, :func:`partition` picks ``N - 1`` chain cuts so that, in order:
+
+1. stage ``k`` fits device ``k``: its memory plus headroom is at most ``capacities[k]``, and
+   its memory is at most ``max_stage_bytes``;
+2. the **largest stage memory is as small as possible** (exactly, in bytes);
+3. among those, the largest stage FLOPs estimate is as small as possible (balanced compute);
+4. among those, the bytes sent between stages (cut tensors and their side activations) are
+   as few as possible.
+
+Why it is exact although stage memory is not additive (peaks and shared weights): every part
+of a stage's memory only grows when the stage grows (:meth:`MemoryModel.total_bytes` of
+``[i, j)`` is at most that of any ``[i', j') ⊇ [i, j)``), and so do FLOPs. For a bound ``B``
+the prefixes that ``k`` feasible stages can cover are then computed exactly in one vectorized
+step per stage: ``j`` is reachable iff the stage from the *latest* reachable ``i < j`` fits
+(any earlier ``i`` gives a larger stage). ``B*`` is the smallest feasible bound (binary search
+over bytes, about 40 steps); ``F*`` likewise with ``B*`` fixed. Step 4 is a shortest path over
+the same layers: with both bounds fixed the feasible starts of a stage ending at ``j`` are a
+run ``[lo(j), j)`` (monotonicity again), found by vectorized bisection, and a range-minimum
+table gives the best predecessor.
+
+Cost: O(log(total bytes) * N * S * (1 + shared weights)) vectorized steps for S segments,
+plus O(N * S log S) for step 4.
+
+When nothing fits, :class:`~onnx_ir_multidevice._errors.PlanError` names the stage that does
+not fit, its device and by how much, for the partition that overflows least.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = ["Partition", "partition"]
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from onnx_ir_multidevice._errors import PlanError
+from onnx_ir_multidevice.analysis.cut_points import CutCandidate
+from onnx_ir_multidevice.planner.memory import (
+    MemoryModel,
+    StageMemory,
+    _floor_log2,
+    format_bytes,
+    usable_bytes,
+)
+
+_INF = np.iinfo(np.int64).max // 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """A pipeline partition: the cuts and what each stage needs.
+
+    .. versionadded:: 0.1
+    """
+
+    cuts: tuple[CutCandidate, ...]
+    """The ``N - 1`` cuts in pipeline order."""
+
+    segments: tuple[tuple[int, int], ...]
+    """Stage ``k`` is the run of memory-model segments ``[segments[k][0], segments[k][1])``."""
+
+    memory: tuple[StageMemory, ...]
+    """Memory of each stage."""
+
+    flops: tuple[int, ...]
+    """Estimated FLOPs of each stage."""
+
+    @property
+    def num_stages(self) -> int:
+        """Number of stages (devices)."""
+        return len(self.segments)
+
+    @property
+    def bottleneck_bytes(self) -> int:
+        """The largest stage memory (the minimised objective)."""
+        return max(m.total_bytes for m in self.memory)
+
+    @property
+    def transfer_bytes(self) -> int:
+        """Bytes sent between stages per run: every cut tensor and its side activations."""
+        return sum(c.bytes or 0 for c in self.cuts)
+
+
+class _Search:
+    """Decision and optimisation over the segments of one memory model."""
+
+    def __init__(self, model: MemoryModel, chain: Sequence[CutCandidate]) -> None:
+        self.model = model
+        self.size = model.num_segments  # boundaries 0..size
+        self.index = np.arange(self.size + 1, dtype=np.int64)
+        # A boundary can end a stage unless it is a cut whose size is unknown.
+        allowed = np.ones(self.size + 1, dtype=bool)
+        allowed[0] = False
+        for b, cut in enumerate(chain, start=1):
+            allowed[b] = cut.bytes is not None
+        self.allowed = allowed
+        transfer = np.zeros(self.size + 1, dtype=np.int64)
+        for b, cut in enumerate(chain, start=1):
+            transfer[b] = cut.bytes or 0
+        self.transfer = transfer
+
+    def fits(self, i: np.ndarray, j: np.ndarray, memory_bound: int, flops_bound: int) -> np.ndarray:
+        ok = self.model.total_bytes(i, j) <= memory_bound
+        if flops_bound < _INF:
+            ok &= self.model.flops(i, j) <= flops_bound
+        return ok
+
+    def feasible(self, bounds: Sequence[int], flops_bound: int = _INF) -> bool:
+        """Whether ``len(bounds)`` stages, stage ``k`` within ``bounds[k]``, cover the model."""
+        reach = np.zeros(self.size + 1, dtype=bool)
+        reach[0] = True
+        for bound in bounds:
+            latest = np.maximum.accumulate(np.where(reach, self.index, -1))
+            before = np.concatenate([[-1], latest[:-1]])  # latest reachable i < j
+            valid = (before >= 0) & self.allowed
+            reach = np.zeros(self.size + 1, dtype=bool)
+            if valid.any():
+                j = self.index[valid]
+                reach[j] = self.fits(before[valid], j, bound, flops_bound)
+        return bool(reach[self.size])
+
+    def smallest(self, lo: int, hi: int, ok) -> int:
+        """Smallest integer in ``[lo, hi]`` for which monotone ``ok`` holds (``ok(hi)``)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def first_start(self, bound: int, flops_bound: int) -> np.ndarray:
+        """For each end ``j``, the smallest start ``i`` whose stage ``[i, j)`` fits (else ``j``)."""
+        j = self.index
+        lo = np.zeros_like(j)
+        hi = j.copy()
+        active = lo < hi
+        while active.any():
+            mid = (lo + hi) // 2
+            ok = np.zeros_like(active)
+            ok[active] = self.fits(mid[active], j[active], bound, flops_bound)
+            hi = np.where(active & ok, mid, hi)
+            lo = np.where(active & ~ok, mid + 1, lo)
+            active = lo < hi
+        return lo
+
+    def cheapest(self, bounds: Sequence[int], flops_bound: int) -> list[int]:
+        """Boundaries of the feasible partition that sends the fewest bytes."""
+        size = self.size
+        cost = np.full(size + 1, _INF, dtype=np.int64)
+        cost[0] = 0
+        choices = []
+        for bound in bounds:
+            start = self.first_start(bound, flops_bound)
+            table = _ArgMin(cost)
+            best = table.query(start, self.index)  # argmin over [start, j), -1 if empty
+            new = np.full(size + 1, _INF, dtype=np.int64)
+            ok = (best >= 0) & self.allowed
+            ok[ok] &= cost[best[ok]] < _INF
+            new[ok] = cost[best[ok]] + self.transfer[ok]
+            cost = new
+            choices.append(best)
+        if cost[size] >= _INF:
+            raise AssertionError("no partition within bounds that were found feasible")
+        ends = [size]
+        for best in reversed(choices[1:]):
+            ends.append(int(best[ends[-1]]))
+        return [0, *reversed(ends)]
+
+
+class _ArgMin:
+    """Vectorized range-argmin queries over a fixed array (leftmost on ties)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+        size = len(values)
+        levels = max(1, size.bit_length())
+        table = np.zeros((levels, max(size, 1)), dtype=np.int64)
+        table[0, :size] = np.arange(size)
+        span = 1
+        for k in range(1, levels):
+            n = size - 2 * span + 1
+            a, b = table[k - 1, :n], table[k - 1, span : span + n]
+            table[k, :n] = np.where(values[b] < values[a], b, a)
+            span *= 2
+        self.table = table
+
+    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Index of the minimum over ``[lo, hi)``; ``-1`` where the range is empty."""
+        result = np.full(len(lo), -1, dtype=np.int64)
+        nonempty = hi > lo
+        lo, hi = lo[nonempty], hi[nonempty]
+        k = _floor_log2(hi - lo)
+        a, b = self.table[k, lo], self.table[k, hi - (1 << k)]
+        result[nonempty] = np.where(self.values[b] < self.values[a], b, a)
+        return result
+
+
+def _device_bounds(
+    model: MemoryModel,
+    num_stages: int,
+    capacities: Sequence[int] | None,
+    max_stage_bytes: int | None,
+) -> list[int]:
+    bounds = [_INF] * num_stages
+    if capacities is not None:
+        if len(capacities) != num_stages:
+            raise PlanError(
+                f"{len(capacities)} device capacities given for {num_stages} stages; "
+                "give one capacity per stage, in pipeline order"
+            )
+        bounds = [usable_bytes(c, model.headroom) for c in capacities]
+    if max_stage_bytes is not None:
+        bounds = [min(b, max_stage_bytes) for b in bounds]
+    return bounds
+
+
+def partition(
+    model: MemoryModel,
+    num_stages: int,
+    *,
+    capacities: Sequence[int] | None = None,
+    max_stage_bytes: int | None = None,
+) -> Partition:
+    """Choose ``num_stages - 1`` chain cuts, optimally (see the module docstring).
+
+    Args:
+        model: The memory model of the graph (its chain gives the candidate cuts).
+        num_stages: Number of stages, one per device (>= 1).
+        capacities: Memory of each device in bytes, in pipeline order: stage ``k`` runs on
+            device ``k`` and must fit it with the model's headroom.
+        max_stage_bytes: Upper bound on every stage's memory (headroom not included).
+
+    Returns:
+        The partition.
+
+    Raises:
+        PlanError: If the chain has fewer than ``num_stages - 1`` usable cuts, or no
+            partition fits; the message names the stage, its device and the overflow.
+
+    .. versionadded:: 0.1
+    """
+    if num_stages < 1:
+        raise PlanError(f"the number of stages must be at least 1, got {num_stages}")
+    chain = model.analysis.chain
+    search = _Search(model, chain)
+    usable = int(search.allowed[1 : search.size].sum())
+    if num_stages - 1 > usable:
+        hint = "" if any(not c.strict for c in chain) else " (relaxed cuts may give more)"
+        raise PlanError(
+            f"the model has {usable} usable cut point(s) along its main chain, so at most "
+            f"{usable + 1} stages; {num_stages} were asked for{hint}"
+        )
+    bounds = _device_bounds(model, num_stages, capacities, max_stage_bytes)
+    if not search.feasible(bounds):
+        raise _overflow_error(search, bounds, capacities, max_stage_bytes)
+    # Lower bounds: a stage holds at least one segment, and the stages together hold at
+    # least the whole model (weights and buffers at least once, the peak somewhere).
+    whole = int(model.total_bytes([0], [search.size])[0])
+    singles = model.total_bytes(search.index[:-1], search.index[1:])
+    lower = max(int(singles.max()), -(-whole // num_stages))
+    best = search.smallest(lower, whole, lambda b: search.feasible([min(b, u) for u in bounds]))
+    memory_bounds = [min(best, u) for u in bounds]
+    # FLOPs are additive: the same two lower bounds; any partition within the memory
+    # bounds gives an upper bound.
+    flops = model.flops(search.index[:-1], search.index[1:])
+    total_flops = int(flops.sum())
+    flops_lower = max(int(flops.max()), -(-total_flops // num_stages))
+    some = np.asarray(search.cheapest(memory_bounds, _INF))
+    flops_upper = int(model.flops(some[:-1], some[1:]).max())
+    flops_bound = search.smallest(
+        min(flops_lower, flops_upper), flops_upper, lambda f: search.feasible(memory_bounds, f)
+    )
+    ends = search.cheapest(memory_bounds, flops_bound)
+    return _make(model, chain, ends)
+
+
+def _make(model: MemoryModel, chain: Sequence[CutCandidate], ends: Sequence[int]) -> Partition:
+    stages = tuple(zip(ends[:-1], ends[1:]))
+    return Partition(
+        cuts=tuple(chain[b - 1] for b in ends[1:-1]),
+        segments=stages,
+        memory=tuple(model.stage(i, j) for i, j in stages),
+        flops=tuple(int(model.flops([i], [j])[0]) for i, j in stages),
+    )
+
+
+def _overflow_error(
+    search: _Search,
+    bounds: Sequence[int],
+    capacities: Sequence[int] | None,
+    max_stage_bytes: int | None,
+) -> PlanError:
+    """The error for an infeasible request, from the partition that overflows least."""
+    model = search.model
+    whole = int(model.total_bytes([0], [search.size])[0])
+    extra = search.smallest(0, whole, lambda d: search.feasible([b + d for b in bounds]))
+    ends = search.cheapest([b + extra for b in bounds], _INF)
+    found = _make(model, model.analysis.chain, ends)
+    problems = []
+    for k, memory in enumerate(found.memory):
+        over = memory.total_bytes - bounds[k]
+        if over <= 0:
+            continue
+        if capacities is not None and memory.required_bytes > capacities[k]:
+            problems.append(
+                f"stage {k} needs {format_bytes(memory.required_bytes)} "
+                f"({format_bytes(memory.total_bytes)} + {model.headroom:.0%} headroom) but "
+                f"device {k} has {format_bytes(capacities[k])}: "
+                f"{format_bytes(memory.required_bytes - capacities[k])} over"
+            )
+        else:
+            assert max_stage_bytes is not None
+            problems.append(
+                f"stage {k} needs {format_bytes(memory.total_bytes)}, over the "
+                f"{format_bytes(max_stage_bytes)} shard limit by "
+                f"{format_bytes(memory.total_bytes - max_stage_bytes)}"
+            )
+    where = ", ".join(f"[{i}, {j})" for i, j in found.segments)
+    return PlanError(
+        f"no {len(bounds)}-stage plan fits: " + "; ".join(problems) + f" (the closest plan, "
+        f"segments {where}, overflows least). Use larger or more devices, a larger shard "
+        "limit, smaller planning dims, or relaxed cuts"
+    )

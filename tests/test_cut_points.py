@@ -1,0 +1,229 @@
+"""Tests of cut-point discovery against a brute-force oracle built on assign_stages."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from onnx_ir_multidevice import zoo
+from onnx_ir_multidevice.analysis.boundaries import boundary_crossings
+from onnx_ir_multidevice.analysis.cut_points import (
+    analyse_cut_points,
+    find_cut_points,
+)
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
+from onnx_ir_multidevice.analysis.stages import assign_stages
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
+
+F32 = ir.DataType.FLOAT
+I64 = ir.DataType.INT64
+
+
+# ---------------------------------------------------------------------------------------
+# Oracle
+
+
+def oracle(graph: ir.Graph, *, relaxed: bool, limit: int) -> dict[str, tuple[str, ...]]:
+    """Cut tensor name -> sorted side names, from assign_stages + boundary_crossings."""
+    classes = classify_values(graph)
+    sizes = ValueSizes(graph)
+    result = {}
+    for node in graph:
+        for value in node.outputs:
+            if classes[value] is not TensorClass.ACTIVATION:
+                continue
+            stages = assign_stages(graph, [value], classes=classes)
+            if 1 not in stages.values():
+                continue
+            (boundary,) = boundary_crossings(graph, stages, classes=classes, num_stages=2)
+            crossing = boundary.activations
+            if value not in crossing:
+                continue
+            side = [v for v in crossing if v is not value]
+            if side and not relaxed:
+                continue
+            side_bytes = [sizes.nbytes(v) for v in side]
+            if any(n is None for n in side_bytes) or sum(side_bytes) > limit:
+                continue
+            result[value.name] = tuple(sorted(v.name for v in side))
+    return result
+
+
+def found(graph: ir.Graph, *, relaxed: bool, limit: int) -> dict[str, tuple[str, ...]]:
+    cuts = find_cut_points(graph, relaxed=relaxed, side_limit_bytes=limit)
+    return {c.value.name: tuple(sorted(v.name for v in c.side)) for c in cuts}
+
+
+# ---------------------------------------------------------------------------------------
+# Random graphs: residuals, side branches, shape vectors, multi-output nodes, constants,
+# dead nodes, several outputs.
+
+OPS = (
+    *("matmul", "relu", "add", "shape", "reshape") * 2,
+    *("split", "const", "tconst", "input_op"),
+)
+
+
+@st.composite
+def random_graphs(draw) -> ir.Graph:
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    x = ir.Value(name="x", type=ir.TensorType(F32), shape=ir.Shape([1, 8]))
+    y = ir.Value(name="y", type=ir.TensorType(F32), shape=ir.Shape([1, 8]))
+    nodes: list[ir.Node] = []
+    inits: list[ir.Value] = []
+    floats: list[ir.Value] = [x, y]
+    ints: list[ir.Value] = []
+    counter = [0]
+
+    def fresh(prefix: str) -> str:
+        counter[0] += 1
+        return f"{prefix}{counter[0]}"
+
+    def emit(op: str, inputs, n_out=1, shape=(1, 8), dtype=F32, attrs=None) -> list[ir.Value]:
+        outs = [
+            ir.Value(name=fresh("v"), type=ir.TensorType(dtype), shape=ir.Shape(shape))
+            for _ in range(n_out)
+        ]
+        node = ir.Node("", op, inputs, attributes=attrs or (), outputs=outs, name=fresh(op))
+        nodes.append(node)
+        return outs
+
+    def weight(shape) -> ir.Value:
+        data = rng.standard_normal(shape).astype(np.float32)
+        value = ir.Value(name=fresh("w"), const_value=ir.tensor(data))
+        value.shape = ir.Shape(shape)
+        value.type = ir.TensorType(F32)
+        inits.append(value)
+        return value
+
+    def pick(pool):
+        # Prefer recent values (chains), sometimes far ones (residuals / side branches).
+        if draw(st.booleans()):
+            return pool[-1 - draw(st.integers(0, min(2, len(pool) - 1)))]
+        return pool[draw(st.integers(0, len(pool) - 1))]
+
+    floats += emit("MatMul", [x, weight((8, 8))])
+    for _ in range(draw(st.integers(0, 18))):
+        op = draw(st.sampled_from(OPS))
+        if op == "matmul":
+            floats += emit("MatMul", [pick(floats), weight((8, 8))])
+        elif op == "relu":
+            floats += emit("Relu", [pick(floats)])
+        elif op == "add":
+            floats += emit("Add", [pick(floats), pick(floats)])
+        elif op == "shape":
+            ints += emit("Shape", [pick(floats)], shape=(2,), dtype=I64)
+        elif op == "reshape" and ints:
+            floats += emit("Reshape", [pick(floats), pick(ints)])
+        elif op == "split":
+            floats += emit("Split", [pick(floats)], n_out=2, attrs=[ir.AttrInt64("num_outputs", 2)])
+        elif op == "const":
+            data = rng.standard_normal((1, 8)).astype(np.float32)
+            floats += emit("Constant", [], attrs=[ir.AttrTensor("value", ir.tensor(data))])
+        elif op == "tconst":
+            floats += emit("Transpose", [weight((8, 8))], shape=(8, 8))
+        elif op == "input_op":
+            floats += emit("Sigmoid", [draw(st.sampled_from([x, y]))])
+    produced = [v for n in nodes for v in n.outputs]
+    outputs = [produced[-1]] if produced else [x]
+    extra = draw(st.lists(st.integers(0, max(0, len(produced) - 1)), max_size=2))
+    for i in extra:
+        if produced and produced[i] not in outputs:
+            outputs.append(produced[i])
+    graph = ir.Graph([x, y], outputs, nodes=nodes, initializers=inits, opset_imports={"": 18})
+    return graph
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_graphs(), st.sampled_from([0, 16, 40, 1 << 20]))
+def test_matches_oracle_on_random_graphs(graph, limit):
+    assert found(graph, relaxed=False, limit=limit) == oracle(graph, relaxed=False, limit=limit)
+    assert found(graph, relaxed=True, limit=limit) == oracle(graph, relaxed=True, limit=limit)
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_graphs())
+def test_chain_cuts_split_the_planning_order(graph):
+    """Every chain cut feeds exactly the suffix of the planning order from its boundary."""
+    analysis = analyse_cut_points(graph, relaxed=True, side_limit_bytes=64)
+    assert list(analysis.boundaries) == sorted(set(analysis.boundaries))
+    for cut, boundary in zip(analysis.chain, analysis.boundaries):
+        stages = assign_stages(graph, [cut.value], classes=analysis.classes)
+        after = {n for n in analysis.order if stages[n] == 1}
+        assert after == set(analysis.order[boundary:])
+
+
+# ---------------------------------------------------------------------------------------
+# Zoo models
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (zoo.resnet(depth_blocks=2), {"layer.0.out", "layer.1.out", "pool", "flatten"}),
+        (zoo.bert(layers=2), {"layer.0.out", "layer.1.attn.norm", "embeddings.norm"}),
+        (zoo.vit(layers=2), {"layer.0.out", "layer.1.out", "embeddings", "norm"}),
+    ],
+)
+def test_zoo_layer_outputs_are_strict_cuts(model, expected):
+    cuts = find_cut_points(model.graph)
+    names = {c.value.name for c in cuts}
+    assert expected <= names
+    assert all(c.strict and c.bytes and c.node.outputs[0] is c.value for c in cuts)
+    assert [c.position for c in cuts] == sorted(c.position for c in cuts)
+    assert names == set(oracle(model.graph, relaxed=False, limit=0))
+
+
+def test_gpt_side_activations_need_relaxed_cuts():
+    model = zoo.gpt(layers=4)
+    strict = find_cut_points(model.graph)
+    relaxed = find_cut_points(model.graph, relaxed=True, side_limit_bytes=4096)
+    strict_names = {c.value.name for c in strict}
+    # Shape vector and causal mask cross every layer but the last: no strict cut there.
+    assert not {"layer.0.out", "layer.1.out", "layer.2.out"} & strict_names
+    by_name = {c.value.name: c for c in relaxed}
+    for i in range(3):
+        cut = by_name[f"layer.{i}.out"]
+        assert not cut.strict
+        assert all(v.dtype in (ir.DataType.INT64, ir.DataType.BOOL) for v in cut.side)
+        assert cut.bytes == 1 * 16 * 64 * 4 + sum(
+            ValueSizes(model.graph).nbytes(v) for v in cut.side
+        )
+    assert len(relaxed) >= 3 * 3
+    assert set(by_name) == set(oracle(model.graph, relaxed=True, limit=4096))
+
+
+def test_control_flow_never_cuts_inside_bodies():
+    model = zoo.control_flow()
+    cuts = find_cut_points(model.graph, relaxed=True)
+    main_values = {v for n in model.graph for v in n.outputs}
+    assert cuts and all(c.value in main_values for c in cuts)
+    names = {c.value.name for c in cuts}
+    assert {"proj", "loop"} <= names
+    assert names == set(oracle(model.graph, relaxed=True, limit=1 << 20))
+
+
+def test_planning_dims_size_symbolic_batch():
+    model = zoo.resnet(depth_blocks=2)
+    one = {c.value.name: c.bytes for c in find_cut_points(model.graph)}
+    four = {c.value.name: c.bytes for c in find_cut_points(model.graph, dims={"batch": 4})}
+    assert all(four[name] == 4 * one[name] for name in one)
+
+
+def test_missing_shapes_are_inferred_on_a_copy():
+    model = zoo.resnet(depth_blocks=2)
+    for node in model.graph:
+        for value in node.outputs:
+            if value not in model.graph.outputs:
+                value.shape = None
+    cuts = find_cut_points(model.graph)
+    assert cuts and all(c.bytes for c in cuts)
+    assert all(c.value.shape is None for c in cuts if c.value not in model.graph.outputs)
+
+
+def test_bad_side_limit():
+    with pytest.raises(ValueError, match="side_limit_bytes"):
+        find_cut_points(zoo.resnet().graph, relaxed=True, side_limit_bytes=-1)

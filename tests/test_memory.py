@@ -1,0 +1,191 @@
+"""Tests of the stage memory model, against hand counts and a brute-force recount."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from hypothesis import given, settings
+from test_cut_points import random_graphs
+
+from onnx_ir_multidevice import zoo
+from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
+from onnx_ir_multidevice.planner.memory import (
+    MIB,
+    MemoryModel,
+    StageMemory,
+    format_bytes,
+    required_bytes,
+    to_mib,
+    usable_bytes,
+)
+
+F32 = ir.DataType.FLOAT
+
+
+def mlp(dims=(1, 8), seq_symbolic=False):
+    """x -> MatMul W1 -> Relu -> MatMul Transpose(W2) -> y, every activation 32 bytes."""
+    shape = ir.Shape(["batch", "seq"] if seq_symbolic else ["batch", 8])
+    x = ir.Value(name="x", type=ir.TensorType(F32), shape=shape)
+    w1 = ir.Value(name="w1", const_value=ir.tensor(np.ones((8, 8), np.float32)))
+    w2 = ir.Value(name="w2", const_value=ir.tensor(np.ones((8, 8), np.float32)))
+
+    def act(name):
+        return ir.Value(name=name, type=ir.TensorType(F32), shape=ir.Shape(["batch", 8]))
+
+    h, r, t, y = act("h"), act("r"), ir.Value(name="t", type=ir.TensorType(F32)), act("y")
+    t.shape = ir.Shape([8, 8])
+    nodes = [
+        ir.Node("", "MatMul", [x, w1], outputs=[h], name="fc1"),
+        ir.Node("", "Relu", [h], outputs=[r], name="relu"),
+        ir.Node("", "Transpose", [w2], outputs=[t], name="w2t"),
+        ir.Node("", "MatMul", [r, t], outputs=[y], name="fc2"),
+    ]
+    graph = ir.Graph([x], [y], nodes=nodes, initializers=[w1, w2], opset_imports={"": 18})
+    return ir.Model(graph, ir_version=10)
+
+
+def test_hand_counted_stages():
+    model = mlp()
+    memory = MemoryModel(analyse_cut_points(model.graph), headroom=0.25)
+    assert [c.value.name for c in memory.analysis.chain] == ["h", "r"]
+    whole = memory.whole()
+    # Weights: w1 and w2 (through the replicable Transpose) = 2 * 256.
+    assert whole.weights_bytes == 512
+    # Buffers: input x (32) and output y (32). Peak: two 32-byte activations at once.
+    assert whole.io_bytes == 64
+    assert whole.activations_bytes == 64
+    assert whole.total_bytes == 640
+    assert whole.required_bytes == 854  # ceil(640 / 0.75)
+    first, second = memory.stage(0, 1), memory.stage(1, 3)
+    assert (first.weights_bytes, first.io_bytes, first.activations_bytes) == (256, 32, 32)
+    assert (second.weights_bytes, second.io_bytes, second.activations_bytes) == (256, 32, 64)
+    assert memory.total_bytes([0, 1, 0], [1, 3, 3]).tolist() == [320, 352, 640]
+    with pytest.raises(ValueError, match="non-empty run"):
+        memory.stage(2, 2)
+
+
+def test_planning_dims_scale_activations_and_buffers():
+    small = MemoryModel(analyse_cut_points(mlp().graph)).whole()
+    large = MemoryModel(analyse_cut_points(mlp().graph, dims={"batch": 4})).whole()
+    assert large.weights_bytes == small.weights_bytes
+    assert large.activations_bytes == 4 * small.activations_bytes
+    assert large.io_bytes == 4 * small.io_bytes
+
+
+def test_unknown_sizes_are_named_not_zero():
+    model = mlp(seq_symbolic=True)
+    memory = MemoryModel(analyse_cut_points(model.graph))
+    assert "x" in memory.whole().unknown and not memory.whole().complete
+    known = MemoryModel(analyse_cut_points(model.graph, dims={"seq": 8})).whole()
+    assert known.complete and known.io_bytes == 64
+
+
+def test_shared_weight_counts_in_every_stage_that_reads_it():
+    model = zoo.gpt(layers=2, tie_embeddings=True)
+    memory = MemoryModel(analyse_cut_points(model.graph, relaxed=True))
+    wte = model.graph.initializers["wte.weight"].const_value.nbytes
+    last = memory.num_segments
+    middle = last // 2
+    first, second = memory.stage(0, middle), memory.stage(middle, last)
+    untied = MemoryModel(
+        analyse_cut_points(zoo.gpt(layers=2, tie_embeddings=False).graph, relaxed=True)
+    )
+    assert first.weights_bytes > wte and second.weights_bytes > wte
+    # Tied: the embedding is held by both ends; the sum exceeds the model's weights.
+    assert first.weights_bytes + second.weights_bytes >= memory.whole().weights_bytes + wte
+    assert untied.whole().weights_bytes > memory.whole().weights_bytes
+
+
+def brute_force_stage(memory: MemoryModel, i: int, j: int) -> int:
+    """Recount a stage's memory from scratch, node by node."""
+    analysis = memory.analysis
+    sizes: ValueSizes = analysis.sizes
+    nodes = list(analysis.order[memory.starts[i] : memory.ends[j - 1]])
+    node_set = set(nodes)
+    replicable = set(analysis.replicable_nodes)
+    graph = analysis.graph
+    items: set[ir.Value] = set()
+    stack = [v for n in nodes for v in analysis.uses[n]]
+    seen = set()
+    while stack:
+        value = stack.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        producer = value.producer()
+        if producer is None:
+            items.add(value)
+        elif producer in replicable:
+            stack.extend(analysis.uses[producer])
+            has_input = _cone_has_input(producer, analysis)
+            if has_input or not producer.inputs:
+                items.add(value)
+    total = sum(memory._nbytes(v) or 0 for v in items)
+    total += sum(sizes.nbytes(v) or 0 for v in graph.outputs if v.producer() in node_set)
+    # Peak: global liveness restricted to the stage's positions.
+    order = analysis.order
+    position = {n: k for k, n in enumerate(order)}
+    last = {}
+    for k, n in enumerate(order):
+        for v in analysis.uses[n]:
+            if v.producer() in position:
+                last[v] = k
+    peak = 0
+    for k in range(memory.starts[i], memory.ends[j - 1]):
+        live = sum(
+            sizes.nbytes(v) or 0
+            for n in order
+            for v in n.outputs
+            if position[n] <= k <= last.get(v, position[n])
+        )
+        peak = max(peak, live)
+    return total + peak
+
+
+def _cone_has_input(node, analysis):
+    stack, seen = list(analysis.uses[node]), set()
+    while stack:
+        value = stack.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        producer = value.producer()
+        if producer is None:
+            if value in analysis.graph.inputs and value.const_value is None:
+                return True
+        else:
+            stack.extend(analysis.uses[producer])
+    return False
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_graphs())
+def test_matches_brute_force_and_grows_with_the_stage(graph):
+    memory = MemoryModel(analyse_cut_points(graph, relaxed=True, side_limit_bytes=64))
+    size = memory.num_segments
+    pairs = [(i, j) for i in range(size) for j in range(i + 1, size + 1)]
+    i, j = np.array(pairs).T
+    totals = memory.total_bytes(i, j)
+    table = dict(zip(pairs, totals.tolist()))
+    for (a, b), total in table.items():
+        assert total == memory.stage(a, b).total_bytes
+        assert total == brute_force_stage(memory, a, b)
+        if b < size:
+            assert table[(a, b + 1)] >= total
+        if a > 0:
+            assert table[(a - 1, b)] >= total
+    flops = memory.flops(i, j)
+    assert (flops >= 0).all()
+
+
+def test_mib_rounding_and_headroom():
+    assert to_mib(0) == 0 and to_mib(1) == 1 and to_mib(MIB) == 1 and to_mib(MIB + 1) == 2
+    assert required_bytes(1200 * MIB, 0.2) == 1500 * MIB
+    assert usable_bytes(1500 * MIB, 0.2) == 1200 * MIB
+    stage = StageMemory(weights_bytes=MIB, activations_bytes=1, io_bytes=0, headroom=0.2)
+    assert stage.total_mb == 2 and stage.required_mb == 2
+    assert format_bytes(312) == "312 B" and format_bytes(3 * MIB // 2) == "1.5 MiB"
+    with pytest.raises(ValueError, match="headroom"):
+        MemoryModel(analyse_cut_points(mlp().graph), headroom=1.0)

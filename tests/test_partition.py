@@ -1,0 +1,120 @@
+"""Optimality of the partitioner against enumeration of every cut combination."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_cut_points import random_graphs
+
+from onnx_ir_multidevice import zoo
+from onnx_ir_multidevice._errors import PlanError
+from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
+from onnx_ir_multidevice.planner.memory import MemoryModel, usable_bytes
+from onnx_ir_multidevice.planner.partition import partition
+
+
+def brute_force(memory: MemoryModel, n: int, capacities=None, max_stage=None):
+    """Best (bottleneck, max flops, transfer) over every choice of n - 1 usable boundaries."""
+    chain = memory.analysis.chain
+    usable = [b for b, cut in enumerate(chain, start=1) if cut.bytes is not None]
+    best = None
+    for combo in itertools.combinations(usable, n - 1):
+        ends = [0, *combo, memory.num_segments]
+        stages = list(zip(ends[:-1], ends[1:]))
+        totals = [int(memory.total_bytes([i], [j])[0]) for i, j in stages]
+        if capacities is not None and any(
+            t > usable_bytes(c, memory.headroom) for t, c in zip(totals, capacities)
+        ):
+            continue
+        if max_stage is not None and max(totals) > max_stage:
+            continue
+        flops = max(int(memory.flops([i], [j])[0]) for i, j in stages)
+        transfer = sum(chain[b - 1].bytes for b in combo)
+        key = (max(totals), flops, transfer)
+        if best is None or key < best:
+            best = key
+    return best
+
+
+def objective(found):
+    return (found.bottleneck_bytes, max(found.flops), found.transfer_bytes)
+
+
+@pytest.mark.parametrize(
+    ("model", "relaxed"),
+    [
+        (zoo.resnet(depth_blocks=3), False),
+        (zoo.resnet(depth_blocks=3), True),
+        (zoo.bert(layers=2), True),
+        (zoo.gpt(layers=2), True),
+        (zoo.vit(layers=2), False),
+        (zoo.control_flow(), True),
+    ],
+    ids=["resnet", "resnet-relaxed", "bert-relaxed", "gpt-tied-relaxed", "vit", "control-flow"],
+)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_zoo_partitions_are_optimal(model, relaxed, n):
+    memory = MemoryModel(analyse_cut_points(model.graph, relaxed=relaxed, side_limit_bytes=8192))
+    expected = brute_force(memory, n)
+    if expected is None:
+        with pytest.raises(PlanError):
+            partition(memory, n)
+        return
+    found = partition(memory, n)
+    assert found.num_stages == n and len(found.cuts) == n - 1
+    assert objective(found) == expected
+    assert [m.total_bytes for m in found.memory] == [
+        int(memory.total_bytes([i], [j])[0]) for i, j in found.segments
+    ]
+
+
+@settings(max_examples=80, deadline=None)
+@given(random_graphs(), st.integers(2, 4), st.floats(0.3, 1.5), st.booleans())
+def test_random_partitions_with_capacities_are_optimal(graph, n, scale, uneven):
+    memory = MemoryModel(analyse_cut_points(graph, relaxed=True, side_limit_bytes=64))
+    whole = int(memory.total_bytes([0], [memory.num_segments])[0])
+    base = max(1, int(whole * scale / n / (1 - memory.headroom)))
+    capacities = [base * (3 if uneven and k == 0 else 1) for k in range(n)]
+    expected = brute_force(memory, n, capacities)
+    if expected is None:
+        with pytest.raises(PlanError):
+            partition(memory, n, capacities=capacities)
+        return
+    found = partition(memory, n, capacities=capacities)
+    assert objective(found) == expected
+    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities))
+
+
+def test_heterogeneous_devices_put_big_stages_on_big_devices():
+    memory = MemoryModel(analyse_cut_points(zoo.resnet(depth_blocks=6).graph))
+    whole = memory.whole().required_bytes
+    capacities = [whole * 3 // 4, whole // 2, whole // 2]
+    found = partition(memory, 3, capacities=capacities)
+    assert found.memory[0].total_bytes > found.memory[1].total_bytes
+    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities))
+    assert objective(found) == brute_force(memory, 3, capacities)
+
+
+def test_errors_name_the_stage_device_and_overflow():
+    memory = MemoryModel(analyse_cut_points(zoo.resnet(depth_blocks=2).graph))
+    with pytest.raises(PlanError, match=r"at most \d+ stages; 40 were asked for"):
+        partition(memory, 40)
+    tiny = memory.whole().required_bytes // 10
+    with pytest.raises(PlanError, match=r"stage 0 needs .* but device 0 has .*over") as info:
+        partition(memory, 2, capacities=[tiny, tiny])
+    assert "stage 1" in str(info.value)
+    with pytest.raises(PlanError, match="shard limit"):
+        partition(memory, 2, max_stage_bytes=1000)
+    with pytest.raises(PlanError, match="one capacity per stage"):
+        partition(memory, 2, capacities=[10**9])
+    with pytest.raises(PlanError, match="at least 1"):
+        partition(memory, 0)
+
+
+def test_one_stage_is_the_whole_model():
+    memory = MemoryModel(analyse_cut_points(zoo.vit(layers=1).graph))
+    found = partition(memory, 1)
+    assert found.cuts == () and found.memory[0] == memory.whole()

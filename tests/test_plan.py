@@ -1,0 +1,189 @@
+"""plan() on zoo models: spec-shaped metadata, checker-clean, splittable; the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx_ir as ir
+import pytest
+
+from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice._check import check
+from onnx_ir_multidevice._cli import main
+from onnx_ir_multidevice._errors import PlanError
+from onnx_ir_multidevice._format import OmnyMetadata
+from onnx_ir_multidevice.planner.devices import parse_devices, parse_dims, parse_size
+from onnx_ir_multidevice.planner.plan import describe, guess_architecture, plan, plan_model
+
+SPEC_EXAMPLE = json.loads((Path(__file__).parent / "data" / "spec_example.json").read_text())
+
+
+def keys(document, path=""):
+    """Every JSON key path of a document, list indices collapsed."""
+    found = set()
+    if isinstance(document, dict):
+        for key, value in document.items():
+            found.add(f"{path}.{key}")
+            found |= keys(value, f"{path}.{key}")
+    elif isinstance(document, list):
+        for value in document:
+            found |= keys(value, f"{path}[]")
+    return found
+
+
+ZOO = {
+    "resnet": (lambda: zoo.resnet(depth_blocks=4), "cnn", False),
+    "bert": (lambda: zoo.bert(layers=3), "transformer_encoder", False),
+    "gpt": (lambda: zoo.gpt(layers=3), "transformer_decoder", True),
+    "vit": (lambda: zoo.vit(layers=3), "vision_transformer", False),
+    "control_flow": (lambda: zoo.control_flow(), "mlp", True),
+}
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_plans_are_spec_shaped_and_checker_clean(name):
+    build, architecture, relaxed = ZOO[name]
+    model = build()
+    before = ir.to_proto(model).SerializeToString()
+    meta = plan(model, shards=[2, 3] if name == "control_flow" else [2, 3, 4], relaxed=relaxed)
+    assert ir.to_proto(model).SerializeToString() == before  # the model is not modified
+    document = json.loads(meta.to_json())
+    assert keys(document) == keys(SPEC_EXAMPLE)  # only (and all) spec keys
+    assert OmnyMetadata.from_json(meta.to_json()) == meta
+    assert meta.model.architecture == architecture
+    assert meta.model.total_params == sum(
+        v.const_value.size for v in model.graph.initializers.values()
+    ) + _constants(model)
+    assert meta.export_info.source_framework == "onnx"
+    assert meta.inputs[0].shape[0] == -1  # symbolic batch
+    ids = [c.id for c in meta.cut_points]
+    assert ids == [f"cut_{k}" for k in range(1, len(ids) + 1)]
+    nodes = {n.name: n for n in model.graph}
+    running = 0
+    for cut in meta.cut_points:
+        assert nodes[cut.after_node].outputs[0].name == cut.tensor_name
+        running += cut.shard_memory_mb
+        assert cut.cumulative_memory_mb == running
+    for config in meta.sharding.configurations:
+        assert len(config.cut_point_ids) == config.num_shards - 1
+        assert len(config.memory_per_shard_mb) == config.num_shards
+        assert max(config.memory_per_shard_mb) <= meta.sharding.max_shard_size_mb
+        order = [ids.index(i) for i in config.cut_point_ids]
+        assert order == sorted(order)
+    assert meta.sharding.min_vram_mb >= meta.sharding.max_shard_size_mb
+    omny.write(model, meta)
+    errors = [d for d in check(model, relaxed_cuts=relaxed) if d.severity.value == "error"]
+    assert errors == []
+
+
+def _constants(model):
+    return sum(
+        n.attributes["value"].value.size
+        for n in model.graph
+        if n.op_type == "Constant" and "value" in n.attributes
+    )
+
+
+def test_plans_split_into_runnable_stages(tmp_path):
+    from onnx_ir_multidevice._split import split
+
+    model = zoo.bert(layers=2)
+    omny.write(model, plan(model, shards=[3]))
+    stages = split(model, 3)
+    assert len(stages) == 3
+
+
+def test_devices_and_tied_weights():
+    model = zoo.gpt(layers=4, hidden=128, seq=64)
+    result = plan_model(model, relaxed=True, devices=["4MiB", "2MiB", "2MiB"])
+    (found,) = result.partitions
+    assert [m.required_bytes <= c for m, c in zip(found.memory, result.capacities[0])] == [True] * 3
+    wte = model.graph.initializers["wte.weight"].const_value.nbytes
+    assert found.memory[0].weights_bytes > wte and found.memory[-1].weights_bytes > wte
+    assert "3 shards" in describe(result) and "device 2.0 MiB" in describe(result)
+    with pytest.raises(PlanError, match="stage .* needs .* but device .* has"):
+        plan(model, relaxed=True, devices=["1MiB", "1MiB"])
+    with pytest.raises(PlanError, match="4 shards need 4 devices"):
+        plan(model, relaxed=True, devices=["4MiB", "2MiB", "2MiB"], shards=[4])
+    with pytest.raises(PlanError, match="no unit"):
+        plan(model, devices=["8"])
+
+
+def test_automatic_shard_counts_and_limits():
+    model = zoo.resnet(depth_blocks=2)
+    result = plan_model(model)
+    counts = result.metadata.sharding.allowed_shards
+    assert counts[0] == 2 and len(counts) == len(result.partitions)
+    assert result.metadata.sharding.max_shards == max(counts)
+    assert len(zoo.control_flow().graph) < 10
+    small = plan_model(zoo.control_flow())
+    assert small.metadata.sharding.allowed_shards == (2, 3)
+    assert small.skipped and "at most 3 stages" in small.skipped[0][1]
+    limited = plan(zoo.bert(layers=4, hidden=256, seq=128), max_shard_size_mb=5)
+    assert all(max(c.memory_per_shard_mb) <= 5 for c in limited.sharding.configurations)
+    assert limited.sharding.min_shards >= 3
+    with pytest.raises(PlanError, match="no shard count"):
+        plan(zoo.bert(layers=2, hidden=256, seq=128), max_shard_size_mb=1)
+    with pytest.raises(PlanError, match="relaxed cuts may give more"):
+        plan(zoo.gpt(layers=3), shards=[6])
+
+
+def test_unnamed_nodes_are_refused_unless_names_are_assigned():
+    model = zoo.resnet(depth_blocks=2)
+    for node in model.graph:
+        node.name = ""
+    with pytest.raises(PlanError, match="NameFixPass"):
+        plan(model, shards=[2])
+    meta = plan(model, shards=[2], assign_names=True)
+    names = {n.name for n in model.graph}
+    assert all(c.after_node in names for c in meta.cut_points)
+
+
+def test_guess_architecture_on_a_plain_graph():
+    assert guess_architecture(ir.Graph([], [], nodes=[])) == "unknown"
+
+
+def test_parse_sizes_and_dims():
+    assert parse_size("24GiB") == 24 * 1024**3
+    assert parse_size("8GB") == 8 * 1000**3
+    assert parse_size("1.5 mib") == 1572864
+    assert parse_devices("24GiB, 8GiB,8GiB") == (24 * 1024**3, 8 * 1024**3, 8 * 1024**3)
+    assert parse_dims(["seq=512", "batch=2"]) == {"seq": 512, "batch": 2}
+    for bad in ("8", "8XB", "-1GB", "GB", "0MiB"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    with pytest.raises(ValueError, match="NAME=POSITIVE_INT"):
+        parse_dims(["seq"])
+    with pytest.raises(ValueError, match="no device sizes"):
+        parse_devices(" , ")
+
+
+def test_cli_plan(tmp_path, capsys):
+    source = tmp_path / "bert.onnx"
+    ir.save(zoo.bert(layers=2), source)
+    out = tmp_path / "bert.omny"
+    assert main(["plan", str(source), "-o", str(out), "--shards", "2,3", "--dim", "batch=2"]) == 0
+    text = capsys.readouterr().out
+    assert "2 shards: cuts cut_" in text and "stage 2:" in text
+    meta = omny.read(ir.load(out))
+    assert meta is not None and meta.sharding.allowed_shards == (2, 3)
+    assert main(["plan", str(source), "-o", str(out), "--shards", "2", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["sharding"]["allowed_shards"] == [2]
+    assert main(["plan", str(source), "-o", str(out), "--devices", "1KiB,1KiB"]) == 1
+    assert "device 0 has 1.0 KiB" in capsys.readouterr().err
+    assert main(["plan", str(source), "-o", str(out), "--devices", "1Q"]) == 2
+    assert main(["plan", str(source), "-o", str(out), "--shards", "x"]) == 2
+    assert main(["plan", str(source), "-o", str(out), "--headroom", "1.5"]) == 2
+    assert main(["plan", str(tmp_path / "missing.onnx"), "-o", str(out)]) == 2
+
+
+def test_docs_figure_is_drawn(tmp_path):
+    import runpy
+
+    figure = runpy.run_path(str(Path(__file__).parent.parent / "docs" / "planning_figure.py"))
+    result = figure["example"]()
+    assert [p.num_stages for p in result.partitions] == [2, 3, 4]
+    path = figure["draw"](result, tmp_path / "memory.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
