@@ -8,7 +8,6 @@ No network access is needed (intersphinx is off).
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -58,58 +57,3 @@ napoleon_use_rtype = False
 html_theme = "furo"
 html_title = f"onnx-ir-multidevice {release}"
 html_static_path: list[str] = []
-
-
-# Pages of the toctree in index.md that are not written yet are left out of it (with a note
-# in the build log) rather than failing the build: the capability pages are written by
-# several people in parallel.
-_TOCTREE = re.compile(r"(```\{toctree\}\n)(.*?)(```)", re.DOTALL)
-
-
-def _drop_missing_pages(app, docname: str, source: list[str]) -> None:
-    if docname != root_doc:
-        return
-
-    def keep(match: re.Match[str]) -> str:
-        lines = []
-        for line in match.group(2).splitlines(keepends=True):
-            entry = line.strip()
-            if entry and not entry.startswith(":") and not (DOCS / f"{entry}.md").is_file():
-                print(f"docs: page {entry!r} of the toctree is not written yet; left out")
-                continue
-            lines.append(line)
-        return match.group(1) + "".join(lines) + match.group(3)
-
-    source[0] = _TOCTREE.sub(keep, source[0])
-
-
-# Likewise, an ``automodule`` block of api.md whose module does not exist yet is left out. A
-# module that exists but fails to import still fails the build.
-_AUTOMODULE = re.compile(r"```\{eval-rst\}\n\.\. automodule:: ([\w.]+)\n.*?```\n?", re.DOTALL)
-
-
-def _module_exists(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def _drop_missing_modules(app, docname: str, source: list[str]) -> None:
-    if docname != "api":
-        return
-
-    def keep(match: re.Match[str]) -> str:
-        if _module_exists(match.group(1)):
-            return match.group(0)
-        print(f"docs: module {match.group(1)} is not written yet; left out of the API page")
-        return ""
-
-    source[0] = _AUTOMODULE.sub(keep, source[0])
-
-
-def setup(app) -> None:
-    app.connect("source-read", _drop_missing_pages)
-    app.connect("source-read", _drop_missing_modules)

@@ -28,11 +28,13 @@ class OmnyError(Exception):
 
 
 class OmnyFormatError(OmnyError, ValueError):
-    """The ``.omny`` metadata JSON is malformed.
+    """The ``.omny`` metadata JSON, or a multi-device field of a model proto, is malformed.
 
     Attributes:
-        path: JSON path of the offending element, e.g.
-            ``sharding.configurations[1].cut_point_ids[2]`` (``""`` for the document).
+        path: Where the offending element is: a JSON path such as
+            ``sharding.configurations[1].cut_point_ids[2]``, a proto field path such as
+            ``graph.node[3].device_configurations[0].configuration_id``, or a
+            ``metadata_props[<key>]`` entry (``""`` for the whole document).
         reason: What is wrong, without the path.
     """
 

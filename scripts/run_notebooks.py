@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 failures += 1
                 print(f"FAILED  {name} ({took:.1f} s)\n{error}", flush=True)
-    print(f"run_notebooks: {len(paths) - failures} passed, {failures} failed")
+    print(f"run_notebooks: {len(paths) - failures} of {len(paths)} notebooks ran top to bottom")
     return 1 if failures else 0
 
 
