@@ -4,7 +4,9 @@ Builds ``zoo.synthetic_chain(N)`` with a ``.omny`` plan (a 2-shard and a 4-shard
 configuration cutting at block outputs), saves it, then in the same run times:
 
 * ``onnx_ir.load`` of the file (the reference);
-* ``annotate(model)`` (checker gate included) followed by ``check(model)``.
+* ``annotate(model)`` (checker gate included) followed by ``check(model)``, sharing one
+  :class:`~onnx_ir_multidevice.analysis.GraphIndex` built in the timed region
+  (``--no-shared-index``: each call builds its own).
 
 Prints the ratio (target <= 0.10) and the time per node at the small and the large size
 (target: growth <= 1.3x). Best of ``--repeat`` runs for each timing.
@@ -27,6 +29,7 @@ from onnx_ir_multidevice import omny, zoo
 from onnx_ir_multidevice._annotate import annotate
 from onnx_ir_multidevice._check import check
 from onnx_ir_multidevice._format import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
+from onnx_ir_multidevice.analysis import GraphIndex
 
 
 def add_plan(model: ir.Model) -> None:
@@ -63,7 +66,9 @@ def best_of(repeat: int, func) -> tuple[float, object]:
     return best, result
 
 
-def measure(num_nodes: int, repeat: int, folder: Path) -> tuple[float, float]:
+def measure(
+    num_nodes: int, repeat: int, folder: Path, shared_index: bool = True
+) -> tuple[float, float]:
     """Return (load seconds, annotate + check seconds) for a model of ``num_nodes`` nodes."""
     model = zoo.synthetic_chain(num_nodes)
     add_plan(model)
@@ -75,8 +80,9 @@ def measure(num_nodes: int, repeat: int, folder: Path) -> tuple[float, float]:
     def work() -> list:
         fresh = ir.load(path)
         start = time.perf_counter()
-        annotate(fresh)
-        diagnostics = check(fresh)
+        index = GraphIndex.for_model(fresh) if shared_index else None
+        annotate(fresh, index=index)
+        diagnostics = check(fresh, index=index)
         work.elapsed = time.perf_counter() - start  # type: ignore[attr-defined]
         assert not [d for d in diagnostics if d.is_error], diagnostics
         return diagnostics
@@ -93,10 +99,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs=2, default=(3000, 50000))
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--no-shared-index",
+        action="store_true",
+        help="let annotate() and check() each build their own graph index",
+    )
     args = parser.parse_args()
     small, large = args.sizes
+    shared = not args.no_shared_index
     with tempfile.TemporaryDirectory() as tmp:
-        rows = {n: measure(n, args.repeat, Path(tmp)) for n in (small, large)}
+        rows = {n: measure(n, args.repeat, Path(tmp), shared) for n in (small, large)}
     print(f"{'nodes':>8} {'ir.load s':>10} {'annotate+check s':>17} {'ratio':>7} {'us/node':>8}")
     for n, (load_s, work_s) in rows.items():
         ratio, per_node = work_s / load_s, work_s / n * 1e6

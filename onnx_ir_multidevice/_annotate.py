@@ -17,6 +17,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice import _check
 from onnx_ir_multidevice._diagnostics import Diagnostic, Severity
 from onnx_ir_multidevice._errors import CheckError
+from onnx_ir_multidevice.analysis.uses import GraphIndex
 from onnx_ir_multidevice.passes.annotate import (
     OMNY_CONFIGURATION_PREFIX,
     AnnotatePass,
@@ -36,6 +37,7 @@ def annotate(
     device_names: Sequence[str] | DeviceNames | None = None,
     check: bool = True,
     relaxed_cuts: bool = False,
+    index: GraphIndex | None = None,
 ) -> ir.Model:
     """Annotate a model with the pipeline stages and cut-tensor placements of its ``.omny`` plan.
 
@@ -60,6 +62,10 @@ def annotate(
             selected do not block, nor do those of an earlier ``omny/`` annotation that this
             call rewrites.
         relaxed_cuts: Accept cuts that several activations cross (see ``OMNY320``).
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of the model's main
+            graph (``GraphIndex.for_model(model)``), to share the graph analysis with a later
+            :func:`~onnx_ir_multidevice._check.check` of the same model (annotating does not
+            change the graph, so the index stays valid). Built here when not given.
 
     Returns:
         The annotated model.
@@ -69,12 +75,17 @@ def annotate(
         BindingError: The model has no ``.omny`` metadata, ``configurations`` names a shard
             count the plan lacks, or a selected configuration does not resolve.
         OmnyIOError: ``model`` is a path that cannot be read.
+        ValueError: ``index`` was built for another graph.
 
     .. versionadded:: 0.1
     """
     ir_model = _as_model(model)
     with _check.gc_paused():
-        _annotate_model(ir_model, configurations, device_names, check, relaxed_cuts)
+        if index is None:
+            index = GraphIndex.for_model(ir_model)
+        else:
+            index.check_graph(ir_model.graph)
+        _annotate_model(ir_model, configurations, device_names, check, relaxed_cuts, index)
     return ir_model
 
 
@@ -84,16 +95,17 @@ def _annotate_model(
     device_names: Sequence[str] | DeviceNames | None,
     check: bool,
     relaxed_cuts: bool,
+    index: GraphIndex,
 ) -> None:
     if check:
         errors = _blocking_errors(
-            _check.check(ir_model, relaxed_cuts=relaxed_cuts, onnx_checker=False),
+            _check.check(ir_model, relaxed_cuts=relaxed_cuts, onnx_checker=False, index=index),
             ir_model,
             configurations,
         )
         if errors:
             raise CheckError(errors)
-    AnnotatePass(configurations, device_names)(ir_model)
+    AnnotatePass(configurations, device_names, index=index)(ir_model)
 
 
 def _as_model(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> ir.Model:

@@ -50,6 +50,7 @@ from onnx_ir_multidevice._format import (
     ShardConfiguration,
     TensorInfo,
 )
+from onnx_ir_multidevice.analysis.uses import GraphIndex
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,39 +280,56 @@ def _derived_name(obj: ir.Node | ir.Value | None, spec_name: str, path: str) -> 
 
 
 class _GraphIndex:
-    """Name indexes of a main graph, built once (O(N + E) over the graph and its bodies)."""
+    """Name indexes of a main graph.
 
-    def __init__(self, graph: ir.Graph) -> None:
-        self.nodes: dict[str, list[ir.Node]] = {}
-        self.values: dict[str, list[ir.Value]] = {}
-        for node in graph:
-            if node.name:
-                self.nodes.setdefault(node.name, []).append(node)
-        main_values: Iterable[ir.Value] = (
-            *graph.inputs,
-            *graph.initializers.values(),
-            *(v for node in graph for v in node.outputs),
-        )
-        seen: set[ir.Value] = set()
-        for value in main_values:
-            if value.name and value not in seen:
-                seen.add(value)
-                self.values.setdefault(value.name, []).append(value)
-        # Names that exist only inside control-flow bodies, for a precise reason.
-        self.inner_nodes: dict[str, ir.Node] = {}
-        self.inner_values: set[str] = set()
-        top = set(graph)
-        for node in graph.all_nodes():
-            if node in top:
-                continue
-            if node.name:
-                self.inner_nodes.setdefault(node.name, node)
-            self.inner_values.update(v.name for v in node.outputs if v.name)
-        for body in graph.subgraphs():
-            self.inner_values.update(v.name for v in body.inputs if v.name)
-            self.inner_values.update(name for name in body.initializers if name)
+    Main-graph names come from an analysis index; names inside control-flow bodies are only
+    collected when a name does not resolve (to give a precise reason).
+    """
+
+    def __init__(
+        self,
+        graph: ir.Graph,
+        index: GraphIndex | None = None,
+        node_names: Iterable[str] | None = None,
+        value_names: Iterable[str] | None = None,
+    ) -> None:
+        if index is None or index.graph is not graph:
+            index = GraphIndex.build(graph)
+        self.graph = graph
+        # Only the names asked for are indexed (all of them when not given).
+        self.nodes = index.node_names if node_names is None else index.nodes_named(node_names)
+        self.values = index.value_names if value_names is None else index.values_named(value_names)
+        self._inner: tuple[dict[str, ir.Node], set[str]] | None = None
         self.inputs = {v.name: v for v in reversed(graph.inputs) if v.name}
         self.outputs = {v.name: v for v in reversed(graph.outputs) if v.name}
+
+    def _inner_names(self) -> tuple[dict[str, ir.Node], set[str]]:
+        if self._inner is None:
+            graph = self.graph
+            inner_nodes: dict[str, ir.Node] = {}
+            inner_values: set[str] = set()
+            top = set(graph)
+            for node in graph.all_nodes():
+                if node in top:
+                    continue
+                if node.name:
+                    inner_nodes.setdefault(node.name, node)
+                inner_values.update(v.name for v in node.outputs if v.name)
+            for body in graph.subgraphs():
+                inner_values.update(v.name for v in body.inputs if v.name)
+                inner_values.update(name for name in body.initializers if name)
+            self._inner = (inner_nodes, inner_values)
+        return self._inner
+
+    @property
+    def inner_nodes(self) -> dict[str, ir.Node]:
+        """Node names that exist only inside control-flow bodies."""
+        return self._inner_names()[0]
+
+    @property
+    def inner_values(self) -> set[str]:
+        """Value names that exist only inside control-flow bodies."""
+        return self._inner_names()[1]
 
 
 def _label(node: ir.Node) -> str:
@@ -403,7 +421,7 @@ def _bind_tensor_infos(
     return tuple(result)
 
 
-def bind(model: ir.Model, metadata: OmnyMetadata) -> BoundPlan:
+def bind(model: ir.Model, metadata: OmnyMetadata, *, index: GraphIndex | None = None) -> BoundPlan:
     """Bind ``.omny`` metadata to ``model``.
 
     Never raises on content: every name that does not resolve is listed in
@@ -412,12 +430,19 @@ def bind(model: ir.Model, metadata: OmnyMetadata) -> BoundPlan:
     Args:
         model: The model the metadata describes.
         metadata: The parsed metadata.
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``model.graph``
+            to take the name indexes from (built when not given or for another graph).
 
     Returns:
         The bound plan. The model is not modified.
     """
     graph = model.graph
-    index = _GraphIndex(graph)
+    index = _GraphIndex(
+        graph,
+        index,
+        node_names=[cut.after_node for cut in metadata.cut_points],
+        value_names=[cut.tensor_name for cut in metadata.cut_points],
+    )
     unresolved: list[UnresolvedReference] = []
     inputs = _bind_tensor_infos(metadata.inputs, index.inputs, "inputs", unresolved)
     outputs = _bind_tensor_infos(metadata.outputs, index.outputs, "outputs", unresolved)

@@ -49,9 +49,14 @@ from onnx_ir_multidevice._diagnostics import (
 )
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
-from onnx_ir_multidevice.analysis.stages import assign_stages, stages_from_annotations
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
-from onnx_ir_multidevice.analysis.uses import AnalysisError, node_subgraphs
+from onnx_ir_multidevice.analysis.stages import annotated_stage_list, assign_stages
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
+from onnx_ir_multidevice.analysis.uses import (
+    AnalysisError,
+    GraphIndex,
+    holds_subgraphs,
+    node_subgraphs,
+)
 
 #: Largest pipeline stage protobuf can hold (``int32``).
 MAX_STAGE = 2**31 - 1
@@ -86,6 +91,7 @@ def check(
     *,
     relaxed_cuts: bool = False,
     onnx_checker: bool | None = None,
+    index: GraphIndex | None = None,
 ) -> list[Diagnostic]:
     """Check a model: its ``.omny`` plan, its IR v11 device fields and its pipeline stages.
 
@@ -99,6 +105,10 @@ def check(
         onnx_checker: Run :func:`onnx.checker.check_model` (``OMNY101``). By default it
             runs for a path or a proto, and not for an :class:`onnx_ir.Model` (that would
             need a full serialisation).
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of the model's main
+            graph (``GraphIndex.for_model(model)``), shared with other analyses of the same
+            model (:func:`~onnx_ir_multidevice._annotate.annotate` takes one too). Ignored
+            when it was built for another graph (a path or proto gives a new model).
 
     Returns:
         The diagnostics, errors first, then warnings, then infos. No error means valid.
@@ -109,7 +119,8 @@ def check(
 
     .. versionadded:: 0.1
     """
-    return list(run_check(model, relaxed_cuts=relaxed_cuts, onnx_checker=onnx_checker).diagnostics)
+    report = run_check(model, relaxed_cuts=relaxed_cuts, onnx_checker=onnx_checker, index=index)
+    return list(report.diagnostics)
 
 
 def run_check(
@@ -117,6 +128,7 @@ def run_check(
     *,
     relaxed_cuts: bool = False,
     onnx_checker: bool | None = None,
+    index: GraphIndex | None = None,
 ) -> CheckReport:
     """Like :func:`check`, but also return the model that was checked (see :class:`CheckReport`).
 
@@ -128,8 +140,15 @@ def run_check(
     ir_model = _as_model(model, onnx_checker, diagnostics)
     if ir_model is not None:
         with gc_paused():
-            diagnostics.extend(check_device_configurations(ir_model))
-            _Checker(ir_model, relaxed_cuts, diagnostics).run()
+            if index is not None and index.graph is not ir_model.graph:
+                index = None
+            if index is None:
+                try:
+                    index = GraphIndex.for_model(ir_model)
+                except AnalysisError:  # a cycle: reported by the checker (OMNY101)
+                    index = None
+            diagnostics.extend(check_device_configurations(ir_model, index=index))
+            _Checker(ir_model, relaxed_cuts, diagnostics, index).run()
     diagnostics.sort(key=Diagnostic.sort_key)
     return CheckReport(tuple(diagnostics), ir_model)
 
@@ -223,19 +242,36 @@ def _load_path(
 # ---------------------------------------------------------------------------------------------
 
 
-def _all_nodes(model: ir.Model) -> Iterable[tuple[ir.Node, str]]:
-    """Yield every node of the model (graphs, subgraphs, functions) with its location."""
-    for index, node in enumerate(model.graph):
-        yield node, node_location(node, index)
-        for body in node_subgraphs(node):
-            for inner in body.all_nodes():
-                yield inner, node_location(inner)
+def _all_nodes(
+    model: ir.Model, index: GraphIndex | None = None
+) -> Iterable[tuple[ir.Node, int | None]]:
+    """Yield every node of the model (graphs, subgraphs, functions) with its main-graph index.
+
+    The index is ``None`` for nodes inside subgraphs and functions. Only the bodies of the
+    nodes that hold subgraphs are walked.
+    """
+    if index is not None:
+        main = index.graph_nodes
+        bodies = dict(index.bodies)
+    else:
+        main = tuple(model.graph)
+        bodies = {node: tuple(node_subgraphs(node)) for node in main if holds_subgraphs(node)}
+    if not bodies:
+        yield from zip(main, range(len(main)))
+    else:
+        for i, node in enumerate(main):
+            yield node, i
+            for body in bodies.get(node, ()):
+                for inner in body.all_nodes():
+                    yield inner, None
     for function in model.functions.values():
         for inner in function.all_nodes():
-            yield inner, node_location(inner)
+            yield inner, None
 
 
-def check_device_configurations(model: ir.Model) -> list[Diagnostic]:
+def check_device_configurations(
+    model: ir.Model, *, index: GraphIndex | None = None
+) -> list[Diagnostic]:
     """Check the IR v11 device fields of a model (rules ``OMNY200`` to ``OMNY220``).
 
     Covers every rule of onnx-ir's private ``_check_device_configurations`` (reachability,
@@ -246,20 +282,34 @@ def check_device_configurations(model: ir.Model) -> list[Diagnostic]:
 
     Args:
         model: The model (not modified).
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``model.graph``
+            (its node list and subgraph holders are used), when already built.
 
     Returns:
         The diagnostics, in model order.
     """
+    if index is not None and index.graph is not model.graph:
+        index = None
     diagnostics: list[Diagnostic] = []
     registered: dict[str, ir.ModelConfiguration] = {}
     for configuration in model.device_configurations:
         _check_model_configuration(configuration, registered, diagnostics)
+    registered_ids = {id(c) for c in registered.values()}
 
     annotated_nodes = 0
-    for node, location in _all_nodes(model):
-        if not node.device_configurations:
+    # Entry tuples known to be plain (no finding): annotate() shares them between nodes.
+    plain: set[int] = set()
+    for node, position in _all_nodes(model, index):
+        entries = node.device_configurations
+        if not entries:
             continue
         annotated_nodes += 1
+        if id(entries) in plain:
+            continue
+        if _plain_entries(entries, registered_ids):
+            plain.add(id(entries))
+            continue
+        location = node_location(node, position)
         _check_node_configurations(node, location, registered, diagnostics)
 
     if model.ir_version < MULTI_DEVICE_IR_VERSION and (
@@ -278,6 +328,25 @@ def check_device_configurations(model: ir.Model) -> list[Diagnostic]:
             ),
         )
     return diagnostics
+
+
+def _plain_entries(
+    entries: tuple[ir.NodeDeviceConfiguration, ...], registered_ids: set[int]
+) -> bool:
+    """Whether :func:`_check_node_configurations` would find nothing, by a quick test.
+
+    True for entries bound to registered configurations (each at most once), with a stage
+    in range or none, and no sharding specs.
+    """
+    for entry in entries:
+        if entry.sharding_specs:
+            return False
+        if id(entry.configuration) not in registered_ids:
+            return False
+        stage = entry.pipeline_stage
+        if stage is not None and not 0 <= stage <= MAX_STAGE:
+            return False
+    return len(entries) == 1 or len({id(e.configuration) for e in entries}) == len(entries)
 
 
 def _check_model_configuration(
@@ -565,6 +634,26 @@ def dtype_name(dtype: ir.DataType) -> str:
     return "string" if name == "object" else name
 
 
+class _FirstOf(Mapping):
+    """A read-only view ``name -> first object`` of a ``name -> list of objects`` index."""
+
+    def __init__(self, lists: Mapping[str, list]) -> None:
+        self._lists = lists
+
+    def __getitem__(self, key: str):
+        return self._lists[key][0]
+
+    def get(self, key, default=None):
+        found = self._lists.get(key)
+        return found[0] if found else default
+
+    def __iter__(self):
+        return iter(self._lists)
+
+    def __len__(self) -> int:
+        return len(self._lists)
+
+
 @dataclasses.dataclass
 class _PlanConfiguration:
     """One ``.omny`` configuration, resolved against the graph."""
@@ -579,32 +668,41 @@ class _PlanConfiguration:
 class _Checker:
     """Runs the OMNY1xx and OMNY3xx rules on one model, sharing indexes between rules."""
 
-    def __init__(self, model: ir.Model, relaxed_cuts: bool, diagnostics: list[Diagnostic]):
+    def __init__(
+        self,
+        model: ir.Model,
+        relaxed_cuts: bool,
+        diagnostics: list[Diagnostic],
+        index: GraphIndex | None = None,
+    ):
         self.model = model
         self.graph = model.graph
         self.relaxed_cuts = relaxed_cuts
         self.out = diagnostics
-        self._classes: dict[ir.Value, TensorClass] | None = None
+        self._index = index
         self._sub_names: tuple[set[str], set[str]] | None = None
         self._bodies: list[tuple[ir.Node, list[ir.Graph]]] | None = None
 
     # -- shared lazily built indexes --
 
     @property
-    def classes(self) -> dict[ir.Value, TensorClass]:
-        if self._classes is None:
-            self._classes = classify_values(self.graph, functions=self.model.functions)
-        return self._classes
+    def index(self) -> GraphIndex:
+        """The analysis index of the main graph (raises AnalysisError on a cycle)."""
+        if self._index is None:
+            self._index = GraphIndex.for_model(self.model)
+        return self._index
 
     @property
     def bodies(self) -> list[tuple[ir.Node, list[ir.Graph]]]:
         """The main-graph nodes that hold subgraphs, with their bodies."""
         if self._bodies is None:
-            self._bodies = []
-            for node in self.graph:
-                found = list(node_subgraphs(node))
-                if found:
-                    self._bodies.append((node, found))
+            if self._index is not None:
+                self._bodies = [(node, list(found)) for node, found in self._index.bodies]
+            else:
+                self._bodies = []
+                for node in self.graph:
+                    if holds_subgraphs(node):
+                        self._bodies.append((node, list(node_subgraphs(node))))
         return self._bodies
 
     def subgraph_names(self) -> tuple[set[str], set[str]]:
@@ -717,18 +815,25 @@ class _Checker:
 
     def _check_cut_points(self, metadata) -> dict[str, ir.Value]:
         """Check every cut point; return id -> cut value for the usable ones."""
-        nodes_by_name: dict[str, ir.Node] = {}
-        for node in self.graph:
-            if node.name:
-                nodes_by_name.setdefault(node.name, node)
-        values_by_name: dict[str, ir.Value] = {}
-        for value in (*self.graph.inputs, *self.graph.initializers.values()):
-            if value.name:
-                values_by_name.setdefault(value.name, value)
-        for node in self.graph:
-            for value in node.outputs:
+        nodes_by_name: Mapping[str, ir.Node]
+        values_by_name: Mapping[str, ir.Value]
+        if self._index is not None:
+            cut_points = metadata.cut_points
+            nodes_by_name = _FirstOf(self._index.nodes_named(c.after_node for c in cut_points))
+            values_by_name = _FirstOf(self._index.values_named(c.tensor_name for c in cut_points))
+        else:
+            nodes_by_name = {}
+            for node in self.graph:
+                if node.name:
+                    nodes_by_name.setdefault(node.name, node)  # type: ignore[attr-defined]
+            values_by_name = {}
+            for value in (*self.graph.inputs, *self.graph.initializers.values()):
                 if value.name:
-                    values_by_name.setdefault(value.name, value)
+                    values_by_name.setdefault(value.name, value)  # type: ignore[attr-defined]
+            for node in self.graph:
+                for value in node.outputs:
+                    if value.name:
+                        values_by_name.setdefault(value.name, value)  # type: ignore[attr-defined]
 
         usable: dict[str, ir.Value] = {}
         seen_ids: set[str] = set()
@@ -1119,7 +1224,7 @@ class _Checker:
         path = f"sharding.configurations[{entry.index}]"
         assert entry.cuts is not None
         try:
-            stages = assign_stages(self.graph, entry.cuts, classes=self.classes)
+            stages = assign_stages(self.graph, entry.cuts, index=self.index)
         except AnalysisError as error:
             self.out.append(
                 make(
@@ -1144,9 +1249,17 @@ class _Checker:
                     f"{path}.cut_point_ids",
                 )
             )
-        boundaries = boundary_crossings(
-            self.graph, stages, classes=self.classes, num_stages=entry.num_shards
-        )
+        # The same plan gives the same boundaries: cached on the index (shared with the
+        # checker gate of annotate()).
+        key = ("plan_boundaries", entry.num_shards, *map(id, entry.cuts))
+        cached = self.index._cache.get(key)
+        if cached is None or cached[0] != entry.cuts:
+            boundaries = boundary_crossings(
+                self.graph, stages, num_stages=entry.num_shards, index=self.index
+            )
+            self.index._cache[key] = (list(entry.cuts), boundaries)
+        else:
+            boundaries = cached[1]
         for boundary in boundaries:
             location = f"{path}.cut_point_ids[{boundary.index}]"
             activations = boundary.activations
@@ -1168,14 +1281,26 @@ class _Checker:
         self, configuration: ir.ModelConfiguration, entry: _PlanConfiguration | None
     ) -> bool:
         """Check one configuration's stages; return whether it has any."""
-        stages = stages_from_annotations(self.graph, configuration)
-        staged = {n: s for n, s in stages.items() if s is not None and 0 <= s <= MAX_STAGE}
-        self._check_subgraph_stages(configuration, stages)
+        nodes = self._index.graph_nodes if self._index is not None else tuple(self.graph)
+        stage_list = annotated_stage_list(nodes, configuration)
+        stages = dict(zip(nodes, stage_list))
+        has_none = None in stage_list
+        if (
+            not has_none
+            and stage_list
+            and min(stage_list) >= 0  # type: ignore[type-var, operator]
+            and max(stage_list) <= MAX_STAGE  # type: ignore[type-var, operator]
+        ):
+            staged: dict[ir.Node, int] = stages  # type: ignore[assignment]
+        else:
+            staged = {n: s for n, s in stages.items() if s is not None and 0 <= s <= MAX_STAGE}
+        if self.bodies:
+            self._check_subgraph_stages(configuration, stages)
         if not staged:
             return False
         name = configuration.name
         location = configuration_location(name)
-        missing = [n for n, s in stages.items() if s is None]
+        missing = [n for n, s in stages.items() if s is None] if has_none else []
         if missing:
             self.out.append(
                 make(
@@ -1187,14 +1312,10 @@ class _Checker:
             )
         violations = 0
         plan_stages = entry.stages if entry is not None else None
-        same_as_plan = (
-            not missing
-            and plan_stages is not None
-            and len(plan_stages) == len(staged)
-            and all(staged.get(n) == s for n, s in plan_stages.items())
-        )
+        # Same keys and equal stages (a dict comparison).
+        same_as_plan = not missing and plan_stages is not None and plan_stages == staged
         # The plan's stages never run backwards: only other stagings need the edge walk.
-        edges = () if same_as_plan else edge_violations(self.graph, staged)
+        edges = () if same_as_plan else self._edge_violations(staged)
         for producer, consumer, value in edges:
             violations += 1
             if violations <= _MAX_PER_RULE:
@@ -1218,14 +1339,23 @@ class _Checker:
             )
         self._check_stage_numbers(configuration, staged)
         if entry is not None:
-            self._compare_with_plan(configuration, entry, staged)
+            self._compare_with_plan(configuration, entry, staged, same_as_plan=same_as_plan)
         elif not missing and not violations:
             num_stages = max(staged.values()) + 1
             for boundary in boundary_crossings(
-                self.graph, staged, classes=self.classes, num_stages=num_stages
+                self.graph, staged, num_stages=num_stages, index=self.index
             ):
                 self.out.append(_crossing_info(name, boundary, location))
         return True
+
+    def _edge_violations(
+        self, staged: Mapping[ir.Node, int]
+    ) -> Iterable[tuple[ir.Node, ir.Node, ir.Value]]:
+        try:
+            index = self.index
+        except AnalysisError:  # a cycle: walk the graph's own uses instead
+            return edge_violations(self.graph, staged)
+        return edge_violations(self.graph, staged, index=index)
 
     def _check_stage_numbers(
         self, configuration: ir.ModelConfiguration, staged: Mapping[ir.Node, int]
@@ -1295,6 +1425,8 @@ class _Checker:
         configuration: ir.ModelConfiguration,
         entry: _PlanConfiguration,
         staged: Mapping[ir.Node, int],
+        *,
+        same_as_plan: bool = False,
     ) -> None:
         name = configuration.name
         location = configuration_location(name)
@@ -1327,7 +1459,7 @@ class _Checker:
                         value_location(value),
                     )
                 )
-        if contradicted:
+        if contradicted or same_as_plan:
             return
         differing = [n for n, s in entry.stages.items() if staged.get(n, s) != s]
         if differing:

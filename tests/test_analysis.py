@@ -765,3 +765,73 @@ def test_analysis_scales_linearly():
     t_large = min(_analysis_cpu_seconds(large) for _ in range(2))
     # 4x the nodes: about 4x the time when linear, 16x when quadratic.
     assert t_large < 8 * t_small + 0.05, (t_small, t_large)
+
+
+def test_graph_index_shared_results_match_unindexed() -> None:
+    """Results with a shared GraphIndex equal the results computed from scratch."""
+    from onnx_ir_multidevice import zoo
+    from onnx_ir_multidevice.analysis import (
+        GraphIndex,
+        assign_stages,
+        boundary_crossings,
+        classify_values,
+        edge_violations,
+        graph_uses,
+        topological_order,
+    )
+
+    model = zoo.synthetic_chain(40)
+    graph = model.graph
+    index = GraphIndex.for_model(model)
+    assert list(index.nodes) == topological_order(graph)
+    assert index.uses_by_node == graph_uses(graph)
+    assert classify_values(graph, index=index) == classify_values(graph)
+    outs = [v for node in graph for v in node.outputs if v.name.endswith(".out")]
+    cuts = [outs[2], outs[6]]
+    stages = assign_stages(graph, cuts, index=index)
+    assert stages == assign_stages(graph, cuts)
+    assert assign_stages(graph, cuts, index=index) == stages  # cached, still a fresh dict
+    assert assign_stages(graph, cuts, index=index) is not stages
+    assert boundary_crossings(graph, stages, index=index) == boundary_crossings(graph, stages)
+    backwards = {node: 2 - s for node, s in stages.items()}
+    assert list(edge_violations(graph, backwards, index=index)) == list(
+        edge_violations(graph, backwards)
+    )
+    other = zoo.synthetic_chain(8).graph
+    with pytest.raises(ValueError, match="GraphIndex"):
+        assign_stages(other, [], index=index)
+
+
+def test_check_and_annotate_accept_a_shared_index() -> None:
+    from onnx_ir_multidevice import omny, zoo
+    from onnx_ir_multidevice._annotate import annotate
+    from onnx_ir_multidevice._check import check
+    from onnx_ir_multidevice._format import (
+        CutPoint,
+        OmnyMetadata,
+        ShardConfiguration,
+        Sharding,
+    )
+    from onnx_ir_multidevice.analysis import GraphIndex
+
+    def planned() -> ir.Model:
+        model = zoo.synthetic_chain(24)
+        out = next(v for node in model.graph for v in node.outputs if v.name == "block.2.out")
+        cut = CutPoint("cut_1", out.producer().name, out.name, (-1, 8), "float32", 10, 10)
+        configuration = ShardConfiguration(2, (10, 10), ("cut_1",))
+        omny.write(
+            model,
+            OmnyMetadata(cut_points=(cut,), sharding=Sharding(configurations=(configuration,))),
+        )
+        return model
+
+    plain, shared = planned(), planned()
+    annotate(plain)
+    index = GraphIndex.for_model(shared)
+    annotate(shared, index=index)
+    assert [str(d) for d in check(shared, index=index)] == [str(d) for d in check(plain)]
+    stages_plain = [[e.pipeline_stage for e in n.device_configurations] for n in plain.graph]
+    stages_shared = [[e.pipeline_stage for e in n.device_configurations] for n in shared.graph]
+    assert stages_plain == stages_shared
+    with pytest.raises(ValueError, match="GraphIndex"):
+        annotate(planned(), index=index)

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     # uses
     "AnalysisError",
+    "GraphIndex",
     "graph_uses",
     "node_subgraphs",
     "node_uses",
@@ -51,6 +52,7 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
 )
 from onnx_ir_multidevice.analysis.uses import (
     AnalysisError,
+    GraphIndex,
     graph_uses,
     node_subgraphs,
     node_uses,

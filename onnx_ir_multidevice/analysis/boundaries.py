@@ -28,8 +28,8 @@ from collections.abc import Iterator, Mapping
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.stages import StageAssignmentError
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
-from onnx_ir_multidevice.analysis.uses import graph_uses, topological_order
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, slot_classes
+from onnx_ir_multidevice.analysis.uses import GraphIndex, graph_uses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +77,7 @@ def boundary_crossings(
     *,
     classes: Mapping[ir.Value, TensorClass] | None = None,
     num_stages: int | None = None,
+    index: GraphIndex | None = None,
 ) -> list[Boundary]:
     """List the values crossing each boundary of a staged graph.
 
@@ -87,8 +88,11 @@ def boundary_crossings(
             :func:`~onnx_ir_multidevice.analysis.stages.stages_from_annotations`).
         classes: :func:`~onnx_ir_multidevice.analysis.tensor_classes.classify_values` of
             ``graph`` when already computed (a value missing from it counts as an activation).
+            Default: the classes of ``index`` (computed once per index).
         num_stages: Number of stages; defaults to the largest stage plus one. Must be larger
             than every stage.
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``, when
+            already built (built here otherwise).
 
     Returns:
         ``num_stages - 1`` boundaries, boundary ``k`` at index ``k``.
@@ -96,38 +100,65 @@ def boundary_crossings(
     Raises:
         StageAssignmentError: If a node of ``graph`` has no stage or a negative one, or
             ``num_stages`` is too small.
+        ValueError: If ``index`` was built for another graph.
     """
-    if classes is None:
-        classes = classify_values(graph)
-    uses = graph_uses(graph)
-    order = topological_order(graph, uses)
-    node_stage = {node: _checked_stage(node, stages) for node in order}
-    largest = max(node_stage.values(), default=0)
+    if index is None:
+        index = GraphIndex.build(graph)
+    else:
+        index.check_graph(graph)
+    nodes = index.nodes
+    n = len(nodes)
+    node_stage = list(map(stages.get, nodes))
+    if None in node_stage or (node_stage and min(node_stage) < 0):  # type: ignore[type-var]
+        for node in nodes:
+            _checked_stage(node, stages)
+    largest = max(node_stage, default=0)  # type: ignore[type-var]
     if num_stages is None:
-        num_stages = largest + 1
-    elif num_stages <= largest:
+        num_stages = largest + 1  # type: ignore[operator]
+    elif num_stages <= largest:  # type: ignore[operator]
         raise StageAssignmentError(
             f"num_stages={num_stages} but a node is at stage {largest}; "
             "pass num_stages greater than every stage"
         )
 
-    # Latest stage reading each value, in one pass over the uses.
-    last_read: dict[ir.Value, int] = {}
-    for node in order:
-        stage = node_stage[node]
-        for value in uses[node]:
-            if last_read.get(value, -1) < stage:
-                last_read[value] = stage
+    # Latest stage reading each slot, in one pass over the reads.
+    last_read = [-1] * (n + len(index.external))
+    for stage, slots in zip(node_stage, index.reads):
+        for p in slots:
+            if last_read[p] < stage:  # type: ignore[operator]
+                last_read[p] = stage  # type: ignore[assignment]
 
+    if classes is None:
+        by_slot: list[TensorClass] | None = slot_classes(index)
+        get_class = None
+    else:
+        by_slot = None
+        get_class = classes.get
+    activation = TensorClass.ACTIVATION
     tensors: list[list[tuple[ir.Value, TensorClass]]] = [[] for _ in range(num_stages - 1)]
     carried: list[list[tuple[ir.Value, TensorClass]]] = [[] for _ in range(num_stages - 1)]
     outputs = set(graph.outputs)
-    for node in order:
-        produced_at = node_stage[node]
-        for value in node.outputs:
-            value_class = classes.get(value, TensorClass.ACTIVATION)
-            for k in range(produced_at, last_read.get(value, -1)):
-                tensors[k].append((value, value_class))
+    output_slots = index.output_slots
+    crossing = [p for p in range(n) if last_read[p] > node_stage[p]]  # type: ignore[operator]
+    for p in sorted({*crossing, *output_slots}):
+        node = nodes[p]
+        produced_at: int = node_stage[p]  # type: ignore[assignment]
+        node_outputs = node.outputs
+        for value in node_outputs:
+            if get_class is None:
+                value_class = by_slot[p]  # type: ignore[index]
+            else:
+                value_class = get_class(value, activation)
+            if last_read[p] > produced_at:
+                if len(node_outputs) == 1:
+                    value_read = last_read[p]
+                else:
+                    value_read = max(
+                        (node_stage[c] for c in index.value_readers(value)),  # type: ignore[misc]
+                        default=-1,
+                    )
+                for k in range(produced_at, value_read):
+                    tensors[k].append((value, value_class))
             if value in outputs:
                 for k in range(produced_at, num_stages - 1):
                     carried[k].append((value, value_class))
@@ -138,7 +169,10 @@ def boundary_crossings(
 
 
 def edge_violations(
-    graph: ir.Graph, stages: Mapping[ir.Node, int | None]
+    graph: ir.Graph,
+    stages: Mapping[ir.Node, int | None],
+    *,
+    index: GraphIndex | None = None,
 ) -> Iterator[tuple[ir.Node, ir.Node, ir.Value]]:
     """Yield ``(producer, consumer, value)`` for every read that runs backwards.
 
@@ -150,10 +184,52 @@ def edge_violations(
     Args:
         graph: The main graph.
         stages: The stage of the nodes directly in ``graph``.
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``, when
+            already built. Without one the graph's uses are walked directly (which also
+            works on a graph with a cycle).
 
     Yields:
         The violations in graph order of the consumers, then of their reads.
+
+    Raises:
+        ValueError: If ``index`` was built for another graph.
     """
+    if index is None:
+        yield from _edge_violations_unindexed(graph, stages)
+        return
+    index.check_graph(graph)
+    nodes = index.nodes
+    n = len(nodes)
+    node_stage = list(map(stages.get, nodes))
+    reads = index.reads
+    found: list[int] = []
+    for i, (stage, slots) in enumerate(zip(node_stage, reads)):
+        if stage is None:
+            continue
+        for p in slots:
+            if p < n:
+                producer_stage = node_stage[p]
+                if producer_stage is not None and stage < producer_stage:
+                    found.append(i)
+                    break
+    if not index.in_graph_order:
+        graph_position = {node: k for k, node in enumerate(index.graph_nodes)}
+        found.sort(key=lambda i: graph_position[nodes[i]])
+    for i in found:
+        consumer = nodes[i]
+        consumer_stage = node_stage[i]
+        for value in index.uses[i]:
+            producer = value.producer()
+            if producer is None:
+                continue
+            producer_stage = stages.get(producer)
+            if producer_stage is not None and consumer_stage < producer_stage:  # type: ignore[operator]
+                yield producer, consumer, value
+
+
+def _edge_violations_unindexed(
+    graph: ir.Graph, stages: Mapping[ir.Node, int | None]
+) -> Iterator[tuple[ir.Node, ir.Node, ir.Value]]:
     for consumer, values in graph_uses(graph).items():
         consumer_stage = stages.get(consumer)
         if consumer_stage is None:

@@ -35,13 +35,8 @@ from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
-from onnx_ir_multidevice.analysis.uses import (
-    AnalysisError,
-    graph_uses,
-    topological_order,
-    value_consumers,
-)
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, slot_classes
+from onnx_ir_multidevice.analysis.uses import AnalysisError, GraphIndex
 
 
 class StageAssignmentError(AnalysisError):
@@ -92,6 +87,7 @@ def assign_stages(
     cuts: Sequence[ir.Value],
     *,
     classes: Mapping[ir.Value, TensorClass] | None = None,
+    index: GraphIndex | None = None,
 ) -> dict[ir.Node, int]:
     """Assign a 0-based pipeline stage to every node of ``graph`` from its cut tensors.
 
@@ -101,6 +97,9 @@ def assign_stages(
             stage ``j + 1``.
         classes: The :func:`~onnx_ir_multidevice.analysis.tensor_classes.classify_values` of
             ``graph`` when already computed (a value missing from it counts as an activation).
+            Default: the classes of ``index`` (computed once per index).
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``, when
+            already built (built here otherwise).
 
     Returns:
         The stage of each node directly in ``graph``, in topological order.
@@ -110,26 +109,52 @@ def assign_stages(
             computed from a later cut (cuts out of pipeline order). The message names the
             value.
         AnalysisError: If the graph has a cycle.
+        ValueError: If ``index`` was built for another graph.
     """
     cut_positions = _validate_cuts(graph, cuts)
-    if classes is None:
-        classes = classify_values(graph)
-    uses = graph_uses(graph)
-    order = topological_order(graph, uses)
-    stage: dict[ir.Node, int] = {}
+    if index is None:
+        index = GraphIndex.build(graph)
+    else:
+        index.check_graph(graph)
+    if classes is None or classes is index._cache.get("classes"):
+        # Same cuts, same index, default classes: the same stages (cached on the index).
+        key = ("stages", *map(id, cuts))
+        cached = index._cache.get(key)
+        if cached is None or cached[0] != list(cuts):
+            stage = _stage_list(index, cuts, cut_positions, None)
+            index._cache[key] = cached = (list(cuts), dict(zip(index.nodes, stage)))
+        return cached[1].copy()
+    return dict(zip(index.nodes, _stage_list(index, cuts, cut_positions, classes)))
 
-    def read_stage(value: ir.Value) -> int:
-        position = cut_positions.get(value)
-        if position is not None:
-            return position + 1
-        producer = value.producer()
-        return stage.get(producer, 0) if producer is not None else 0
 
-    for node in order:
-        stage[node] = max((read_stage(v) for v in uses[node]), default=0)
+def _stage_list(
+    index: GraphIndex,
+    cuts: Sequence[ir.Value],
+    cut_positions: Mapping[ir.Value, int],
+    classes: Mapping[ir.Value, TensorClass] | None,
+) -> list[int]:
+    """Stage of each node by position (see :func:`assign_stages`); cuts already validated."""
+    nodes = index.nodes
+    n = len(nodes)
+    base = n + len(index.external)
+    # Slot base + j holds cut j, read at stage j + 1 by its consumers.
+    stage = [0] * base + [j + 1 for j in range(len(cuts))]
+    reads = list(index.reads)
+    position = index.position
+    cut_slot = {value: base + j for value, j in cut_positions.items()}
+    for value in cut_positions:
+        for reader in index.value_readers(value):
+            reads[reader] = tuple(
+                cut_slot.get(v) or index.slot_of(v)  # type: ignore[misc]
+                for v in index.uses[reader]
+            )
+    get = stage.__getitem__
+    for i, slots in enumerate(reads):
+        if slots:
+            stage[i] = max(map(get, slots))
 
     for value, j in cut_positions.items():
-        producer_stage = stage[value.producer()]  # type: ignore[index]
+        producer_stage = stage[position[value.producer()]]  # type: ignore[index]
         if producer_stage > j:
             later = cuts[producer_stage - 1]
             raise StageAssignmentError(
@@ -137,40 +162,66 @@ def assign_stages(
                 f"{_label(later)}, which comes later in the list; list cuts in pipeline order"
             )
 
-    _sink_replicable(graph, order, uses, stage, cut_positions, classes, len(cuts))
+    _sink_replicable(index, stage, cut_positions, classes, len(cuts))
     return stage
 
 
+def _replicable_positions(
+    index: GraphIndex, classes: Mapping[ir.Value, TensorClass] | None
+) -> list[int]:
+    """Positions of the nodes whose outputs are all replicable (and that have outputs)."""
+    replicable = TensorClass.REPLICABLE
+    if classes is None or classes is index._cache.get("classes"):
+        cached = index._cache.get("replicable_positions")
+        if cached is None:
+            by_slot = slot_classes(index)
+            cached = [
+                i
+                for i, node_class in enumerate(by_slot)
+                if node_class is replicable and index.nodes[i].outputs
+            ]
+            index._cache["replicable_positions"] = cached
+        return cached
+    get = classes.get
+    return [
+        i
+        for i, node in enumerate(index.nodes)
+        if node.outputs and all(get(v) is replicable for v in node.outputs)
+    ]
+
+
 def _sink_replicable(
-    graph: ir.Graph,
-    order: Sequence[ir.Node],
-    uses: Mapping[ir.Node, Sequence[ir.Value]],
-    stage: dict[ir.Node, int],
+    index: GraphIndex,
+    stage: list[int],
     cut_positions: Mapping[ir.Value, int],
-    classes: Mapping[ir.Value, TensorClass],
+    classes: Mapping[ir.Value, TensorClass] | None,
     last_stage: int,
 ) -> None:
     """Move replicable-only nodes to their earliest consumer's stage (reverse topological)."""
-    consumers = value_consumers(uses)
-    outputs = set(graph.outputs)
-    for node in reversed(order):
-        if not node.outputs or any(
-            classes.get(v) is not TensorClass.REPLICABLE or v in cut_positions for v in node.outputs
-        ):
+    candidates = _replicable_positions(index, classes)
+    if not candidates:
+        return
+    consumers = index.consumers
+    outputs = index.output_slots
+    position = index.position
+    cut_producers = {position[v.producer()] for v in cut_positions}  # type: ignore[index]
+    get = stage.__getitem__
+    for i in reversed(candidates):
+        if i in cut_producers:
             continue
-        earliest: int | None = None
-        for value in node.outputs:
-            for consumer in consumers.get(value, ()):
-                if earliest is None or stage[consumer] < earliest:
-                    earliest = stage[consumer]
-            if value in outputs and (earliest is None or last_stage < earliest):
-                earliest = last_stage
+        readers = consumers[i]
+        earliest = min(map(get, readers)) if readers else None
+        if i in outputs and (earliest is None or last_stage < earliest):
+            earliest = last_stage
         if earliest is not None:
-            stage[node] = earliest
+            stage[i] = earliest
 
 
 def stages_from_annotations(
-    graph: ir.Graph, configuration: ir.ModelConfiguration
+    graph: ir.Graph,
+    configuration: ir.ModelConfiguration,
+    *,
+    index: GraphIndex | None = None,
 ) -> dict[ir.Node, int | None]:
     """Read each node's ``pipeline_stage`` for ``configuration`` from its annotations.
 
@@ -182,19 +233,47 @@ def stages_from_annotations(
     Args:
         graph: The main graph.
         configuration: One of the model's ``device_configurations``.
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph`` (only
+            its node list is used).
 
     Returns:
         The stage of each node directly in ``graph``, in graph order: ``None`` when the node
         has no entry for ``configuration`` or its entry has no pipeline stage.
     """
-    result: dict[ir.Node, int | None] = {}
-    for node in graph:
+    nodes = index.graph_nodes if index is not None else tuple(graph)
+    if index is not None:
+        index.check_graph(graph)
+    return dict(zip(nodes, annotated_stage_list(nodes, configuration)))
+
+
+def annotated_stage_list(
+    nodes: Sequence[ir.Node], configuration: ir.ModelConfiguration
+) -> list[int | None]:
+    """:func:`stages_from_annotations` of ``nodes``, as a list in the same order."""
+    result: list[int | None] = []
+    append = result.append
+    # Entries shared between nodes (as annotate() writes them) are looked up once.
+    memo: dict[int, int | None] = {}
+    for node in nodes:
+        entries = node.device_configurations
+        if not entries:
+            append(None)
+            continue
+        key = id(entries)
+        if key in memo:
+            append(memo[key])
+            continue
         found: ir.NodeDeviceConfiguration | None = None
-        for entry in node.device_configurations:
+        for entry in entries:
             if entry.configuration is configuration:
                 found = entry
                 break
-            if found is None and entry.configuration == configuration:
-                found = entry
-        result[node] = found.pipeline_stage if found is not None else None
+        else:
+            for entry in entries:
+                if entry.configuration == configuration:
+                    found = entry
+                    break
+        stage = found.pipeline_stage if found is not None else None
+        memo[key] = stage
+        append(stage)
     return result

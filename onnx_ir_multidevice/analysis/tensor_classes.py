@@ -43,15 +43,17 @@ __all__ = [
 ]
 
 import enum
+import math
 from collections.abc import Collection, Iterable, Mapping
 
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.uses import (
+    GraphIndex,
     graph_uses,
+    holds_subgraphs,
     node_subgraphs,
     node_uses,
-    topological_order,
 )
 
 
@@ -136,6 +138,20 @@ _INPUT = 1  # a graph input (or an outer value) is in the cone
 _COSTLY = 2  # a heavy op or a large constant is in the cone
 _PINNED = 4  # a non-deterministic op is in the cone
 
+_ITEMSIZE: dict[int, float] = {}
+
+
+def _nbytes(tensor: ir.TensorProtocol) -> int:
+    """``tensor.nbytes``, without building a shape object for a tensor read from a proto."""
+    if type(tensor) is ir.TensorProtoTensor:
+        proto = tensor.raw
+        data_type = proto.data_type
+        itemsize = _ITEMSIZE.get(data_type)
+        if itemsize is None:
+            itemsize = _ITEMSIZE[data_type] = ir.DataType(data_type).itemsize
+        return math.ceil(itemsize * math.prod(proto.dims))
+    return tensor.nbytes
+
 
 class _Judge:
     """Per-node and per-constant flags, with the per-function cache."""
@@ -153,10 +169,18 @@ class _Judge:
         self.functions = functions or {}
         self._function_flags: dict[ir.OperatorIdentifier, int] = {}
 
+    def is_default(self) -> bool:
+        """Whether the rules are the default ones (so results may be cached on an index)."""
+        return (
+            self.heavy_ops == HEAVY_OPS
+            and self.nondeterministic_ops == NONDETERMINISTIC_OPS
+            and self.large_constant_bytes == DEFAULT_LARGE_CONSTANT_BYTES
+        )
+
     def constant_flags(self, value: ir.Value) -> int:
         """Flags of an initializer: costly when large or of unknown size."""
         tensor = value.const_value
-        if tensor is None or tensor.nbytes >= self.large_constant_bytes:
+        if tensor is None or _nbytes(tensor) >= self.large_constant_bytes:
             return _COSTLY
         return 0
 
@@ -164,7 +188,7 @@ class _Judge:
         attr = node.attributes.get("value")
         if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
             tensor = attr.value
-            if tensor is not None and tensor.nbytes < self.large_constant_bytes:
+            if tensor is not None and _nbytes(tensor) < self.large_constant_bytes:
                 return 0
             return _COSTLY
         if attr is None and any(
@@ -188,8 +212,9 @@ class _Judge:
         function_id = node.op_identifier()
         if function_id in self.functions:
             flags |= self._function(function_id)
-        for body in node_subgraphs(node):
-            flags |= self._body_flags(body)
+        if holds_subgraphs(node):
+            for body in node_subgraphs(node):
+                flags |= self._body_flags(body)
         return flags
 
     def _body_flags(self, body: ir.Graph | ir.Function) -> int:
@@ -219,6 +244,43 @@ def _class_of(flags: int) -> TensorClass:
     return TensorClass.REPLICABLE
 
 
+#: Class of a node's outputs by their cone flags (flags are 0..7).
+_CLASS_BY_FLAGS: tuple[TensorClass, ...] = tuple(_class_of(f) for f in range(8))
+
+
+def slot_flags(index: GraphIndex, judge: _Judge) -> list[int]:
+    """Cone flags of every slot of ``index`` (node positions, then external values)."""
+    graph = index.graph
+    nodes = index.nodes
+    n = len(nodes)
+    flags = [0] * (n + len(index.external))
+    inputs = set(graph.inputs)
+    initializers = getattr(graph.initializers, "data", graph.initializers)
+    for k, value in enumerate(index.external):
+        if value in inputs:
+            flags[n + k] = _INPUT
+        elif value.name is not None and initializers.get(value.name) is value:
+            flags[n + k] = judge.constant_flags(value)
+        else:
+            flags[n + k] = _INPUT  # outer-scope (or dangling) value
+    with_bodies = {node for node, _ in index.bodies}
+    memo: dict[ir.OperatorIdentifier, int] = {}
+    memo_get = memo.get
+    own_flags = judge.own_flags
+    reads = index.reads
+    for i, node in enumerate(nodes):
+        key = node.op_identifier()
+        own = memo_get(key)
+        if own is None or (with_bodies and node in with_bodies):
+            own = own_flags(node)
+            if not (key[1] == "Constant" and key[0] == "") and node not in with_bodies:
+                memo[key] = own
+        for p in reads[i]:
+            own |= flags[p]
+        flags[i] = own
+    return flags
+
+
 def classify_values(
     graph: ir.Graph,
     *,
@@ -226,6 +288,7 @@ def classify_values(
     nondeterministic_ops: Iterable[str] = NONDETERMINISTIC_OPS,
     large_constant_bytes: int = DEFAULT_LARGE_CONSTANT_BYTES,
     functions: Mapping[ir.OperatorIdentifier, ir.Function] | None = None,
+    index: GraphIndex | None = None,
 ) -> dict[ir.Value, TensorClass]:
     """Classify every value of ``graph`` as forwarded, replicable or activation.
 
@@ -238,6 +301,8 @@ def classify_values(
             bytes are large: an input-derived value reading one is an activation.
         functions: The model's local functions (``model.functions``), so that a call is
             judged from the function body. Without it a call is judged by its op type only.
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``,
+            when already built (its ``functions`` are ignored here: ``functions`` counts).
 
     Returns:
         A class for each graph input, initializer and node output of ``graph``, and for the
@@ -246,32 +311,51 @@ def classify_values(
 
     Raises:
         AnalysisError: If the graph has a cycle.
+        ValueError: If ``index`` was built for another graph.
     """
     judge = _Judge(tuple(heavy_ops), tuple(nondeterministic_ops), large_constant_bytes, functions)
-    uses = graph_uses(graph)
-    flags: dict[ir.Value, int] = {}
-    classes: dict[ir.Value, TensorClass] = {}
-    for value in graph.inputs:
-        flags[value] = _INPUT
-        classes[value] = TensorClass.FORWARDED
-    for value in graph.initializers.values():
-        if value not in flags:
-            flags[value] = judge.constant_flags(value)
-            classes[value] = TensorClass.REPLICABLE
-    order = topological_order(graph, uses)
-    produced = {output for node in order for output in node.outputs}
-    for node in order:
-        for value in uses[node]:
-            if value not in flags and value not in produced:
-                # Outer-scope (or dangling) value: it comes from outside this graph.
-                flags[value] = _INPUT
-                classes[value] = TensorClass.FORWARDED
-    for node in order:
-        node_flags = judge.own_flags(node)
-        for value in uses[node]:
-            node_flags |= flags[value]
-        node_class = _class_of(node_flags)
-        for output in node.outputs:
-            flags[output] = node_flags
-            classes[output] = node_class
+    if index is None:
+        index = GraphIndex.build(graph, functions=functions)
+    else:
+        index.check_graph(graph)
+    flags = slot_flags(index, judge)
+    forwarded = TensorClass.FORWARDED
+    replicable = TensorClass.REPLICABLE
+    classes: dict[ir.Value, TensorClass] = dict.fromkeys(graph.inputs, forwarded)
+    for value in getattr(graph.initializers, "data", graph.initializers).values():
+        if value not in classes:
+            classes[value] = replicable
+    for value in index.external:
+        if value not in classes:
+            # Outer-scope (or dangling) value: it comes from outside this graph.
+            classes[value] = forwarded
+    by_flags = _CLASS_BY_FLAGS
+    for node, node_flags in zip(index.nodes, flags):
+        outputs = node.outputs
+        if len(outputs) == 1:
+            classes[outputs[0]] = by_flags[node_flags]
+        else:
+            node_class = by_flags[node_flags]
+            for output in outputs:
+                classes[output] = node_class
+    if judge.is_default() and functions is index.functions:
+        index._cache.setdefault("slot_flags", flags)
     return classes
+
+
+def slot_classes(index: GraphIndex) -> list[TensorClass]:
+    """Class of the outputs of each node of ``index`` by position (default rules).
+
+    Uses ``index.functions``; computed once per index.
+    """
+    cached = index._cache.get("slot_classes")
+    if cached is None:
+        flags = index._cache.get("slot_flags")
+        if flags is None:
+            judge = _Judge(
+                HEAVY_OPS, NONDETERMINISTIC_OPS, DEFAULT_LARGE_CONSTANT_BYTES, index.functions
+            )
+            flags = index._cache["slot_flags"] = slot_flags(index, judge)
+        by_flags = _CLASS_BY_FLAGS
+        cached = index._cache["slot_classes"] = [by_flags[f] for f in flags[: len(index.nodes)]]
+    return cached

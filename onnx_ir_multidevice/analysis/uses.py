@@ -13,6 +13,7 @@ O(size of the node and its bodies), so a whole graph costs O(N + E).
 from __future__ import annotations
 
 __all__ = [
+    "GraphIndex",
     "graph_uses",
     "node_subgraphs",
     "node_uses",
@@ -20,8 +21,13 @@ __all__ = [
     "value_consumers",
 ]
 
+import dataclasses
+import gc
+import operator
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import compress
+from typing import Any
 
 import onnx_ir as ir
 
@@ -30,6 +36,37 @@ from onnx_ir_multidevice._errors import OmnyError
 
 class AnalysisError(OmnyError, ValueError):
     """A graph cannot be analysed as given (a cycle, a value read before it exists...)."""
+
+
+_ATTRIBUTES = operator.attrgetter("attributes")
+_PRODUCER = operator.methodcaller("producer")
+_OUTPUTS = operator.attrgetter("outputs")
+_NAME = operator.attrgetter("name")
+_GRAPH = ir.AttributeType.GRAPH
+_GRAPHS = ir.AttributeType.GRAPHS
+
+
+def _data(mapping: Any) -> Any:
+    """The plain ``dict`` behind a :class:`collections.UserDict` (the mapping itself otherwise)."""
+    return getattr(mapping, "data", mapping)
+
+
+def holds_subgraphs(node: ir.Node) -> bool:
+    """Whether ``node`` has a graph-valued attribute, without walking anything.
+
+    Cheap for the common node with no attributes (one length test).
+    """
+    attributes = _data(node.attributes)
+    if not attributes:
+        return False
+    for attr in attributes.values():
+        if (
+            isinstance(attr, ir.Attr)
+            and (attr.type is _GRAPH or attr.type is _GRAPHS)
+            and attr.value is not None
+        ):
+            return True
+    return False
 
 
 def node_subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
@@ -84,10 +121,22 @@ def node_uses(node: ir.Node) -> tuple[ir.Value, ...]:
         The values in first-read order: inputs first, then captures.
     """
     result: dict[ir.Value, None] = {v: None for v in node.inputs if v is not None}
-    if any(True for _ in node_subgraphs(node)):
+    if holds_subgraphs(node):
         for value in _captures(node):
             result.setdefault(value, None)
     return tuple(result)
+
+
+def _plain_uses(inputs: Sequence[ir.Value | None]) -> tuple[ir.Value, ...]:
+    """:func:`node_uses` of a node without subgraphs, from its inputs (fast paths first)."""
+    if len(inputs) == 1:
+        return tuple(inputs) if inputs[0] is not None else ()
+    if not inputs:
+        return ()
+    unique = tuple(dict.fromkeys(inputs))
+    if None in unique:
+        return tuple(v for v in unique if v is not None)
+    return unique
 
 
 def graph_uses(graph: ir.Graph) -> dict[ir.Node, tuple[ir.Value, ...]]:
@@ -97,6 +146,364 @@ def graph_uses(graph: ir.Graph) -> dict[ir.Node, tuple[ir.Value, ...]]:
     node that holds it).
     """
     return {node: node_uses(node) for node in graph}
+
+
+@dataclasses.dataclass(eq=False)
+class GraphIndex:
+    """Per-graph analysis index, built once in O(N + E) and shared by the analyses.
+
+    :func:`~onnx_ir_multidevice.analysis.stages.assign_stages`,
+    :func:`~onnx_ir_multidevice.analysis.boundaries.boundary_crossings`,
+    :func:`~onnx_ir_multidevice.analysis.boundaries.edge_violations`,
+    :func:`~onnx_ir_multidevice.analysis.tensor_classes.classify_values`, the checker and
+    the annotation passes accept it as ``index=`` so that the uses, the topological order and
+    the tensor classes of a graph are computed once instead of once per call.
+
+    Nodes are numbered by their position in the topological order. Every value a node reads
+    has a *slot*: the position of its producer for a value produced by a node of the graph,
+    or ``len(nodes) + k`` for the ``k``-th value read but produced by no node of the graph
+    (graph inputs, initializers, outer-scope values), listed in :attr:`external`.
+
+    The index describes the graph as it was when built: rebuild it after changing the graph's
+    nodes, inputs, outputs or initializers (annotations, names and metadata do not count).
+
+    Build it with :meth:`build` (or :meth:`for_model`).
+
+    .. versionadded:: 0.1
+    """
+
+    graph: ir.Graph
+    """The indexed graph."""
+
+    nodes: tuple[ir.Node, ...]
+    """The nodes directly in :attr:`graph`, in topological order (graph order when sorted)."""
+
+    position: dict[ir.Node, int]
+    """Position of each node in :attr:`nodes`."""
+
+    uses: tuple[tuple[ir.Value, ...], ...]
+    """:func:`node_uses` of each node, by position."""
+
+    reads: tuple[tuple[int, ...], ...]
+    """The slots each node reads, by position, one per entry of :attr:`uses`."""
+
+    external: tuple[ir.Value, ...]
+    """Values read by the nodes but produced by none of them; ``external[k]`` is slot
+    ``len(nodes) + k``."""
+
+    external_slot: dict[ir.Value, int]
+    """Slot of each value of :attr:`external`."""
+
+    bodies: tuple[tuple[ir.Node, tuple[ir.Graph, ...]], ...]
+    """The nodes that hold subgraphs, with their bodies (graph order)."""
+
+    in_graph_order: bool
+    """Whether :attr:`nodes` is the graph's own order (the graph is already sorted)."""
+
+    functions: Mapping[ir.OperatorIdentifier, ir.Function] | None = None
+    """The model-local functions used for :attr:`classes` (``None``: calls judged by op)."""
+
+    _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        graph: ir.Graph,
+        *,
+        functions: Mapping[ir.OperatorIdentifier, ir.Function] | None = None,
+    ) -> GraphIndex:
+        """Index ``graph`` in O(N + E) over the graph and its subgraphs.
+
+        Args:
+            graph: The graph (normally a model's main graph).
+            functions: The model's local functions, used by :attr:`classes` to judge calls
+                from their bodies.
+
+        Raises:
+            AnalysisError: If the nodes form a cycle.
+        """
+        # The index allocates many small tuples and no cycles: pause the cyclic collector,
+        # whose full scans of a large model would make the build superlinear.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return cls._build(graph, functions)
+        finally:
+            if enabled:
+                gc.enable()
+
+    @classmethod
+    def _build(
+        cls,
+        graph: ir.Graph,
+        functions: Mapping[ir.OperatorIdentifier, ir.Function] | None,
+    ) -> GraphIndex:
+        graph_nodes = list(graph)
+        n = len(graph_nodes)
+        position = dict(zip(graph_nodes, range(n)))
+        pos_get = position.get
+        external_slot: dict[ir.Value, int] = {}
+        ext_get = external_slot.get
+        uses: list[tuple[ir.Value, ...]] = []
+        reads: list[tuple[int, ...]] = []
+        bodies: list[tuple[ir.Node, tuple[ir.Graph, ...]]] = []
+        in_order = True
+        holders = {
+            graph_nodes[i]
+            for i in compress(range(n), map(len, map(_data, map(_ATTRIBUTES, graph_nodes))))
+            if holds_subgraphs(graph_nodes[i])
+        }
+        for i, node in enumerate(graph_nodes):
+            inputs = node.inputs
+            if holders and node in holders:
+                bodies.append((node, tuple(node_subgraphs(node))))
+                node_reads = node_uses(node)
+            elif len(inputs) == 1 and inputs[0] is not None and type(inputs) is tuple:
+                node_reads = inputs  # type: ignore[assignment]
+            else:
+                node_reads = _plain_uses(inputs)
+            uses.append(node_reads)
+            slots = tuple(map(pos_get, map(_PRODUCER, node_reads)))
+            if None in slots:
+                fixed = []
+                for value, slot in zip(node_reads, slots):
+                    if slot is None:
+                        slot = ext_get(value)
+                        if slot is None:
+                            slot = external_slot[value] = n + len(external_slot)
+                    fixed.append(slot)
+                slots = tuple(fixed)
+                if any(i <= p < n for p in slots):
+                    in_order = False
+            elif slots and max(slots) >= i:
+                in_order = False
+            reads.append(slots)
+        index = cls(
+            graph=graph,
+            nodes=tuple(graph_nodes),
+            position=position,
+            uses=tuple(uses),
+            reads=tuple(reads),
+            external=tuple(external_slot),
+            external_slot=external_slot,
+            bodies=tuple(bodies),
+            in_graph_order=in_order,
+            functions=functions,
+        )
+        index._cache["graph_nodes"] = index.nodes
+        if not in_order:
+            index._sort()
+        return index
+
+    @classmethod
+    def for_model(cls, model: ir.Model) -> GraphIndex:
+        """Index ``model.graph``, judging calls by ``model.functions``."""
+        return cls.build(model.graph, functions=model.functions)
+
+    def _sort(self) -> None:
+        """Reorder the index topologically (Kahn, first-in first-out, seeded in graph order)."""
+        n = len(self.nodes)
+        pending = [0] * n
+        successors: list[list[int]] = [[] for _ in range(n)]
+        for i, slots in enumerate(self.reads):
+            for p in set(slots):
+                if p < n:
+                    pending[i] += 1
+                    successors[p].append(i)
+        ready = deque(i for i in range(n) if pending[i] == 0)
+        order: list[int] = []
+        while ready:
+            i = ready.popleft()
+            order.append(i)
+            for successor in successors[i]:
+                pending[successor] -= 1
+                if pending[successor] == 0:
+                    ready.append(successor)
+        if len(order) != n:
+            stuck = self.nodes[next(i for i in range(n) if pending[i] > 0)]
+            raise AnalysisError(
+                f"graph {self.graph.name!r} has a cycle through node "
+                f"{stuck.name or stuck.op_type!r}; ONNX graphs must be acyclic"
+            )
+        new_of = [0] * n
+        for new, old in enumerate(order):
+            new_of[old] = new
+        self.nodes = tuple(self.nodes[old] for old in order)
+        self.position = dict(zip(self.nodes, range(n)))
+        self.uses = tuple(self.uses[old] for old in order)
+        self.reads = tuple(
+            tuple(new_of[p] if p < n else p for p in self.reads[old]) for old in order
+        )
+
+    def check_graph(self, graph: ir.Graph) -> None:
+        """Raise :class:`ValueError` when this index was built for another graph."""
+        if graph is not self.graph:
+            raise ValueError(
+                f"the GraphIndex was built for graph {self.graph.name!r}, not for graph "
+                f"{graph.name!r}; build one with GraphIndex.build(graph)"
+            )
+
+    @property
+    def graph_nodes(self) -> tuple[ir.Node, ...]:
+        """The nodes in graph order."""
+        cached = self._cache.get("graph_nodes")
+        if cached is None:
+            cached = self._cache["graph_nodes"] = tuple(self.graph)
+        return cached
+
+    def slot_of(self, value: ir.Value) -> int | None:
+        """The slot of ``value`` (see the class), or ``None`` when no node reads or makes it."""
+        slot = self.position.get(value.producer())  # type: ignore[arg-type]
+        return slot if slot is not None else self.external_slot.get(value)
+
+    @property
+    def consumers(self) -> list[list[int]]:
+        """Positions of the nodes reading each slot, in topological order (built once)."""
+        cached = self._cache.get("consumers")
+        if cached is None:
+            cached = [[] for _ in range(len(self.nodes) + len(self.external))]
+            for i, slots in enumerate(self.reads):
+                for p in slots:
+                    readers = cached[p]
+                    if not readers or readers[-1] != i:
+                        readers.append(i)
+            self._cache["consumers"] = cached
+        return cached
+
+    def value_readers(self, value: ir.Value) -> list[int]:
+        """Positions of the nodes whose :attr:`uses` include ``value``, in order."""
+        if "consumers" in self._cache:
+            slot = self.slot_of(value)
+            if slot is None:
+                return []
+            return [i for i in self.consumers[slot] if value in self.uses[i]]
+        position = self.position
+        readers = {position[c] for c in value.consumers() if c in position}
+        for node, _ in self.bodies:
+            i = position[node]
+            if value in self.uses[i]:
+                readers.add(i)
+        return sorted(readers)
+
+    @property
+    def output_slots(self) -> frozenset[int]:
+        """Positions of the nodes that produce a graph output."""
+        cached = self._cache.get("output_slots")
+        if cached is None:
+            pos_get = self.position.get
+            cached = frozenset(
+                p for p in (pos_get(v.producer()) for v in self.graph.outputs) if p is not None
+            )
+            self._cache["output_slots"] = cached
+        return cached
+
+    @property
+    def uses_by_node(self) -> dict[ir.Node, tuple[ir.Value, ...]]:
+        """:func:`graph_uses` of the graph (graph order), from the index."""
+        cached = self._cache.get("uses_by_node")
+        if cached is None:
+            by_node = dict(zip(self.nodes, self.uses))
+            if not self.in_graph_order:
+                by_node = {node: by_node[node] for node in self.graph_nodes}
+            cached = self._cache["uses_by_node"] = by_node
+        return cached
+
+    @property
+    def classes(self) -> dict[ir.Value, Any]:
+        """``classify_values(graph, functions=functions)``, computed once."""
+        cached = self._cache.get("classes")
+        if cached is None:
+            from onnx_ir_multidevice.analysis.tensor_classes import classify_values
+
+            cached = self._cache["classes"] = classify_values(
+                self.graph, functions=self.functions, index=self
+            )
+        return cached
+
+    @property
+    def node_names(self) -> dict[str, list[ir.Node]]:
+        """Nodes of the graph by name (graph order; unnamed nodes left out)."""
+        cached = self._cache.get("node_names")
+        if cached is None:
+            cached = {}
+            for node in self.graph_nodes:
+                name = node.name
+                if name:
+                    found = cached.get(name)
+                    if found is None:
+                        cached[name] = [node]
+                    else:
+                        found.append(node)
+            self._cache["node_names"] = cached
+        return cached
+
+    def nodes_named(self, names: Iterable[str]) -> dict[str, list[ir.Node]]:
+        """:attr:`node_names` restricted to ``names`` (a scan when the full index is not built)."""
+        full = self._cache.get("node_names")
+        wanted = frozenset(names)
+        if full is not None:
+            return {name: full[name] for name in wanted if name in full}
+        key = ("nodes_named", wanted)
+        found = self._cache.get(key)
+        if found is None:
+            found = {}
+            for node in self.graph_nodes:
+                if node.name in wanted:
+                    found.setdefault(node.name, []).append(node)
+            self._cache[key] = found
+        return {name: list(nodes) for name, nodes in found.items()}
+
+    def values_named(self, names: Iterable[str]) -> dict[str, list[ir.Value]]:
+        """:attr:`value_names` restricted to ``names`` (a scan when the full index is not built)."""
+        full = self._cache.get("value_names")
+        wanted = frozenset(names) - {""}
+        if full is not None:
+            return {name: full[name] for name in wanted if name in full}
+        key = ("values_named", wanted)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = self._scan_values(wanted)
+        return {name: list(values) for name, values in cached.items()}
+
+    def _scan_values(self, wanted: frozenset[str]) -> dict[str, list[ir.Value]]:
+        graph = self.graph
+        initializers = _data(graph.initializers)
+        candidates = [v for v in graph.inputs if v.name in wanted]
+        candidates.extend(value for value in map(initializers.get, wanted) if value is not None)
+        candidates.extend(
+            v for outputs in map(_OUTPUTS, self.graph_nodes) for v in outputs if v.name in wanted
+        )
+        found: dict[str, list[ir.Value]] = {}
+        for value in candidates:
+            same = found.setdefault(value.name, [])  # type: ignore[arg-type]
+            if value not in same:
+                same.append(value)
+        return found
+
+    @property
+    def value_names(self) -> dict[str, list[ir.Value]]:
+        """Main-graph values by name: inputs, initializers, then node outputs (graph order)."""
+        cached = self._cache.get("value_names")
+        if cached is None:
+            graph = self.graph
+            values = [
+                *dict.fromkeys([*graph.inputs, *_data(graph.initializers).values()]),
+                *[v for outputs in map(_OUTPUTS, self.graph_nodes) for v in outputs],
+            ]
+            names = list(map(_NAME, values))
+            # First value of each name (reversed, so the first one wins), then the duplicates.
+            first = dict(zip(reversed(names), reversed(values)))
+            first.pop(None, None)  # type: ignore[call-overload]
+            first.pop("", None)
+            cached = {name: [value] for name, value in first.items()}
+            if len(first) != len(values) - names.count(None) - names.count(""):
+                for name, value in zip(names, values):
+                    if name:
+                        found = cached[name]
+                        if value not in found:
+                            found.append(value)
+            self._cache["value_names"] = cached
+        return cached
 
 
 def value_consumers(
@@ -128,7 +535,7 @@ def topological_order(
         AnalysisError: If the nodes form a cycle.
     """
     if uses is None:
-        uses = graph_uses(graph)
+        return list(GraphIndex.build(graph).nodes)
     nodes = list(graph)
     position = {node: i for i, node in enumerate(nodes)}
 

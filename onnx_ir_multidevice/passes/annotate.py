@@ -43,8 +43,7 @@ from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._binding import bind
 from onnx_ir_multidevice._errors import BindingError
 from onnx_ir_multidevice.analysis.stages import assign_stages
-from onnx_ir_multidevice.analysis.tensor_classes import classify_values
-from onnx_ir_multidevice.analysis.uses import AnalysisError
+from onnx_ir_multidevice.analysis.uses import AnalysisError, GraphIndex
 
 #: Name prefix of the configurations this package creates (and :mod:`.strip` removes).
 OMNY_CONFIGURATION_PREFIX = "omny/"
@@ -85,7 +84,7 @@ class _Selected:
 
 
 def _select(
-    model: ir.Model, configurations: Collection[int] | None
+    model: ir.Model, configurations: Collection[int] | None, index: GraphIndex | None = None
 ) -> tuple[list[_Selected], list[str]]:
     """Bind the model's plan; return the selected configurations and every plan name."""
     metadata = omny.read(model)
@@ -94,7 +93,7 @@ def _select(
             "the model has no .omny metadata (omnynet_metadata); plan it first "
             "(`omny plan`) or load a .omny file"
         )
-    plan = bind(model, metadata)
+    plan = bind(model, metadata, index=index)
     names = configuration_names(metadata.sharding.configurations)
     available = sorted({c.num_shards for c in plan.configurations})
     if configurations is not None:
@@ -118,12 +117,9 @@ def _select(
     return selected, names
 
 
-def _stages(
-    model: ir.Model, selected: _Selected, classes: Mapping[ir.Value, object]
-) -> dict[ir.Node, int]:
-
+def _stages(model: ir.Model, selected: _Selected, index: GraphIndex) -> dict[ir.Node, int]:
     try:
-        return assign_stages(model.graph, selected.cuts, classes=classes)  # type: ignore[arg-type]
+        return assign_stages(model.graph, selected.cuts, index=index)
     except AnalysisError as error:
         raise BindingError(
             f"sharding.configurations[{selected.index}]: the cut points do not form a "
@@ -229,6 +225,34 @@ def _upsert(
     return True
 
 
+class _SharedUpserts:
+    """:func:`_upsert` with no specs (or specs untouched), memoised on the node's entry tuple.
+
+    The result only depends on the entry tuple and the stage, so nodes with the same entries
+    get the very same (immutable) new tuple: one allocation per distinct case instead of one
+    per node.
+    """
+
+    def __init__(self, configuration: ir.ModelConfiguration, specs: tuple[()] | None) -> None:
+        self.configuration = configuration
+        self.specs = specs
+        # (id(entries), stage) -> (entries, new entries); entries kept alive for the id.
+        self._memo: dict[tuple[int, int | None], tuple[tuple, tuple]] = {}
+
+    def __call__(self, node: ir.Node, stage: int | None) -> bool:
+        entries = node.device_configurations
+        key = (id(entries), stage)
+        hit = self._memo.get(key)
+        if hit is None or hit[0] is not entries:
+            _upsert(node, self.configuration, stage=stage, specs=self.specs)
+            hit = self._memo[key] = (entries, node.device_configurations)
+        new = hit[1]
+        if new is entries:
+            return False
+        node.device_configurations = new
+        return True
+
+
 def _raise_ir_version(model: ir.Model) -> bool:
     if model.ir_version < _MULTI_DEVICE_IR_VERSION:
         model.ir_version = _MULTI_DEVICE_IR_VERSION
@@ -243,6 +267,8 @@ class _PlanPass(ir.passes.InPlacePass):
         self,
         configurations: Collection[int] | None = None,
         device_names: DeviceNames | None = None,
+        *,
+        index: GraphIndex | None = None,
     ) -> None:
         """Create the pass.
 
@@ -252,10 +278,19 @@ class _PlanPass(ir.passes.InPlacePass):
             device_names: Device names for the configurations: a sequence (an ``n``-shard
                 configuration takes the first ``n`` names) or a mapping from shard count to
                 names. ``None`` keeps existing names (none on a new configuration).
+            index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of the main graph
+                of the model the pass will run on (``GraphIndex.for_model(model)``), to share
+                with other analyses; ignored for another graph (one is built then).
         """
         super().__init__()
         self.configurations = None if configurations is None else frozenset(configurations)
         self.device_names = device_names
+        self.index = index
+
+    def _index(self, model: ir.Model) -> GraphIndex:
+        if self.index is not None and self.index.graph is model.graph:
+            return self.index
+        return GraphIndex.for_model(model)
 
 
 def _annotate(
@@ -265,23 +300,30 @@ def _annotate(
     *,
     stages: bool,
     sharding: bool,
+    index: GraphIndex,
 ) -> bool:
     """Annotate ``model`` for the selected configurations; return whether it changed."""
     modified = _raise_ir_version(model)
     graph = model.graph
-    classes = classify_values(graph, functions=model.functions) if selected else {}
     for entry in selected:
         names = _names_for(device_names, entry.num_shards)
         configuration, changed = ensure_configuration(model, entry.name, entry.num_shards, names)
         modified |= changed
-        node_stages = _stages(model, entry, classes)
-        if stages:
-            for node, stage in node_stages.items():
-                modified |= _upsert(node, configuration, stage=stage)
-        if sharding:
-            wanted = _cut_specs(graph, entry.cuts, node_stages)
-            for node in graph:
-                modified |= _upsert(node, configuration, specs=tuple(wanted.get(node, ())))
+        node_stages = _stages(model, entry, index)
+        wanted = _cut_specs(graph, entry.cuts, node_stages) if sharding else {}
+        # Specs are only touched (stale ones cleared) when annotating the sharding.
+        shared = _SharedUpserts(configuration, () if sharding else None)
+        # The nodes with cut specs first (a few), then every other node in one walk.
+        for node, specs in wanted.items():
+            modified |= _upsert(
+                node,
+                configuration,
+                stage=node_stages[node] if stages else None,
+                specs=tuple(specs),
+            )
+        for node, stage in node_stages.items():
+            if node not in wanted:
+                modified |= shared(node, stage if stages else None)
     return modified
 
 
@@ -319,8 +361,11 @@ class AnnotateStagesPass(_PlanPass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         """Annotate ``model`` in place; ``modified`` says whether anything changed."""
-        selected, _ = _select(model, self.configurations)
-        modified = _annotate(model, selected, self.device_names, stages=True, sharding=False)
+        index = self._index(model)
+        selected, _ = _select(model, self.configurations, index)
+        modified = _annotate(
+            model, selected, self.device_names, stages=True, sharding=False, index=index
+        )
         return ir.passes.PassResult(model, modified=modified)
 
 
@@ -338,8 +383,11 @@ class AnnotateShardingPass(_PlanPass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         """Annotate ``model`` in place; ``modified`` says whether anything changed."""
-        selected, _ = _select(model, self.configurations)
-        modified = _annotate(model, selected, self.device_names, stages=False, sharding=True)
+        index = self._index(model)
+        selected, _ = _select(model, self.configurations, index)
+        modified = _annotate(
+            model, selected, self.device_names, stages=False, sharding=True, index=index
+        )
         return ir.passes.PassResult(model, modified=modified)
 
 
@@ -357,10 +405,13 @@ class AnnotatePass(_PlanPass):
         """Annotate ``model`` in place; ``modified`` says whether anything changed."""
         from onnx_ir_multidevice.passes.strip import strip_configurations
 
-        selected, names = _select(model, self.configurations)
+        index = self._index(model)
+        selected, names = _select(model, self.configurations, index)
         keep = set(names)
         modified = strip_configurations(
             model, lambda c: c.name.startswith(OMNY_CONFIGURATION_PREFIX) and c.name not in keep
         )
-        modified |= _annotate(model, selected, self.device_names, stages=True, sharding=True)
+        modified |= _annotate(
+            model, selected, self.device_names, stages=True, sharding=True, index=index
+        )
         return ir.passes.PassResult(model, modified=modified)
