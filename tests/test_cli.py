@@ -14,7 +14,8 @@ import pytest
 from onnx_ir_multidevice import _cli, zoo
 from onnx_ir_multidevice._cli import demo as demo_cli
 from onnx_ir_multidevice._cli import inspect as inspect_cli
-from onnx_ir_multidevice.examples import GPT_TINY
+from onnx_ir_multidevice._io import load
+from onnx_ir_multidevice.examples import EXAMPLE, GPT_TINY
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -183,10 +184,95 @@ def test_shape_and_dtype_helpers():
 def test_demo_runs_every_available_step(capsys):
     code, out, _ = _run(capsys, "demo")
     assert code == 0, out
-    assert "byte-identical" in out
+    assert "bert_tiny.omny" in out.splitlines()[0]
+    # load, round trip, strict check of the bundled file
+    assert "byte-identical" in out and "DIFFERS" not in out
     assert "tensor_name is now" in out
-    assert "failed" in out.splitlines()[-1]
-    assert out.splitlines()[-1].endswith(" 0 failed")
+    assert "bert_tiny.omny: 0 error(s)" in out
+    # plan: the describe() table for 2, 3, 4 shards and the scaled-down device list
+    for n in (2, 3, 4):
+        assert f"{n} shards: cuts cut_" in out
+    assert "same cuts as the plan stored in bert_tiny.omny: yes" in out
+    assert "24GiB, 8GiB, 8GiB scaled by 1/" in out and "/ device " in out
+    # check and annotate the written plans
+    assert "check bert_tiny.planned.omny: 0 error(s)" in out
+    assert "check bert_tiny.annotated.onnx: 0 error(s)" in out
+    assert "omny/4-shards" in out
+    # verify every configuration, then the pipeline
+    for n in (2, 3, 4):
+        assert f"OK: {n} stages vs whole model" in out
+    assert "MISMATCH" not in out
+    assert "32 requests in" in out and "stage 1 (cpu)" in out
+    assert "all within rtol=atol=0.0001" in out
+    assert "FAILED" not in out and "  skipped:" not in out
+    assert out.splitlines()[-1] == f"demo: {len(demo_cli.STEPS)} ok, 0 skipped, 0 failed"
+
+
+def test_demo_json_document(capsys):
+    code, out, _ = _run(capsys, "demo", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["schema"] == "onnx-ir-multidevice/demo" and doc["ok"] is True
+    steps = {step["name"]: step for step in doc["steps"]}
+    assert list(steps) == [s.name for s in demo_cli.STEPS]
+    assert {step["status"] for step in steps.values()} == {"ok"}
+    assert steps["roundtrip"]["proto_identical"] and steps["roundtrip"]["save_identical"]
+    assert [c["num_shards"] for c in steps["plan"]["configurations"]] == [2, 3, 4]
+    assert len(steps["plan"]["scaled_devices_bytes"]) == 3
+    runs = steps["verify"]["runs"]
+    assert [r["num_shards"] for r in runs] == [2, 3, 4, 3]
+    for r in runs:
+        assert r["ok"]
+        for output in r["outputs"]:
+            assert output["max_abs_diff"] <= 1e-4
+    pipeline = steps["pipeline"]
+    assert pipeline["requests"] == demo_cli.PIPELINE_REQUESTS
+    assert len(pipeline["stats"]["stages"]) == 2
+    assert all(o["mismatches"] == 0 for o in pipeline["outputs"].values())
+
+
+def test_demo_only_runs_the_steps_it_needs(capsys):
+    code, out, _ = _run(capsys, "demo", "--only", "verify")
+    assert code == 0, out
+    headings = [line for line in out.splitlines() if line.startswith("[")]
+    assert [h.split("] ")[0] for h in headings] == ["[1/3", "[2/3", "[3/3"]
+    assert "Load" in headings[0] and "Plan" in headings[1] and "compare" in headings[2]
+
+
+def test_demo_relaxed_example_fails_the_strict_check(capsys):
+    code, out, _ = _run(capsys, "demo", "--model", str(GPT_TINY), "--only", "check")
+    assert code == 1
+    assert "FAILED: RuntimeError: gpt_tiny.omny: the checker found 4 error(s)" in out
+    assert "demo: FAILED steps: check" in out
+    code, out, _ = _run(capsys, "demo", "--model", str(GPT_TINY), "--only", "check", "--relaxed")
+    assert code == 0, out
+
+
+def test_demo_step_after_a_failed_one_is_skipped(capsys, monkeypatch):
+    def boom(ctx):
+        raise RuntimeError("no plan")
+
+    steps = [
+        demo_cli.Step("plan", "Plans", boom, uses_model=False),
+        demo_cli.Step("use", "Uses the plan", lambda ctx: None, uses_model=False, after=("plan",)),
+    ]
+    monkeypatch.setattr(demo_cli, "STEPS", steps)
+    code, out, _ = _run(capsys, "demo")
+    assert code == 1
+    assert "skipped: needs the results of 'plan'" in out
+    assert out.splitlines()[-1] == "demo: 0 ok, 1 skipped, 1 failed"
+
+
+def test_scaled_devices_is_the_tightest_power_of_two():
+    from onnx_ir_multidevice._errors import PlanError
+    from onnx_ir_multidevice.planner import plan_model
+
+    model = load(EXAMPLE)
+    sizes, divisor, result = demo_cli.scaled_devices(model)
+    assert sizes == [24 * 2**30 // divisor, 8 * 2**30 // divisor, 8 * 2**30 // divisor]
+    assert result.metadata.sharding.configurations[0].num_shards == 3
+    with pytest.raises(PlanError):
+        plan_model(model, devices=[size // 2 for size in sizes])
 
 
 def test_demo_list_and_failure_exit_code(capsys, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -10,11 +11,19 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from onnx_ir_multidevice import omny
+from onnx_ir_multidevice import omny, zoo
 from onnx_ir_multidevice._binding import bind
+from onnx_ir_multidevice._check import check
 from onnx_ir_multidevice._format import OmnyMetadata
 from onnx_ir_multidevice._io import load
-from onnx_ir_multidevice.examples import GPT_TINY, SPEC_EXAMPLE_JSON, example_path
+from onnx_ir_multidevice.examples import (
+    BERT_TINY,
+    EXAMPLE,
+    GPT_TINY,
+    SPEC_EXAMPLE_JSON,
+    example_path,
+)
+from onnx_ir_multidevice.planner import plan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,8 +36,23 @@ def _make_example():
     return module
 
 
-def test_example_file_is_what_the_generator_writes():
-    assert _make_example().generate() == GPT_TINY.read_bytes()
+@pytest.mark.parametrize("path", [BERT_TINY, GPT_TINY], ids=lambda p: p.name)
+def test_example_file_is_what_the_generator_writes(path):
+    make_example = _make_example()
+    assert make_example.generate(path.name) == path.read_bytes()
+    assert make_example.generate(path.name) == path.read_bytes()  # deterministic
+
+
+def test_make_example_check_and_outdir(tmp_path, capsys):
+    make_example = _make_example()
+    assert make_example.main(["--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert make_example.main(["--outdir", str(tmp_path), "--example", BERT_TINY.name]) == 0
+    assert (tmp_path / BERT_TINY.name).read_bytes() == BERT_TINY.read_bytes()
+    (tmp_path / BERT_TINY.name).write_bytes(b"stale")
+    args = ["--check", "--outdir", str(tmp_path), "--example", BERT_TINY.name]
+    assert make_example.main(args) == 1
+    assert "DIFFERS" in capsys.readouterr().out
 
 
 def test_spec_example_json_is_the_spec_copy():
@@ -38,13 +62,50 @@ def test_spec_example_json_is_the_spec_copy():
 
 
 def test_example_path():
-    assert example_path() == GPT_TINY
+    assert example_path() == EXAMPLE == BERT_TINY
+    assert example_path("gpt_tiny.omny") == GPT_TINY
     assert example_path("spec_example.json") == SPEC_EXAMPLE_JSON
-    with pytest.raises(FileNotFoundError, match="gpt_tiny.omny"):
+    with pytest.raises(FileNotFoundError, match="bert_tiny.omny, gpt_tiny.omny"):
         example_path("missing.omny")
 
 
-def test_example_metadata_resolves_and_is_consistent():
+def test_bert_example_is_the_planner_output_and_checks_clean():
+    make_example = _make_example()
+    model = load(BERT_TINY)
+    metadata = omny.read(model)
+    assert metadata is not None
+    expected = plan(zoo.bert(**make_example.BERT_ARGS), shards=[2, 3, 4], name="bert-tiny")
+    assert metadata == dataclasses.replace(expected, export_info=metadata.export_info)
+    info = metadata.export_info
+    assert info.exported_at == make_example.EXPORTED_AT and info.validated is None
+    assert [c.num_shards for c in metadata.sharding.configurations] == [2, 3, 4]
+    # Strict cuts: no error by default (only infos), as `omny check` reports it.
+    diagnostics = check(BERT_TINY)
+    assert [d for d in diagnostics if d.severity.value != "info"] == []
+    bound = bind(model, metadata)
+    assert bound.unresolved == ()
+    for cut in bound.cut_points:
+        assert cut.node.name == cut.spec.after_node
+        assert cut.spec.shape == (-1, 32, 96)
+    document = json.loads(model.metadata_props["omnynet_metadata"])
+    assert set(document) == {
+        "version",
+        "model",
+        "inputs",
+        "outputs",
+        "cut_points",
+        "sharding",
+        "export_info",
+    }
+
+
+def test_gpt_example_needs_relaxed_cuts():
+    errors = [d for d in check(GPT_TINY) if d.severity.value == "error"]
+    assert errors and {d.code for d in errors} == {"OMNY320"}
+    assert [d for d in check(GPT_TINY, relaxed_cuts=True) if d.severity.value == "error"] == []
+
+
+def test_gpt_example_metadata_resolves_and_is_consistent():
     model = load(GPT_TINY)
     metadata = omny.read(model)
     assert metadata is not None
@@ -82,7 +143,7 @@ def test_example_metadata_resolves_and_is_consistent():
     assert "validated" not in document["export_info"]
 
 
-def test_example_stage_memory_counts_the_tied_embedding_twice():
+def test_gpt_example_stage_memory_counts_the_tied_embedding_twice():
     make_example = _make_example()
     model = load(GPT_TINY)
     values = {v.name: v for node in model.graph for v in node.outputs}
@@ -94,9 +155,13 @@ def test_example_stage_memory_counts_the_tied_embedding_twice():
     assert first > wte and last > wte
 
 
-def test_example_runs_in_onnxruntime():
-    session = ort.InferenceSession(str(GPT_TINY), providers=["CPUExecutionProvider"])
+def test_examples_run_in_onnxruntime():
     ids = np.arange(64, dtype=np.int64).reshape(2, 32) % 512
+    session = ort.InferenceSession(str(GPT_TINY), providers=["CPUExecutionProvider"])
     (logits,) = session.run(None, {"input_ids": ids})
     assert logits.shape == (2, 32, 512)
     assert np.isfinite(logits).all()
+    session = ort.InferenceSession(str(BERT_TINY), providers=["CPUExecutionProvider"])
+    (hidden,) = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+    assert hidden.shape == (2, 32, 96)
+    assert np.isfinite(hidden).all()

@@ -1,19 +1,42 @@
-"""``omny demo``: a guided tour on the bundled example model.
+"""``omny demo``: the main job of the package, end to end, on the bundled example model.
 
-The demo is a list of steps (:data:`STEPS`). Each step names the package modules it needs; a
-step whose modules are not available is reported as skipped, so the tour grows with the
-package. Steps share a :class:`DemoContext` (the loaded model, its metadata, a scratch
-folder). Every step runs even when an earlier one failed (when it can); the exit status is 1 if
-any step failed, 0 otherwise.
+The demo is a list of steps (:data:`STEPS`): load the bundled ``.omny`` example and show what
+it holds, bind its cut points, rename a tensor, round-trip it byte for byte, check it; then plan
+the model afresh for 2, 3 and 4 shards and for a heterogeneous device list, write the plan as
+``.omny``, check and annotate it, split it and verify every configuration against the whole
+model, and stream requests through a 2-stage pipeline.
+
+Each step names the package modules it needs (a step whose modules are not available is
+reported as skipped) and the earlier steps whose results it uses (``after``: skipped when one
+of them did not succeed; ``--only`` runs them too). Steps share a :class:`DemoContext` (the
+loaded model, its metadata, a scratch folder, what earlier steps handed on). A step raises to
+fail; every other step still runs when it can. The exit status is 1 if any step failed, 0
+otherwise. ``--json`` prints one JSON document with each step's status and figures instead of
+the text.
 """
 
 from __future__ import annotations
 
-__all__ = ["STEPS", "DemoContext", "Step", "register", "run", "run_steps"]
+__all__ = [
+    "DEMO_DEVICES",
+    "DEMO_SHARDS",
+    "PIPELINE_DIMS",
+    "PIPELINE_REQUESTS",
+    "PIPELINE_STAGES",
+    "STEPS",
+    "TOLERANCE",
+    "DemoContext",
+    "Step",
+    "register",
+    "run",
+    "run_steps",
+    "scaled_devices",
+]
 
 import argparse
 import dataclasses
 import importlib.util
+import io
 import sys
 import tempfile
 import time
@@ -25,7 +48,25 @@ from typing import Any, TextIO
 import numpy as np
 import onnx_ir as ir
 
-from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK
+from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, print_json
+
+DEMO_SHARDS = (2, 3, 4)
+"""Shard counts the ``plan`` step plans for."""
+
+DEMO_DEVICES = ("24GiB", "8GiB", "8GiB")
+"""A heterogeneous device list; the ``plan`` step scales it down to the model's size."""
+
+PIPELINE_REQUESTS = 32
+"""Requests the ``pipeline`` step streams (after two warm-up requests)."""
+
+PIPELINE_STAGES = 2
+"""Stages of the ``pipeline`` step."""
+
+PIPELINE_DIMS = {"batch": 8}
+"""Symbolic dimensions of each request of the ``pipeline`` step."""
+
+TOLERANCE = 1e-4
+"""``rtol`` and ``atol`` of the comparisons with the whole model."""
 
 
 @dataclasses.dataclass
@@ -42,12 +83,22 @@ class DemoContext:
     """The loaded model (set by the ``load`` step)."""
     metadata: Any = None
     """Its :class:`~onnx_ir_multidevice._format.OmnyMetadata` (set by ``load``)."""
+    relaxed: bool = False
+    """Accept relaxed cuts when checking the input and plan with them (``--relaxed``)."""
     state: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Anything a step hands to a later one."""
+    figures: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """What each step measured, by step name (the ``--json`` document)."""
+    step: str = ""
+    """Name of the step running now."""
 
     def say(self, text: str = "") -> None:
         """Print a line of the demo."""
         print(text, file=self.out or sys.stdout)
+
+    def record(self, **values: Any) -> None:
+        """Keep JSON-ready figures of the running step (for ``--json``)."""
+        self.figures.setdefault(self.step, {}).update(values)
 
     def require_model(self) -> tuple[ir.Model, Any]:
         """The loaded model and metadata; raise if the ``load`` step did not set them."""
@@ -72,6 +123,8 @@ class Step:
     """``module:attribute`` names it needs (a function not written yet skips the step)."""
     uses_model: bool = True
     """Whether it reads :attr:`DemoContext.model` (skipped when the model was not loaded)."""
+    after: tuple[str, ...] = ()
+    """Earlier steps whose results it uses: skipped unless they succeeded."""
 
     def missing(self) -> list[str]:
         """What this step needs that is not available."""
@@ -121,6 +174,16 @@ def _step_load(ctx: DemoContext) -> None:
         f"sharding    {len(ctx.metadata.cut_points)} cut points, "
         f"{len(sharding.configurations)} configurations "
         f"(shard counts {[c.num_shards for c in sharding.configurations]})"
+    )
+    ctx.record(
+        file=str(ctx.path),
+        bytes=ctx.path.stat().st_size,
+        model=m.name,
+        architecture=m.architecture,
+        parameters=m.total_params,
+        nodes=len(graph),
+        cut_points=len(ctx.metadata.cut_points),
+        shard_counts=[c.num_shards for c in sharding.configurations],
     )
 
 
@@ -186,88 +249,323 @@ def _step_roundtrip(ctx: DemoContext) -> None:
     save(load(ctx.path), copy)
     saved = copy.read_bytes()
     ctx.say(f"load -> save to a new file:  {'byte-identical' if saved == original else 'DIFFERS'}")
+    ctx.record(
+        bytes=len(original), proto_identical=again == original, save_identical=saved == original
+    )
     if again != original or saved != original:
         raise RuntimeError("the round trip changed the file")
     ctx.say(f"({len(original):,} bytes, .omny metadata and all)")
 
 
+def _severity(diagnostic: Any) -> str:
+    return str(getattr(diagnostic.severity, "value", diagnostic.severity))
+
+
+def _report_check(ctx: DemoContext, label: str, diagnostics: Sequence[Any]) -> None:
+    """Print a check's counts and its errors and warnings; raise on errors."""
+    counts = {k: sum(1 for d in diagnostics if _severity(d) == k) for k in ("error", "warning")}
+    infos = len(diagnostics) - counts["error"] - counts["warning"]
+    ctx.say(f"{label}: {counts['error']} error(s), {counts['warning']} warning(s), {infos} info(s)")
+    shown = [d for d in diagnostics if _severity(d) in counts]
+    for diagnostic in shown[:12]:
+        ctx.say(f"  {diagnostic}")
+    if len(shown) > 12:
+        ctx.say(f"  ... and {len(shown) - 12} more")
+    ctx.record(
+        **{label: {"errors": counts["error"], "warnings": counts["warning"], "infos": infos}}
+    )
+    if counts["error"]:
+        codes = sorted({d.code for d in diagnostics if _severity(d) == "error"})
+        raise RuntimeError(f"{label}: the checker found {counts['error']} error(s) ({codes})")
+
+
 def _step_check(ctx: DemoContext) -> None:
     from onnx_ir_multidevice._check import check
 
-    model, _ = ctx.require_model()
-    diagnostics = check(model, relaxed_cuts=True)
-    errors = [d for d in diagnostics if str(getattr(d.severity, "value", d.severity)) == "error"]
-    ctx.say(f"{len(diagnostics)} diagnostic(s), {len(errors)} error(s)")
-    for diagnostic in diagnostics[:12]:
-        ctx.say(f"  {diagnostic}")
-    if len(diagnostics) > 12:
-        ctx.say(f"  ... and {len(diagnostics) - 12} more")
-    if errors:
-        raise RuntimeError("the checker found errors in the bundled example")
+    diagnostics = check(ctx.path, relaxed_cuts=ctx.relaxed)
+    mode = "relaxed cuts accepted" if ctx.relaxed else "strict cuts"
+    ctx.say(f"omny check {ctx.path.name} ({mode}, ONNX checker included)")
+    _report_check(ctx, ctx.path.name, diagnostics)
 
 
-def _feeds(model: ir.Model, batch: int = 2) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for value in model.graph.inputs:
-        assert value.shape is not None and value.dtype is not None
-        shape = tuple(d if isinstance(d, int) else batch for d in value.shape)
-        if value.dtype.is_integer():
-            feeds[value.name] = rng.integers(0, 10, shape).astype(value.dtype.numpy())
+def scaled_devices(
+    model: ir.Model,
+    devices: Sequence[str] = DEMO_DEVICES,
+    *,
+    relaxed: bool = False,
+) -> tuple[list[int], int, Any]:
+    """Scale ``devices`` down by the largest power of two that still fits ``model``.
+
+    The bundled example needs a few MiB, not 40 GiB: the device sizes keep their ratios and
+    shrink until one more halving would leave no feasible plan.
+
+    Returns:
+        The scaled sizes in bytes, the divisor, and the :class:`PlanResult` for them.
+
+    Raises:
+        PlanError: Not even the unscaled devices fit the model.
+    """
+    from onnx_ir_multidevice._errors import PlanError
+    from onnx_ir_multidevice.planner.devices import parse_size
+    from onnx_ir_multidevice.planner.plan import plan_model
+
+    sizes = [parse_size(d) for d in devices]
+    best = None
+    divisor = 1
+    while min(sizes) // divisor >= 1024:  # try up to 2**k while the devices keep 1 KiB
+        divisor *= 2
+    while divisor >= 1:
+        scaled = [size // divisor for size in sizes]
+        try:
+            result = plan_model(model, devices=scaled, relaxed=relaxed, name="demo")
+        except PlanError:
+            if best is not None:
+                break
         else:
-            feeds[value.name] = rng.standard_normal(shape).astype(value.dtype.numpy())
-    return feeds
+            best = (scaled, divisor, result)
+            break
+        divisor //= 2
+    if best is None:
+        raise PlanError(f"the devices {', '.join(devices)} cannot hold the model")
+    return best
 
 
-def _session(model: ir.Model) -> Any:
-    import onnxruntime as ort
+def _step_plan(ctx: DemoContext) -> None:
+    from onnx_ir_multidevice import omny
+    from onnx_ir_multidevice._io import load, save
+    from onnx_ir_multidevice.planner.memory import format_bytes
+    from onnx_ir_multidevice.planner.plan import describe, plan_model
 
-    from onnx_ir_multidevice._roundtrip import to_proto
+    # Plan a fresh copy: the planner reads only the graph, the bundled plan is replaced.
+    model = load(ctx.path)
+    name = ctx.metadata.model.name if ctx.metadata is not None else None
+    start = time.perf_counter()
+    result = plan_model(model, shards=list(DEMO_SHARDS), relaxed=ctx.relaxed, name=name)
+    took = time.perf_counter() - start
+    cuts = "relaxed" if ctx.relaxed else "strict"
+    ctx.say(
+        f"plan(model, shards={list(DEMO_SHARDS)}): {len(result.analysis.chain)} {cuts} cut "
+        f"candidates, {len(result.partitions)} configurations in {took * 1000:.0f} ms"
+    )
+    ctx.say(describe(result))
+    bundled = ctx.metadata
+    if bundled is not None and bundled.sharding.configurations:
 
-    return ort.InferenceSession(
-        to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"]
+        def tensors(meta: Any) -> dict[int, list[str]]:
+            by_id = {c.id: c.tensor_name for c in meta.cut_points}
+            return {
+                c.num_shards: [by_id.get(i, "?") for i in c.cut_point_ids]
+                for c in meta.sharding.configurations
+            }
+
+        same = tensors(bundled) == tensors(result.metadata)
+        ctx.say(f"same cuts as the plan stored in {ctx.path.name}: {'yes' if same else 'no'}")
+    omny.write(model, result.metadata)
+    planned = ctx.workdir / f"{ctx.path.stem}.planned.omny"
+    save(model, planned)
+    ctx.say(f"wrote {planned.name} ({planned.stat().st_size:,} bytes)")
+
+    scaled, divisor, hetero = scaled_devices(model, relaxed=ctx.relaxed)
+    shown = ", ".join(format_bytes(b) for b in scaled)
+    ctx.say()
+    ctx.say(
+        f"plan(model, devices=[{shown}]): {', '.join(DEMO_DEVICES)} scaled by 1/{divisor}, "
+        "the tightest power-of-two scale that fits this model"
+    )
+    ctx.say(describe(hetero))
+    hetero_model = load(ctx.path)
+    omny.write(hetero_model, hetero.metadata)
+    hetero_path = ctx.workdir / f"{ctx.path.stem}.{len(scaled)}-devices.omny"
+    save(hetero_model, hetero_path)
+    ctx.say(f"wrote {hetero_path.name} ({hetero_path.stat().st_size:,} bytes)")
+    ctx.state.update(
+        planned=planned,
+        planned_model=model,
+        planned_metadata=result.metadata,
+        hetero=hetero_path,
+        hetero_model=hetero_model,
+        hetero_metadata=hetero.metadata,
+    )
+
+    def summary(found: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "num_shards": c.num_shards,
+                "memory_per_shard_mb": list(c.memory_per_shard_mb),
+                "cuts": [found.metadata.cut_point(i).tensor_name for i in c.cut_point_ids],
+            }
+            for c in found.metadata.sharding.configurations
+        ]
+
+    ctx.record(
+        shards=list(DEMO_SHARDS),
+        configurations=summary(result),
+        devices=list(DEMO_DEVICES),
+        device_scale=divisor,
+        scaled_devices_bytes=scaled,
+        device_configurations=summary(hetero),
     )
 
 
-def _step_split(ctx: DemoContext) -> None:
+def _step_check_annotate(ctx: DemoContext) -> None:
+    from onnx_ir_multidevice._annotate import annotate
+    from onnx_ir_multidevice._check import check
+    from onnx_ir_multidevice._io import save
+
+    for key in ("planned", "hetero"):
+        path: Path = ctx.state[key]
+        _report_check(ctx, f"check {path.name}", check(path, relaxed_cuts=ctx.relaxed))
+    path = ctx.state["planned"]
+    model = annotate(path, relaxed_cuts=ctx.relaxed)  # raises CheckError on errors
+    annotated = ctx.workdir / f"{ctx.path.stem}.annotated.onnx"
+    save(model, annotated)
+    ctx.say(f"annotate({path.name}) -> {annotated.name} (IR version {model.ir_version})")
+    summary = {}
+    for configuration in model.device_configurations:
+        counts = [0] * configuration.num_devices
+        for node in model.graph:
+            for entry in node.device_configurations:
+                stage = entry.pipeline_stage
+                if entry.configuration is configuration and stage is not None:
+                    counts[stage] += 1
+        summary[configuration.name] = counts
+        ctx.say(f"  {configuration.name:<16} nodes per pipeline stage {counts}")
+    _report_check(ctx, f"check {annotated.name}", check(annotated, relaxed_cuts=ctx.relaxed))
+    ctx.record(annotated_nodes_per_stage=summary)
+
+
+def _step_verify(ctx: DemoContext) -> None:
     from onnx_ir_multidevice._split import split
+    from onnx_ir_multidevice._verify import verify_stages
 
-    model, metadata = ctx.require_model()
-    config = max(metadata.sharding.configurations, key=lambda c: c.num_shards)
-    stages = split(model, config.num_shards, configuration=config)
-    feeds = _feeds(model)
-    (expected,) = _session(model).run(None, feeds)
-    env: dict[str, np.ndarray] = dict(feeds)
-    for i, stage in enumerate(stages):
-        names = [v.name for v in stage.graph.inputs]
+    runs = [
+        (ctx.state["planned_model"], config, "")
+        for config in ctx.state["planned_metadata"].sharding.configurations
+    ]
+    hetero = ctx.state["hetero_metadata"].sharding.configurations[0]
+    runs.append((ctx.state["hetero_model"], hetero, " (device plan)"))
+    records = []
+    failures = []
+    for model, config, label in runs:
         start = time.perf_counter()
-        outputs = _session(stage).run(None, {n: env[n] for n in names})
-        took = (time.perf_counter() - start) * 1000
-        produced = [v.name for v in stage.graph.outputs]
-        env.update(zip(produced, outputs))
+        stages = split(model, config.num_shards, configuration=config)
+        report = verify_stages(model, stages, rtol=TOLERANCE, atol=TOLERANCE)
+        took = time.perf_counter() - start
+        crossing = [[v.name for v in stage.graph.inputs] for stage in stages[1:]]
         ctx.say(
-            f"stage {i}: {len(stage.graph)} nodes, reads {names}, writes {produced} ({took:.1f} ms)"
+            f"{config.num_shards} shards{label}: nodes per stage "
+            f"{[len(stage.graph) for stage in stages]}, stage inputs after the first "
+            f"{crossing} ({took * 1000:.0f} ms)"
         )
-    got = env[model.graph.outputs[0].name]
-    diff = float(np.max(np.abs(got - expected)))
-    ctx.say(f"stages in sequence vs the whole model: max |difference| = {diff:.2e}")
-    if diff > 1e-4:
-        raise RuntimeError("the stages do not reproduce the model's output")
+        for line in str(report).splitlines():
+            ctx.say(f"  {line}")
+        records.append(
+            {
+                "num_shards": config.num_shards,
+                "device_plan": bool(label),
+                "ok": report.ok,
+                "outputs": report.to_dict()["outputs"],
+            }
+        )
+        if not report.ok:
+            failures.append(f"{config.num_shards} shards{label}")
+    ctx.record(tolerance=TOLERANCE, runs=records)
+    if failures:
+        raise RuntimeError(
+            f"the stages differ from the whole model beyond rtol=atol={TOLERANCE:g}: "
+            + ", ".join(failures)
+        )
 
+
+def _step_pipeline(ctx: DemoContext) -> None:
+    import onnxruntime as ort
+
+    from onnx_ir_multidevice._roundtrip import to_proto
+    from onnx_ir_multidevice._verify import make_inputs
+    from onnx_ir_multidevice.runtime import Pipeline
+
+    model = ctx.state["planned_model"]
+    requests = [
+        make_inputs(model, dims=PIPELINE_DIMS, seed=seed) for seed in range(PIPELINE_REQUESTS)
+    ]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    whole = ort.InferenceSession(
+        to_proto(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    names = [v.name for v in model.graph.outputs]
+    whole.run(names, requests[0])  # warm up
+    start = time.perf_counter()
+    expected = [dict(zip(names, whole.run(names, r))) for r in requests]
+    whole_s = time.perf_counter() - start
+    path = ctx.state["planned"]
+    with Pipeline(path, PIPELINE_STAGES, intra_op_num_threads=1) as pipe:
+        for _ in pipe.map(requests[:2]):  # warm up
+            pass
+        pipe.reset_stats()
+        results = list(pipe.map(requests))
+        stats = pipe.stats()
+    ctx.say(
+        f"Pipeline({path.name}, {PIPELINE_STAGES}) on {', '.join(str(d) for d in pipe.devices)},"
+        f" one onnxruntime thread per stage; {PIPELINE_REQUESTS} requests "
+        f"{', '.join(f'{k}{list(v.shape)}' for k, v in requests[0].items())}"
+    )
+    ctx.say(
+        f"  {stats.requests} requests in {stats.wall_s * 1000:.1f} ms: "
+        f"{stats.throughput:.0f} requests/s, latency mean {stats.latency_mean_ms:.2f} ms, "
+        f"p90 {stats.latency_p90_ms:.2f} ms"
+    )
+    for s in stats.stages:
+        ctx.say(
+            f"  stage {s.index} ({s.device}): {s.requests} requests, {s.mean_ms:.2f} ms mean "
+            f"(p90 {s.p90_ms:.2f}), busy {s.busy_s * 1000:.1f} ms = {s.utilisation:.0%} of the "
+            f"wall time, {s.requests / s.busy_s if s.busy_s else 0:.0f} requests/s when busy"
+        )
+    ctx.say(
+        f"  whole model in one session, one request after another: {whole_s * 1000:.1f} ms "
+        f"({PIPELINE_REQUESTS / whole_s:.0f} requests/s)"
+    )
+    per_output = {}
+    for name in names:
+        worst_abs = worst_rel = 0.0
+        bad = 0
+        for got, want in zip(results, expected):
+            a = np.asarray(got[name], dtype=np.float64)
+            b = np.asarray(want[name], dtype=np.float64)
+            diff = np.abs(a - b)
+            scale = np.abs(b)
+            rel = np.divide(diff, scale, out=np.zeros_like(diff), where=scale > 0)
+            worst_abs = max(worst_abs, float(diff.max(initial=0.0)))
+            worst_rel = max(worst_rel, float(rel.max(initial=0.0)))
+            bad += int(np.count_nonzero(~(diff <= TOLERANCE + TOLERANCE * scale)))
+        per_output[name] = {"max_abs_diff": worst_abs, "max_rel_diff": worst_rel, "mismatches": bad}
+        ctx.say(
+            f"  {name}, pipeline vs whole model over {len(results)} requests: max abs diff "
+            f"{worst_abs:.3g}, max rel diff {worst_rel:.3g}, "
+            f"{'all within' if not bad else f'{bad} element(s) beyond'} rtol=atol={TOLERANCE:g}"
+        )
+    bad = sum(o["mismatches"] for o in per_output.values())
+    ctx.record(
+        requests=len(results),
+        dims=PIPELINE_DIMS,
+        stats=stats.to_dict(),
+        whole_model_seconds=whole_s,
+        outputs=per_output,
+    )
+    if len(results) != PIPELINE_REQUESTS or bad:
+        raise RuntimeError("the pipeline's outputs differ from the whole model's")
+
+
+_CORE = (f"{_PKG}._format", f"{_PKG}.omny", f"{_PKG}._io")
 
 STEPS: list[Step] = [
-    Step(
-        "load",
-        "Load the bundled .omny example",
-        _step_load,
-        (f"{_PKG}._format", f"{_PKG}.omny", f"{_PKG}._io"),
-    ),
+    Step("load", "Load the .omny file and show what it holds", _step_load, _CORE),
     Step("cuts", "Cut points, bound to the graph", _step_cut_points, (f"{_PKG}._binding",)),
     Step(
         "rename",
         "Rename a tensor: the plan follows",
         _step_rename,
-        (f"{_PKG}._format", f"{_PKG}.omny", f"{_PKG}._io", f"{_PKG}._binding"),
+        (*_CORE, f"{_PKG}._binding"),
         uses_model=False,
     ),
     Step(
@@ -277,16 +575,53 @@ STEPS: list[Step] = [
         (f"{_PKG}._io", f"{_PKG}._roundtrip"),
         uses_model=False,
     ),
-    Step("check", "Check the file", _step_check, (f"{_PKG}._check",)),
+    Step("check", "Check the file (omny check)", _step_check, (f"{_PKG}._check",)),
     Step(
-        "split",
-        "Split into stages and run them one after another",
-        _step_split,
-        ("onnxruntime",),
-        (f"{_PKG}._split:split",),
+        "plan",
+        "Plan the model for 2, 3 and 4 shards and for unequal devices (omny plan)",
+        _step_plan,
+        (*_CORE, f"{_PKG}.planner"),
+    ),
+    Step(
+        "annotate",
+        "Check the plans, annotate IR v11 pipeline stages (omny check, omny annotate)",
+        _step_check_annotate,
+        (f"{_PKG}._check", f"{_PKG}._annotate"),
+        after=("plan",),
+    ),
+    Step(
+        "verify",
+        "Split each configuration and compare with the whole model (omny split, omny verify)",
+        _step_verify,
+        ("onnxruntime", f"{_PKG}._split", f"{_PKG}._verify"),
+        after=("plan",),
+    ),
+    Step(
+        "pipeline",
+        f"Stream {PIPELINE_REQUESTS} requests through a {PIPELINE_STAGES}-stage pipeline "
+        "(omny run)",
+        _step_pipeline,
+        ("onnxruntime", f"{_PKG}.runtime", f"{_PKG}._verify"),
+        after=("plan",),
     ),
 ]
-"""The demo, in order. Later capabilities append their step here."""
+"""The demo, in order."""
+
+
+def _with_prerequisites(names: Sequence[str]) -> list[Step]:
+    """The steps named, the earlier steps they use (recursively), in demo order."""
+    by_name = {s.name: s for s in STEPS}
+    wanted: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in wanted or name not in by_name:
+            continue
+        wanted.add(name)
+        todo.extend(by_name[name].after)
+        if by_name[name].uses_model:
+            todo.append("load")
+    return [s for s in STEPS if s.name in wanted]
 
 
 def run_steps(
@@ -295,17 +630,26 @@ def run_steps(
     """Run ``steps`` in order; return ``{name: "ok" | "skipped" | "failed"}``."""
     results: dict[str, str] = {}
     for number, step in enumerate(steps, 1):
+        ctx.step = step.name
         ctx.say()
-        ctx.say(f"[{number}/{len(steps)}] {step.title}")
+        heading = f"[{number}/{len(steps)}] {step.title}"
+        ctx.say(heading)
+        ctx.say("-" * len(heading))
         missing = step.missing()
+        blocked = [name for name in step.after if results.get(name) != "ok"]
+        reason = None
         if missing:
-            ctx.say(f"  skipped: needs {', '.join(missing)} (not available yet)")
+            reason = f"needs {', '.join(missing)} (not available yet)"
+        elif step.uses_model and step.name != "load" and ctx.model is None:
+            reason = "the model was not loaded"
+        elif blocked:
+            reason = f"needs the results of {', '.join(repr(b) for b in blocked)}"
+        if reason is not None:
+            ctx.say(f"  skipped: {reason}")
             results[step.name] = "skipped"
+            ctx.record(status="skipped", reason=reason)
             continue
-        if step.uses_model and step.name != "load" and ctx.model is None:
-            ctx.say("  skipped: the model was not loaded")
-            results[step.name] = "skipped"
-            continue
+        start = time.perf_counter()
         try:
             step.func(ctx)
         except Exception as error:  # a demo step failing must not hide the other steps
@@ -313,8 +657,11 @@ def run_steps(
             if verbose_errors:
                 ctx.say(traceback.format_exc())
             results[step.name] = "failed"
+            ctx.record(status="failed", error=f"{type(error).__name__}: {error}")
         else:
             results[step.name] = "ok"
+            ctx.record(status="ok")
+        ctx.record(seconds=round(time.perf_counter() - start, 3))
     return results
 
 
@@ -322,24 +669,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` subcommand."""
     parser = subparsers.add_parser(
         "demo",
-        help="a guided tour on the bundled example model",
-        description="Run the guided tour: load the bundled .omny example, show its cut points, "
-        "rename a tensor, round-trip it byte for byte, check, split and run it.",
+        help="the whole job on the bundled example: load, check, plan, annotate, split, "
+        "verify, run",
+        description="Run the package end to end on the bundled example (or --model): load it "
+        "and show what it holds, round-trip it byte for byte, check it; plan it for 2, 3 and 4 "
+        "shards and for unequal devices, write, check and annotate the plan, split and verify "
+        "every configuration, stream requests through a 2-stage pipeline. Exit status 1 if a "
+        "step fails.",
     )
     parser.add_argument(
         "--model",
         type=Path,
         default=None,
-        help="an .omny file to run the tour on (default: the bundled gpt_tiny.omny)",
+        help="an .omny file to run the demo on (default: the bundled bert_tiny.omny)",
     )
     parser.add_argument(
         "--only",
         nargs="+",
         metavar="STEP",
         choices=[s.name for s in STEPS],
-        help="run only these steps (names: %(choices)s)",
+        help="run only these steps and those whose results they use (names: %(choices)s)",
     )
     parser.add_argument("--list", action="store_true", help="list the steps and exit")
+    parser.add_argument(
+        "--relaxed",
+        action="store_true",
+        help="accept relaxed cuts in the check and plan with them (for models such as "
+        "the bundled gpt_tiny.omny)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document instead of the text"
+    )
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of failures")
     parser.set_defaults(func=run)
 
@@ -353,21 +713,46 @@ def run(args: argparse.Namespace) -> int:
             print(f"{step.name:<10} {step.title}{note}")
         return EXIT_OK
     if args.model is None:
-        from onnx_ir_multidevice.examples import GPT_TINY
+        from onnx_ir_multidevice.examples import EXAMPLE
 
-        path = GPT_TINY
+        path = EXAMPLE
     else:
         path = args.model
     if not path.is_file():
         from onnx_ir_multidevice._errors import OmnyIOError
 
         raise OmnyIOError(f"{path}: no such file; pass an existing .omny file to --model")
-    steps = [s for s in STEPS if not args.only or s.name in args.only]
-    print(f"omny demo on {path}")
+    steps = _with_prerequisites(args.only) if args.only else list(STEPS)
+    as_json = bool(getattr(args, "json", False))
+    out = io.StringIO() if as_json else None
+    if not as_json:
+        print(f"omny demo on {path}")
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="omny-demo-") as tmp:
-        ctx = DemoContext(path=path, workdir=Path(tmp))
+        ctx = DemoContext(
+            path=path, workdir=Path(tmp), out=out, relaxed=bool(getattr(args, "relaxed", False))
+        )
         results = run_steps(steps, ctx, verbose_errors=args.traceback)
+    seconds = time.perf_counter() - start
     counts = {k: sum(1 for v in results.values() if v == k) for k in ("ok", "skipped", "failed")}
-    print()
-    print(f"demo: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed")
-    return EXIT_FINDINGS if counts["failed"] else EXIT_OK
+    failed = [name for name, status in results.items() if status == "failed"]
+    if as_json:
+        print_json(
+            {
+                "schema": "onnx-ir-multidevice/demo",
+                "schema_version": 1,
+                "model": str(path),
+                "ok": not failed,
+                "seconds": round(seconds, 3),
+                "steps": [
+                    {"name": s.name, "title": s.title, **ctx.figures.get(s.name, {})} for s in steps
+                ],
+            }
+        )
+    else:
+        print()
+        if failed:
+            print(f"demo: FAILED steps: {', '.join(failed)} (details above; --traceback for more)")
+        print(f"demo took {seconds:.1f} s")
+        print(f"demo: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed")
+    return EXIT_FINDINGS if failed else EXIT_OK
