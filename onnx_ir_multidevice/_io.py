@@ -31,7 +31,6 @@ from __future__ import annotations
 __all__ = ["load", "save"]
 
 import contextlib
-import gc
 import os
 import shutil
 import tempfile
@@ -43,6 +42,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._format import gc_paused
 from onnx_ir_multidevice._roundtrip import from_proto, to_proto
 
 #: Initializers at least this large (in total) force external data: protobuf's 2 GiB limit.
@@ -51,15 +51,17 @@ _DEFAULT_SIZE_THRESHOLD = 1024
 _TENSOR_ATTRS = (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS)
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+def _as_path(path: object, function: str) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"{function}() takes a file path (str or os.PathLike), not "
+            f"{type(path).__name__}; pass the path of an .onnx or .omny file"
+        )
+    if not os.fspath(path):
+        raise OmnyIOError(
+            f"{function}(): the path is empty; pass the path of an .onnx or .omny file"
+        )
+    return Path(path)
 
 
 def _check_readable_file(path: Path) -> None:
@@ -90,8 +92,9 @@ def load(path: str | os.PathLike) -> ir.Model:
             references an external data file that does not exist.
         OmnyFormatError: The multi-device annotations cannot be represented (see
             :func:`onnx_ir_multidevice._roundtrip.from_proto`).
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
     """
-    path = Path(path)
+    path = _as_path(path, "load")
     _check_readable_file(path)
     try:
         data = path.read_bytes()
@@ -113,7 +116,7 @@ def load(path: str | os.PathLike) -> ir.Model:
             ".onnx/.omny file"
         )
     del data
-    with _gc_paused():
+    with gc_paused():
         model = from_proto(proto)
     del proto
     base_dir = str(path.parent)
@@ -281,8 +284,15 @@ def save(
             destination exists and ``overwrite`` is ``False``, or writing failed.
         OmnyFormatError: The model cannot be serialised without losing its multi-device
             annotations (see :func:`onnx_ir_multidevice._roundtrip.to_proto`).
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`, or ``path`` is not a
+            ``str`` or ``os.PathLike``.
     """
-    path = Path(path)
+    if not isinstance(model, ir.Model):
+        raise TypeError(
+            f"save() takes an onnx_ir.Model, not {type(model).__name__}; to copy a file, "
+            "load it first with load(path)"
+        )
+    path = _as_path(path, "save")
     folder = path.parent
     if path.is_dir():
         raise OmnyIOError(f"{path}: is a directory; pass a file path such as {path / 'model.onnx'}")
@@ -305,7 +315,7 @@ def save(
             f"{path}: cannot write into {folder} ({error.strerror}); check its permissions"
         ) from error
     try:
-        with _gc_paused():
+        with gc_paused():
             wrote_data = _write_staged(
                 model, graphs, staging, path.name, data_name, data_path, size_threshold_bytes
             )

@@ -151,21 +151,34 @@ class _PresenceRecord:
                 msg.ClearField(name)
 
 
-def _note_node_configs(
-    record: _PresenceRecord,
+def _node_config_presence(
     configs: Sequence[onnx.NodeDeviceConfigurationProto],
     ir_configs: Sequence[ir.NodeDeviceConfiguration],
-) -> None:
+) -> Iterator[tuple[Any, _message.Message, tuple[str, ...]]]:
+    """Yield ``(ir object, its proto message, optional fields)`` of node device configurations.
+
+    Those fields are scalars whose presence onnx-ir does not keep: ``key`` of index-to-group
+    map entries, ``axis`` of sharded dims and ``num_shards`` of simple shardings.
+    """
     for config, ir_config in zip(configs, ir_configs):
         for spec, ir_spec in zip(config.sharding_spec, ir_config.sharding_specs):
             for entry, ir_entry in zip(
                 spec.index_to_device_group_map, ir_spec.index_to_device_group_map
             ):
-                record.note(ir_entry, entry, ("key",))
+                yield ir_entry, entry, ("key",)
             for dim, ir_dim in zip(spec.sharded_dim, ir_spec.sharded_dims):
-                record.note(ir_dim, dim, ("axis",))
+                yield ir_dim, dim, ("axis",)
                 for simple, ir_simple in zip(dim.simple_sharding, ir_dim.simple_shardings):
-                    record.note(ir_simple, simple, ("num_shards",))
+                    yield ir_simple, simple, ("num_shards",)
+
+
+def _note_node_configs(
+    record: _PresenceRecord,
+    configs: Sequence[onnx.NodeDeviceConfigurationProto],
+    ir_configs: Sequence[ir.NodeDeviceConfiguration],
+) -> None:
+    for obj, msg, fields in _node_config_presence(configs, ir_configs):
+        record.note(obj, msg, fields)
 
 
 def _clear_node_configs(
@@ -173,20 +186,8 @@ def _clear_node_configs(
     configs: Sequence[onnx.NodeDeviceConfigurationProto],
     ir_configs: Sequence[ir.NodeDeviceConfiguration],
 ) -> None:
-    for config, ir_config in zip(configs, ir_configs):
-        for spec, ir_spec in zip(config.sharding_spec, ir_config.sharding_specs):
-            for entry, ir_entry in zip(
-                spec.index_to_device_group_map, ir_spec.index_to_device_group_map
-            ):
-                record.clear(ir_entry, entry)
-            for dim, ir_dim in zip(spec.sharded_dim, ir_spec.sharded_dims):
-                record.clear(ir_dim, dim)
-                for simple, ir_simple in zip(dim.simple_sharding, ir_dim.simple_shardings):
-                    record.clear(ir_simple, simple)
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation
+    for obj, msg, _ in _node_config_presence(configs, ir_configs):
+        record.clear(obj, msg)
 
 
 def _check_proto_references(path: str, node_proto: onnx.NodeProto) -> None:
@@ -505,7 +506,13 @@ def roundtrip(proto: onnx.ModelProto) -> onnx.ModelProto:
 
     Raises:
         OmnyFormatError: See :func:`from_proto` and :func:`to_proto`.
+        TypeError: ``proto`` is not an ``onnx.ModelProto``.
     """
+    if not isinstance(proto, onnx.ModelProto):
+        raise TypeError(
+            f"roundtrip() takes an onnx.ModelProto, not {type(proto).__name__}; read a file "
+            "with onnx.load(path), or use onnx_ir_multidevice.load(path) for an IR model"
+        )
     return to_proto(from_proto(proto))
 
 
@@ -599,8 +606,14 @@ def diff(a: _message.Message, b: _message.Message) -> list[str]:
         when the messages are equal.
 
     Raises:
-        TypeError: The messages are of different types.
+        TypeError: The arguments are not protobuf messages, or of different types.
     """
+    for name, message in (("a", a), ("b", b)):
+        if not isinstance(message, _message.Message):
+            raise TypeError(
+                f"diff() compares protobuf messages (e.g. onnx.ModelProto); {name} is a "
+                f"{type(message).__name__}; convert an IR model with to_proto(model) first"
+            )
     if a.DESCRIPTOR is not b.DESCRIPTOR:
         raise TypeError(
             f"cannot diff a {a.DESCRIPTOR.full_name} against a {b.DESCRIPTOR.full_name}"

@@ -176,6 +176,32 @@ def _concrete_shape(value: ir.Value, dims: Mapping[str, int]) -> tuple[int, ...]
     return tuple(shape)
 
 
+def _require_model(model: object, function: str) -> None:
+    if not isinstance(model, ir.Model):
+        raise TypeError(
+            f"{function}() takes an onnx_ir.Model, not {type(model).__name__}; load a file "
+            "with onnx_ir_multidevice.load(path)"
+        )
+
+
+def _checked_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
+    """``dims`` as a dict, after checking that every value is a positive integer."""
+    checked = dict(dims or {})
+    for name, value in checked.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise VerifyError(
+                f"dims[{name!r}] must be a positive integer, got {value!r} "
+                "(e.g. dims={'batch': 2})"
+            )
+    return checked
+
+
+def _check_tolerances(rtol: float, atol: float) -> None:
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if not 0.0 <= value < float("inf"):
+            raise VerifyError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
 def make_inputs(
     model: ir.Model,
     *,
@@ -202,10 +228,12 @@ def make_inputs(
 
     Raises:
         VerifyError: An input has no type or shape, or a dtype NumPy cannot hold (bfloat16,
-            float8...); pass such inputs explicitly.
+            float8...); pass such inputs explicitly. Or a value of ``dims`` is not a
+            positive integer.
     """
+    _require_model(model, "make_inputs")
+    dims = _checked_dims(dims)
     rng = np.random.default_rng(seed)
-    dims = dict(dims or {})
     arrays: dict[str, np.ndarray] = {}
     initializers = model.graph.initializers
     for value in model.graph.inputs:
@@ -380,8 +408,10 @@ def verify_stages(
 
     Raises:
         VerifyError: onnxruntime cannot load or run the model or a stage (the message names
-            it), or a stage reads a name nothing provides.
+            it), a stage reads a name nothing provides, ``rtol`` or ``atol`` is negative, or
+            a value of ``dims`` is not a positive integer.
     """
+    _check_tolerances(rtol, atol)
     feeds = make_inputs(model, dims=dims, seed=seed)
     if inputs:
         feeds.update({k: np.asarray(v) for k, v in inputs.items()})
@@ -460,10 +490,15 @@ def verify(
 
     Raises:
         SplitError: The model cannot be split so.
-        VerifyError: onnxruntime cannot load or run the model or a stage (named).
+        VerifyError: onnxruntime cannot load or run the model or a stage (named), ``rtol``
+            or ``atol`` is negative, or a value of ``dims`` is not a positive integer.
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
     """
     from onnx_ir_multidevice._split import split
 
+    _require_model(model, "verify")
+    _check_tolerances(rtol, atol)
+    _checked_dims(dims)
     stages = split(model, shards, configuration=configuration, metadata=metadata)
     return verify_stages(
         model, stages, inputs, rtol=rtol, atol=atol, dims=dims, seed=seed, providers=providers

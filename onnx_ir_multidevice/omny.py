@@ -33,6 +33,14 @@ def _prop_path(key: str) -> str:
     return f"metadata_props[{key}]"
 
 
+def _require_model(model: object, function: str) -> None:
+    if not isinstance(model, ir.Model):
+        raise TypeError(
+            f"omny.{function}() takes an onnx_ir.Model, not {type(model).__name__}; load a "
+            "file with onnx_ir_multidevice.load(path)"
+        )
+
+
 def read(model: ir.Model) -> OmnyMetadata | None:
     """Read the ``.omny`` metadata of a model.
 
@@ -45,9 +53,12 @@ def read(model: ir.Model) -> OmnyMetadata | None:
 
     Raises:
         OmnyFormatError: Only one of the two properties is present, the JSON is malformed
-            (``path`` is the JSON path of the offending element), or the JSON ``version``
-            differs from ``omnynet_version``.
+            (``path`` is the JSON path of the offending element, or
+            ``metadata_props[omnynet_metadata]`` when the document as a whole cannot be
+            read), or the JSON ``version`` differs from ``omnynet_version``.
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
     """
+    _require_model(model, "read")
     props = model.metadata_props
     version = props.get(OMNY_VERSION_KEY)
     text = props.get(OMNY_METADATA_KEY)
@@ -65,7 +76,17 @@ def read(model: ir.Model) -> OmnyMetadata | None:
             f"missing although {OMNY_METADATA_KEY!r} is set; add it with the format "
             "version (the JSON document's 'version')",
         )
-    metadata = OmnyMetadata.from_json(text)
+    try:
+        metadata = OmnyMetadata.from_json(text)
+    except OmnyFormatError as error:
+        if error.path:
+            raise
+        # The whole document is unreadable: say where it is and how to get a good one.
+        raise OmnyFormatError(
+            _prop_path(OMNY_METADATA_KEY),
+            f"{error.reason}; the .omny metadata JSON is damaged: re-create it "
+            "(`omny plan`, or the exporter that wrote it)",
+        ) from error
     if metadata.version != version:
         raise OmnyFormatError(
             "version",
@@ -90,7 +111,17 @@ def write(model: ir.Model, metadata: OmnyMetadata, *, set_producer: bool = False
             keeps the original producer. The reference exporter writes
             ``"omnynet-export"``; this package never claims to be it, since readers may use
             the producer to decide which exporter's quirks to expect.
+
+    Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model` or ``metadata`` not an
+            :class:`~onnx_ir_multidevice._format.OmnyMetadata`.
     """
+    _require_model(model, "write")
+    if not isinstance(metadata, OmnyMetadata):
+        raise TypeError(
+            f"omny.write() takes an OmnyMetadata, not {type(metadata).__name__}; parse JSON "
+            "with OmnyMetadata.from_json()"
+        )
     props = model.metadata_props
     props[OMNY_VERSION_KEY] = metadata.version
     props[OMNY_METADATA_KEY] = metadata.to_json()

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, error, print_json
+from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, error, positive_int, print_json
 from onnx_ir_multidevice._errors import BindingError, CheckError
 
 
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("output", type=Path, help="the annotated model file to write")
     parser.add_argument(
         "--shards",
-        type=int,
+        type=positive_int,
         nargs="+",
         action="extend",
         metavar="N",

@@ -17,7 +17,16 @@ import itertools
 import sys
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, error, print_json
+from onnx_ir_multidevice._cli import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    check_dim_names,
+    dim_argument,
+    error,
+    positive_int,
+    print_json,
+)
 from onnx_ir_multidevice._errors import PipelineError, SplitError
 
 
@@ -31,13 +40,6 @@ def _threads(text: str) -> list[int] | int:
     return values[0] if len(values) == 1 else values
 
 
-def _dim(text: str) -> tuple[str, int]:
-    name, sep, value = text.partition("=")
-    if not sep or not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (e.g. batch=8), got {text!r}")
-    return name, int(value)
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``run`` subcommand."""
     parser = subparsers.add_parser(
@@ -48,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "input", type=Path, help="an .omny / annotated .onnx model, or an `omny split` directory"
     )
-    parser.add_argument("--shards", type=int, help="number of stages (required for a model file)")
+    parser.add_argument(
+        "--shards", type=positive_int, help="number of stages (required for a model file)"
+    )
     parser.add_argument(
         "--providers",
         default="cpu",
@@ -70,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--dim",
-        type=_dim,
+        type=dim_argument,
         action="append",
         default=[],
         metavar="NAME=SIZE",
@@ -110,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
     with pipeline:
+        declared = (d for spec in pipeline.inputs for d in spec.shape or () if isinstance(d, str))
+        problem = check_dim_names(args.input, dims, declared)
+        if problem is not None:
+            error(problem)
+            return EXIT_USAGE
         inputs = pipeline.example_inputs(dims)
         try:
             for _ in pipeline.map(itertools.repeat(inputs, args.warmup)):

@@ -13,7 +13,7 @@ __all__ = ["register", "run"]
 import argparse
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, error, print_json
+from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, error, positive_int, print_json
 from onnx_ir_multidevice._errors import SplitError
 
 
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("input", type=Path, help="an .omny or annotated .onnx model file")
     parser.add_argument("outdir", type=Path, help="directory to write (must be empty or absent)")
-    parser.add_argument("--shards", type=int, required=True, help="number of stages")
+    parser.add_argument("--shards", type=positive_int, required=True, help="number of stages")
     parser.add_argument(
         "--configuration",
         metavar="ID",

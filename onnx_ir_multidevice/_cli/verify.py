@@ -14,15 +14,20 @@ __all__ = ["register", "run"]
 import argparse
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, error, print_json
+import onnx_ir as ir
+
+from onnx_ir_multidevice._cli import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    check_dim_names,
+    dim_argument,
+    error,
+    positive_int,
+    print_json,
+    tolerance_argument,
+)
 from onnx_ir_multidevice._errors import SplitError, VerifyError
-
-
-def _dim(text: str) -> tuple[str, int]:
-    name, sep, value = text.partition("=")
-    if not sep or not name or not value.isdigit():
-        raise argparse.ArgumentTypeError(f"expected NAME=INT, got {text!r}")
-    return name, int(value)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,11 +38,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.splitlines()[0].split(": ", 1)[1],
     )
     parser.add_argument("file", type=Path, help="an .omny or annotated .onnx model file")
-    parser.add_argument("--shards", type=int, help="number of stages (default: every one offered)")
-    parser.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (1e-4)")
-    parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (1e-4)")
     parser.add_argument(
-        "--dim", type=_dim, action="append", default=[], metavar="NAME=INT",
+        "--shards", type=positive_int, help="number of stages (default: every one offered)"
+    )
+    parser.add_argument(
+        "--rtol", type=tolerance_argument, default=1e-4, help="relative tolerance (1e-4)"
+    )
+    parser.add_argument(
+        "--atol", type=tolerance_argument, default=1e-4, help="absolute tolerance (1e-4)"
+    )
+    parser.add_argument(
+        "--dim", type=dim_argument, action="append", default=[], metavar="NAME=INT",
         help="value of a symbolic input dimension (default 1); repeatable",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
@@ -63,6 +74,17 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice._verify import verify
 
     model = load(args.file)
+    declared = (
+        dim.value
+        for value in model.graph.inputs
+        if value.shape is not None
+        for dim in value.shape
+        if isinstance(dim, ir.SymbolicDim) and dim.value is not None
+    )
+    problem = check_dim_names(args.file, dict(args.dim), declared)
+    if problem is not None:
+        error(problem)
+        return EXIT_USAGE
     counts = [args.shards] if args.shards is not None else _shard_counts(model)
     if not counts:
         error(

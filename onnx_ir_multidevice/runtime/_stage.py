@@ -26,6 +26,7 @@ __all__ = [
     "StagePlan",
     "StageRunner",
     "TensorSpec",
+    "failure_message",
     "load_plan",
     "parse_device",
 ]
@@ -383,6 +384,11 @@ def _plan_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) ->
     manifest_path = folder / MANIFEST_NAME
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise OmnyIOError(
+            f"{folder}: is a directory without {MANIFEST_NAME}; pass a directory written by "
+            "`omny split`, or a model file"
+        ) from exc
     except OSError as exc:
         raise OmnyIOError(
             f"cannot read {manifest_path}: {exc}; expected a directory written by `omny split`"
@@ -533,6 +539,15 @@ class StageFailure:
 
     cause: BaseException | None = None
     """The original exception, where it is at hand (in-process backends)."""
+
+
+def failure_message(exc: BaseException) -> str:
+    """One line saying why a stage failed: the exception type and its message.
+
+    onnxruntime's messages can span several lines (``Got invalid dimensions for input: x
+    for the following indices`` then one line per index); they are joined into one line.
+    """
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def as_numpy(value: Any) -> Any:

@@ -44,6 +44,7 @@ from onnx_ir_multidevice.runtime._stage import (
     StageRunner,
     TensorSpec,
     as_numpy,
+    failure_message,
     load_plan,
     parse_device,
 )
@@ -235,8 +236,7 @@ class _ThreadEngine:
         except Exception as exc:  # any failure of the stage belongs to this request
             self._recorder.busy(index, request, start, clock())
             if not self._stopping.is_set():
-                message = f"{type(exc).__name__}: {exc}"
-                self._on_done(request, StageFailure(index, message, exc))
+                self._on_done(request, StageFailure(index, failure_message(exc), exc))
             return None
         self._recorder.busy(index, request, start, clock())
         env.update(produced)
@@ -646,10 +646,16 @@ class Pipeline:
             Input name -> array.
 
         Raises:
-            PipelineError: An input's element type or rank is not declared by the model.
+            PipelineError: An input's element type or rank is not declared by the model, or
+                a value of ``dims`` is not a positive integer.
         """
-        rng = np.random.default_rng(seed)
         dims = dict(dims or {})
+        for name, size in dims.items():
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+                raise PipelineError(
+                    f"dims[{name!r}] must be a positive integer, got {size!r} (e.g. {{'batch': 8}})"
+                )
+        rng = np.random.default_rng(seed)
         arrays = {}
         for spec in self.inputs:
             if spec.shape is None or spec.dtype is None:

@@ -37,6 +37,7 @@ from onnx_ir_multidevice.runtime._stage import (
     StageModel,
     StagePlan,
     StageRunner,
+    failure_message,
 )
 from onnx_ir_multidevice.runtime._stats import StatsRecorder
 
@@ -78,7 +79,7 @@ class _StageActor:
             produced = self._runner.run(env)
         except Exception as exc:  # any failure of the stage belongs to this request
             periods.append((self._index, start, time.time()))
-            return StageFailure(self._index, f"{type(exc).__name__}: {exc}"), periods
+            return StageFailure(self._index, failure_message(exc)), periods
         periods.append((self._index, start, time.time()))
         merged = dict(env)
         merged.update(produced)
