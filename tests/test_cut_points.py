@@ -227,3 +227,38 @@ def test_missing_shapes_are_inferred_on_a_copy():
 def test_bad_side_limit():
     with pytest.raises(ValueError, match="side_limit_bytes"):
         find_cut_points(zoo.resnet().graph, relaxed=True, side_limit_bytes=-1)
+
+
+def _summary(analysis) -> tuple:
+    return (
+        [
+            (c.value.name, c.position, tuple(v.name for v in c.side), c.bytes)
+            for c in analysis.candidates
+        ],
+        [c.value.name for c in analysis.chain],
+        analysis.boundaries,
+        [n.name for n in analysis.order],
+        [n.name for n in analysis.replicable_nodes],
+    )
+
+
+@pytest.mark.parametrize("relaxed", [False, True])
+def test_shared_index_gives_the_same_analysis(relaxed):
+    from onnx_ir_multidevice.analysis.uses import GraphIndex
+
+    model = zoo.gpt(layers=2)
+    plain = analyse_cut_points(model.graph, relaxed=relaxed)
+    index = GraphIndex.for_model(model)  # functions do not change the default classes
+    shared = analyse_cut_points(model.graph, relaxed=relaxed, index=index)
+    assert _summary(shared) == _summary(plain)
+    assert shared.index is index
+    assert plain.index is not None and plain.index.graph is model.graph
+    assert dict(shared.uses) == dict(plain.uses)
+
+
+def test_index_of_another_graph_is_refused():
+    from onnx_ir_multidevice.analysis.uses import GraphIndex
+
+    other = GraphIndex.build(zoo.gpt(layers=1).graph)
+    with pytest.raises(ValueError, match="GraphIndex"):
+        analyse_cut_points(zoo.resnet(depth_blocks=2).graph, index=other)

@@ -62,7 +62,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
-from onnx_ir_multidevice.analysis.uses import graph_uses, topological_order
+from onnx_ir_multidevice.analysis.uses import GraphIndex
 
 DEFAULT_SIDE_LIMIT_BYTES = 1 << 20
 """Default budget of side activations for a relaxed cut: 1 MiB at the planning dims.
@@ -135,6 +135,10 @@ class CutAnalysis:
 
     replicable_nodes: tuple[ir.Node, ...]
     """Nodes whose outputs are all replicable (recomputed by each stage that needs them)."""
+
+    index: GraphIndex | None = None
+    """The :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of :attr:`graph` the
+    analysis used (shared with the memory model)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -250,6 +254,7 @@ def analyse_cut_points(
     dims: Mapping[str, int] | None = None,
     sizes: ValueSizes | None = None,
     classes: Mapping[ir.Value, TensorClass] | None = None,
+    index: GraphIndex | None = None,
 ) -> CutAnalysis:
     """Find the cut points of ``graph`` and the planning chain (see :func:`find_cut_points`).
 
@@ -260,6 +265,10 @@ def analyse_cut_points(
         dims: Planning dims (ignored when ``sizes`` is given).
         sizes: Precomputed sizes at the planning dims.
         classes: Precomputed tensor classes of ``graph``.
+        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``, when
+            already built. Without ``classes``, the classes are computed without the model's
+            local functions (``classify_values(graph)``), as before, whatever the index's
+            ``functions``.
 
     Returns:
         The analysis: all candidates, the chain, and the planning order.
@@ -268,11 +277,15 @@ def analyse_cut_points(
     """
     if side_limit_bytes < 0:
         raise ValueError(f"side_limit_bytes must be >= 0, got {side_limit_bytes}")
+    if index is None:
+        index = GraphIndex.build(graph)
+    else:
+        index.check_graph(graph)
     if classes is None:
-        classes = classify_values(graph)
+        classes = index.classes if not index.functions else classify_values(graph, index=index)
     if sizes is None:
         sizes = ValueSizes(graph, dims)
-    return _Finder(graph, classes, sizes, relaxed, side_limit_bytes).run()
+    return _Finder(graph, classes, sizes, relaxed, side_limit_bytes, index).run()
 
 
 class _Finder:
@@ -285,35 +298,59 @@ class _Finder:
         sizes: ValueSizes,
         relaxed: bool,
         side_limit: int,
+        index: GraphIndex,
     ) -> None:
         self.graph = graph
         self.classes = classes
         self.sizes = sizes
         self.relaxed = relaxed
         self.side_limit = side_limit
-        self.uses = graph_uses(graph)
-        self.topo = topological_order(graph, self.uses)
-        self.topo_index = {node: i for i, node in enumerate(self.topo)}
+        self.index = index
+        self.uses = index.uses_by_node
+        nodes = index.nodes
+        n = len(nodes)
+        self.topo = nodes
+        self.topo_index = index.position
         replicable = TensorClass.REPLICABLE
+        classes_get = classes.get
         self.placed: list[ir.Node] = []
         self.replicable_nodes: list[ir.Node] = []
-        for node in self.topo:
-            if node.outputs and all(classes.get(v) is replicable for v in node.outputs):
+        placed_mask = [False] * (n + len(index.external))
+        placed_at: list[int] = []
+        for i, node in enumerate(nodes):
+            outputs = node.outputs
+            if len(outputs) == 1:
+                is_replicable = classes_get(outputs[0]) is replicable
+            else:
+                is_replicable = bool(outputs) and all(classes_get(v) is replicable for v in outputs)
+            if is_replicable:
                 self.replicable_nodes.append(node)
             else:
                 self.placed.append(node)
-        placed_set = set(self.placed)
+                placed_mask[i] = True
+                placed_at.append(i)
         # Activation reads of each placed node (values produced by placed nodes).
         self.reads: dict[ir.Node, list[ir.Value]] = {}
         self.consumers: dict[ir.Value, list[ir.Node]] = {}
-        for node in self.placed:
-            reads = []
-            for value in self.uses[node]:
-                producer = value.producer()
-                if producer is not None and producer in placed_set:
-                    reads.append(value)
-                    self.consumers.setdefault(value, []).append(node)
-            self.reads[node] = reads
+        consumers = self.consumers
+        consumers_get = consumers.get
+        all_uses, all_slots = index.uses, index.reads
+        reads_by_node = []
+        for i in placed_at:
+            node = nodes[i]
+            slots = all_slots[i]
+            if len(slots) == 1:
+                reads = list(all_uses[i]) if placed_mask[slots[0]] else []
+            else:
+                reads = [v for v, p in zip(all_uses[i], slots) if placed_mask[p]]
+            reads_by_node.append(reads)
+            for value in reads:
+                found = consumers_get(value)
+                if found is None:
+                    consumers[value] = [node]
+                else:
+                    found.append(node)
+        self.reads = dict(zip(self.placed, reads_by_node))
         self._bytes: dict[ir.Value, int | None] = {}
         self.decided: set[ir.Value] = set()
 
@@ -560,6 +597,7 @@ class _Finder:
             chain=tuple(per_boundary[b] for b in boundaries),
             boundaries=boundaries,
             replicable_nodes=tuple(self.replicable_nodes),
+            index=self.index,
         )
 
 

@@ -162,12 +162,20 @@ class _SparseMax:
         self.table = table
         self.log2 = _floor_log2(np.arange(size + 1))
         self.spans = np.left_shift(1, self.log2)
+        # Flat views for 1-D ``take`` (faster than 2-D fancy indexing): level ``k`` starts
+        # at ``offsets[length]`` when ``k = log2[length]``; ``back`` is that minus the span.
+        width = table.shape[1]
+        self._flat = table.reshape(-1)
+        self._offsets = self.log2 * width
+        self._back = self._offsets - self.spans
 
     def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Maximum over ``[lo, hi)`` element-wise (``hi > lo`` everywhere)."""
         length = hi - lo
-        k = self.log2[length]
-        return np.maximum(self.table[k, lo], self.table[k, hi - self.spans[length]])
+        flat = self._flat
+        return np.maximum(
+            flat.take(self._offsets.take(length) + lo), flat.take(self._back.take(length) + hi)
+        )
 
 
 def _floor_log2(length: np.ndarray) -> np.ndarray:
@@ -253,15 +261,21 @@ class MemoryModel:
             return (items | {value} if from_input else items), from_input
 
         kinds: dict[ir.Value, bool] = {}  # item -> is a weight
+        uses = analysis.uses
+        index = analysis.index
+        with_bodies = None if index is None else {node for node, _ in index.bodies}
 
         def node_items(node: ir.Node) -> tuple[frozenset[ir.Value], bool]:
             items: set[ir.Value] = set()
             from_input = False
-            for value in analysis.uses[node]:
+            for value in uses[node]:
+                producer = value.producer()
+                if producer is not None and producer not in replicable:
+                    continue  # an activation: counted by liveness
                 inner, flag = value_items(value)
                 items |= inner
                 from_input |= flag
-            if node.attributes:
+            if (node in with_bodies) if with_bodies is not None else bool(node.attributes):
                 for body in node_subgraphs(node):
                     items.update(_body_constants(body))
             return frozenset(items), from_input
@@ -269,10 +283,18 @@ class MemoryModel:
         for node in analysis.replicable_nodes:  # topological: sources before users
             memo[node] = node_items(node)
         item_segments: dict[ir.Value, set[int]] = {}
+        segment_of = self._segment_of.tolist()
         for position, node in enumerate(analysis.order):
-            segment = int(self._segment_of[position])
-            for item in node_items(node)[0]:
-                item_segments.setdefault(item, set()).add(segment)
+            found = node_items(node)[0]
+            if not found:
+                continue
+            segment = segment_of[position]
+            for item in found:
+                segments = item_segments.get(item)
+                if segments is None:
+                    item_segments[item] = {segment}
+                else:
+                    segments.add(segment)
         for item, segments in item_segments.items():
             is_weight = item in initializers or classes.get(item) is not TensorClass.FORWARDED
             if item.producer() is not None:
@@ -291,7 +313,9 @@ class MemoryModel:
                 else:
                     self._io[s] += n
             else:
-                self._shared.append((n, is_weight, np.array(sorted(segments), dtype=np.int64)))
+                # Sorted segments, then a sentinel no stage end reaches.
+                ordered = [*sorted(segments), self.num_segments + 1]
+                self._shared.append((n, is_weight, np.array(ordered, dtype=np.int64)))
         # Graph outputs are held by the stage producing them until the pipeline ends.
         position = {node: i for i, node in enumerate(analysis.order)}
         for value in graph.outputs:
@@ -310,23 +334,35 @@ class MemoryModel:
         analysis = self.analysis
         order = analysis.order
         position = {node: i for i, node in enumerate(order)}
+        position_get = position.get
         last_read: dict[ir.Value, int] = {}
+        uses = analysis.uses
         for i, node in enumerate(order):
-            for value in analysis.uses[node]:
-                producer = value.producer()
-                if producer is not None and producer in position:
+            for value in uses[node]:
+                if position_get(value.producer()) is not None:  # type: ignore[arg-type]
                     last_read[value] = i
-        delta = np.zeros(len(order) + 1, dtype=np.int64)
+        last_get = last_read.get
+        segment_of = self._segment_of.tolist()
+        nbytes = self._nbytes
+        made: list[int] = []
+        ends: list[int] = []
+        amounts: list[int] = []
         for i, node in enumerate(order):
             for value in node.outputs:
-                end = last_read.get(value, i)
-                n = self._nbytes(value)
+                end = last_get(value, i)
+                n = nbytes(value)
                 if n is None:
-                    for s in range(int(self._segment_of[i]), int(self._segment_of[end]) + 1):
+                    for s in range(segment_of[i], segment_of[end] + 1):
                         self._unknown[s][value.name or "<unnamed>"] = None
                     continue
-                delta[i] += n
-                delta[end + 1] -= n
+                made.append(i)
+                ends.append(end + 1)
+                amounts.append(n)
+        delta = np.zeros(len(order) + 1, dtype=np.int64)
+        if amounts:
+            weights = np.asarray(amounts, dtype=np.int64)
+            np.add.at(delta, np.asarray(made, dtype=np.int64), weights)
+            np.subtract.at(delta, np.asarray(ends, dtype=np.int64), weights)
         live = np.cumsum(delta[:-1])
         for s, (a, b) in enumerate(zip(self.starts, self.ends)):
             self._peak[s] = live[a:b].max() if b > a else 0
@@ -348,9 +384,9 @@ class MemoryModel:
         for n, is_weight, segments in self._shared:
             if weights is not None and is_weight != weights:
                 continue
-            k = np.searchsorted(segments, i)
-            first = segments[np.minimum(k, len(segments) - 1)]
-            total += np.where((k < len(segments)) & (first < j), n, 0)
+            # The first segment at or after ``i`` (a sentinel past every ``j`` when none).
+            first = segments.take(np.searchsorted(segments, i))
+            total += (first < j) * n
         return total
 
     def total_bytes(self, i: Iterable[int], j: Iterable[int]) -> np.ndarray:

@@ -64,7 +64,7 @@ from onnx_ir_multidevice.analysis.cut_points import (
     analyse_cut_points,
 )
 from onnx_ir_multidevice.analysis.sizes import ValueSizes, dtype_name
-from onnx_ir_multidevice.analysis.uses import node_subgraphs
+from onnx_ir_multidevice.analysis.uses import GraphIndex, node_subgraphs
 from onnx_ir_multidevice.planner.devices import parse_size
 from onnx_ir_multidevice.planner.memory import (
     DEFAULT_HEADROOM,
@@ -247,8 +247,11 @@ def _plan_model(
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
     report(f"finding cut points in {len(graph)} nodes")
+    # One index of the graph for every analysis step. Built without the local functions:
+    # the tensor classes judge a call by its op type, as ``classify_values(graph)`` does.
+    index = GraphIndex.build(graph)
     analysis = analyse_cut_points(
-        graph, relaxed=relaxed, side_limit_bytes=side_limit_bytes, sizes=sizes
+        graph, relaxed=relaxed, side_limit_bytes=side_limit_bytes, sizes=sizes, index=index
     )
     report(f"building the memory model over {len(analysis.chain) + 1} segments")
     memory = MemoryModel(analysis, headroom=headroom)
