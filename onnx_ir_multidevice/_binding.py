@@ -421,21 +421,56 @@ def _bind_tensor_infos(
     return tuple(result)
 
 
+def _check_arguments(model: object, metadata: object) -> None:
+    """Raise a ``TypeError`` that says what to pass when an argument has the wrong type."""
+    if not isinstance(model, ir.Model):
+        raise TypeError(
+            f"bind() takes an onnx_ir.Model as model, not {type(model).__name__}; load a file "
+            "with onnx_ir_multidevice.load(path) and convert an onnx.ModelProto with "
+            "onnx_ir.from_proto(proto)"
+        )
+    if not isinstance(metadata, OmnyMetadata):
+        hint = (
+            " (omny.read(model) returns None when the model has no .omny metadata: create it "
+            "with onnx_ir_multidevice.plan(model) or `omny plan`)"
+            if metadata is None
+            else ""
+        )
+        raise TypeError(
+            f"bind() takes an OmnyMetadata as metadata, not {type(metadata).__name__}; read "
+            "it with onnx_ir_multidevice.omny.read(model) or parse JSON text with "
+            f"OmnyMetadata.from_json(text){hint}"
+        )
+
+
 def bind(model: ir.Model, metadata: OmnyMetadata, *, index: GraphIndex | None = None) -> BoundPlan:
     """Bind ``.omny`` metadata to ``model``.
 
     Never raises on content: every name that does not resolve is listed in
     :attr:`BoundPlan.unresolved` (with its JSON path) and kept as written.
 
+    Unlike :func:`~onnx_ir_multidevice.annotate`, ``bind`` does not load files: the bound
+    objects belong to the model passed in, so pass the model you will work on, e.g.
+    ``model = onnx_ir_multidevice.load(path)`` and ``bind(model, omny.read(model))``.
+
     Args:
-        model: The model the metadata describes.
-        metadata: The parsed metadata.
+        model: The model the metadata describes, an :class:`onnx_ir.Model` (load a file with
+            :func:`onnx_ir_multidevice.load`).
+        metadata: The parsed metadata, an
+            :class:`~onnx_ir_multidevice._format.OmnyMetadata` (from
+            :func:`onnx_ir_multidevice.omny.read` or ``OmnyMetadata.from_json``).
         index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``model.graph``
             to take the name indexes from (built when not given or for another graph).
 
     Returns:
         The bound plan. The model is not modified.
+
+    Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model` (e.g. a path or an
+            ``onnx.ModelProto``) or ``metadata`` is not an ``OmnyMetadata`` (e.g. ``None``,
+            what ``omny.read`` returns for a model without ``.omny`` metadata).
     """
+    _check_arguments(model, metadata)
     graph = model.graph
     index = _GraphIndex(
         graph,

@@ -43,14 +43,12 @@ __all__ = [
     "split_by_stages",
 ]
 
-import contextlib
 import dataclasses
-import gc
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +56,7 @@ import onnx_ir as ir
 from onnx_ir import _cloner
 
 from onnx_ir_multidevice._errors import OmnyIOError, SplitError
-from onnx_ir_multidevice._format import OmnyMetadata, ShardConfiguration
+from onnx_ir_multidevice._format import OmnyMetadata, ShardConfiguration, gc_paused
 from onnx_ir_multidevice.analysis.stages import assign_stages, stages_from_annotations
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
 from onnx_ir_multidevice.analysis.uses import AnalysisError, graph_uses, topological_order
@@ -85,20 +83,14 @@ Configuration = int | str | ir.ModelConfiguration | ShardConfiguration | None
 # Graph indexes
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: building many IR objects triggers it repeatedly.
-
-    On a 50 000-node graph this makes the split 3-4 times faster; nothing built here is
-    garbage until the split returns.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+def _require_model(model: object, function: str) -> None:
+    """Raise a ``TypeError`` that says how to get a model when ``model`` is not one."""
+    if not isinstance(model, ir.Model):
+        raise TypeError(
+            f"{function}() takes an onnx_ir.Model, not {type(model).__name__}; load a file "
+            "with onnx_ir_multidevice.load(path) (an onnx.ModelProto with "
+            "onnx_ir.from_proto(proto))"
+        )
 
 
 def _node_label(node: ir.Node) -> str:
@@ -312,9 +304,11 @@ def resolve_stages(
         The stage (0-based) of every main-graph node.
 
     Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
         SplitError: No such configuration, or its cut points do not resolve.
     """
-    with _gc_paused():
+    _require_model(model, "resolve_stages")
+    with gc_paused():
         return _resolve(_GraphIndex.build(model.graph), model, shards, configuration, metadata)
 
 
@@ -592,10 +586,12 @@ def split_by_stages(
         One model per stage.
 
     Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
         SplitError: A node has no stage or reads a later stage, a stage is empty or produces
             nothing, or a value crossing a boundary has no name or type.
     """
-    with _gc_paused():
+    _require_model(model, "split_by_stages")
+    with gc_paused():
         return _split_with_index(_GraphIndex.build(model.graph), model, stages, num_stages)
 
 
@@ -633,7 +629,10 @@ def split(
     .. versionadded:: 0.1
 
     Args:
-        model: The model to split; it is not modified.
+        model: The model to split, an :class:`onnx_ir.Model`; it is not modified. ``split``
+            does not load files (as :func:`~onnx_ir_multidevice.verify`): pass
+            ``onnx_ir_multidevice.load(path)``; a path or an ``onnx.ModelProto`` raises
+            ``TypeError``. :func:`save_split` writes the stages to files.
         shards: Number of stages.
         configuration: Which configuration to split by; see :func:`resolve_stages`. By
             default the ``.omny`` shard configuration with ``num_shards == shards``, else an IR
@@ -645,10 +644,12 @@ def split(
         The stage models, in pipeline order.
 
     Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
         SplitError: No configuration for ``shards``, unresolved cut points, or a graph that
             cannot be split at those cuts.
     """
-    with _gc_paused():
+    _require_model(model, "split")
+    with gc_paused():
         index = _GraphIndex.build(model.graph)
         stages = _resolve(index, model, shards, configuration, metadata)
         return _split_with_index(index, model, stages, shards)
@@ -665,9 +666,11 @@ def split_at(model: ir.Model, cuts: Sequence[ir.Value | str]) -> list[ir.Model]:
         The stage models.
 
     Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
         SplitError: A name does not resolve or the cuts do not split the graph.
     """
-    with _gc_paused():
+    _require_model(model, "split_at")
+    with gc_paused():
         return _split_at(model, cuts)
 
 
@@ -774,13 +777,26 @@ def _stage_weight_bytes(stage: ir.Model) -> int:
 
 
 def _check_outdir(outdir: Path, force: bool) -> None:
+    """Refuse an ``outdir`` that cannot take the split, saying what to pass instead."""
     if outdir.exists():
         if not outdir.is_dir():
-            raise OmnyIOError(f"{outdir}: exists and is not a directory.")
+            raise OmnyIOError(
+                f"{outdir}: exists and is not a directory; the split is a directory of stage "
+                "files: pass a directory that does not exist yet or is empty, e.g. "
+                f"{outdir.with_name(outdir.stem + '_split')}"
+            )
         if not force and any(outdir.iterdir()):
             raise OmnyIOError(
                 f"{outdir}: directory is not empty; choose another one or pass --force "
                 "(force=True) to replace it."
+            )
+    else:
+        parent = outdir.parent
+        if not parent.is_dir():
+            raise OmnyIOError(
+                f"{outdir}: the folder {parent} "
+                f"{'is not a directory' if parent.exists() else 'does not exist'}; create it "
+                "first (only the output directory itself is created)"
             )
 
 
@@ -809,7 +825,9 @@ def save_split(
 
     Args:
         model: The model to split (not modified).
-        outdir: Directory to create. It must not exist or be empty unless ``force``.
+        outdir: Directory to create. It must not exist or be empty unless ``force``; its
+            parent folder must exist (it is not created, as in
+            :func:`~onnx_ir_multidevice.save`).
         shards: Number of stages.
         configuration: See :func:`split`.
         metadata: See :func:`split`.
@@ -821,16 +839,18 @@ def save_split(
         The manifest that was written.
 
     Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
         SplitError: The model cannot be split so.
-        OmnyIOError: ``outdir`` is not empty (without ``force``) or cannot be written.
+        OmnyIOError: ``outdir`` is a file, is not empty (without ``force``), its parent
+            folder does not exist, or it cannot be written.
     """
+    _require_model(model, "save_split")
     target = Path(outdir).absolute()
     _check_outdir(target, force)
     stages = split(model, shards, configuration=configuration, metadata=metadata)
     files = [_stage_file(i) for i in range(len(stages))]
     manifest = build_manifest(model, stages, files=files)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     except OSError as error:
         raise OmnyIOError(f"{target}: cannot create the output directory: {error}") from error

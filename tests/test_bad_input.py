@@ -276,7 +276,18 @@ CLI_CASES: list[Any] = [
     pytest.param(
         "split good.omny /proc/split --shards 2", 2, ["/proc"], id="split-ro", marks=LINUX_ONLY
     ),
-    pytest.param("split good.omny good.omny --shards 2", 2, ["good.omny"], id="split-same"),
+    pytest.param(
+        "split good.omny good.omny --shards 2",
+        2,
+        ["good.omny", "not a directory", "does not exist yet"],
+        id="split-same",
+    ),
+    pytest.param(
+        "split good.omny nodir/a/b --shards 2", 2, ["nodir/a", "does not exist"], id="split-nd"
+    ),
+    pytest.param(
+        "split good.omny good.omny/x --shards 2", 2, ["good.omny", "not a directory"], id="s-fp"
+    ),
 ]
 
 
@@ -432,33 +443,109 @@ API_CASES: list[Any] = [
         id="check-dir",
         marks=pytest.mark.xfail(strict=True, reason="_check.py (H11): 'no such file'"),
     ),
+    # bind / plan / split take an ir.Model (as verify does): a path or a proto is a TypeError
+    # that says how to load it; the metadata must be an OmnyMetadata
     pytest.param(
         lambda f: __import__("onnx_ir_multidevice").bind(_load_good(f), None),
         TypeError,
         "OmnyMetadata",
         id="bind-none",
-        marks=pytest.mark.xfail(strict=True, reason="_binding.py (H11): AttributeError"),
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").bind(_load_good(f), None),
+        TypeError,
+        "omny.read(model)",
+        id="bind-none-says-read",
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").bind(_load_good(f), _metadata().to_json()),
+        TypeError,
+        "OmnyMetadata.from_json",
+        id="bind-json-text",
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").bind(str(f / "good.omny"), _metadata()),
+        TypeError,
+        "onnx_ir_multidevice.load(path)",
+        id="bind-str",
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").bind(ir.to_proto(_chain()), _metadata()),
+        TypeError,
+        "ModelProto",
+        id="bind-proto",
     ),
     pytest.param(
         lambda f: __import__("onnx_ir_multidevice").plan(_chain(), shards=-1),
         OmnyError,
         "-1",
         id="plan-shards-int",
-        marks=pytest.mark.xfail(strict=True, reason="planner (H11): TypeError not iterable"),
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").plan(_chain(), shards=0),
+        OmnyError,
+        "shards",
+        id="plan-shards-0",
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").plan(_chain(), shards=[2, -1]),
+        OmnyError,
+        "shards: shard count -1",
+        id="plan-shards-list-neg",
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").plan(_chain(), shards="2"),
+        OmnyError,
+        "shards",
+        id="plan-shards-str",
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").plan(_chain(), shards=2.0),
+        OmnyError,
+        "shards",
+        id="plan-shards-float",
     ),
     pytest.param(
         lambda f: __import__("onnx_ir_multidevice").plan(str(f / "plain.onnx")),
         TypeError,
         "load",
         id="plan-str",
-        marks=pytest.mark.xfail(strict=True, reason="planner (H11): AttributeError"),
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").plan(onnx.load(f / "plain.onnx")),
+        TypeError,
+        "load",
+        id="plan-proto",
     ),
     pytest.param(
         lambda f: __import__("onnx_ir_multidevice").split(str(f / "good.omny"), 2),
         TypeError,
         "load",
         id="split-str",
-        marks=pytest.mark.xfail(strict=True, reason="_split.py (H11): AttributeError"),
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").split(onnx.load(f / "good.omny"), 2),
+        TypeError,
+        "load",
+        id="split-proto",
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").save_split(f / "good.omny", f / "s", 2),
+        TypeError,
+        "load",
+        id="save-split-path",
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").save_split(_load_good(f), f / "no" / "s", 2),
+        OmnyIOError,
+        "does not exist; create it first",
+        id="save-split-no-folder",
+    ),
+    pytest.param(
+        lambda f: __import__("onnx_ir_multidevice").save_split(_load_good(f), f / "good.omny", 2),
+        OmnyIOError,
+        "not a directory",
+        id="save-split-onto-file",
     ),
 ]
 

@@ -165,6 +165,29 @@ def test_lost_name_fails_closed():
         plan.to_metadata()
 
 
+def test_wrong_argument_types_say_what_to_pass(tmp_path):
+    model = _spec_model(layers=3)
+    metadata = _spec_metadata()
+    path = tmp_path / "m.onnx"
+    ir.save(model, path)
+    for bad_model in (str(path), path, ir.to_proto(model), None):
+        with pytest.raises(TypeError, match=r"bind\(\) takes an onnx_ir\.Model as model") as info:
+            bind(bad_model, metadata)
+        assert "onnx_ir_multidevice.load(path)" in str(info.value)
+        assert "onnx_ir.from_proto(proto)" in str(info.value)
+    for bad_metadata in (None, metadata.to_json(), {"version": "1.0"}, path):
+        with pytest.raises(TypeError, match=r"bind\(\) takes an OmnyMetadata as metadata") as info:
+            bind(model, bad_metadata)
+        message = str(info.value)
+        assert type(bad_metadata).__name__ in message
+        assert "omny.read(model)" in message and "OmnyMetadata.from_json" in message
+    with pytest.raises(TypeError, match="returns None when the model has no .omny metadata"):
+        bind(model, None)
+    # A model passed first with metadata in the wrong place is reported for the model.
+    with pytest.raises(TypeError, match="as model, not OmnyMetadata"):
+        bind(metadata, model)
+
+
 def _metadata(cut_points, configurations=(), inputs=(), outputs=()) -> OmnyMetadata:
     return OmnyMetadata(
         inputs=tuple(inputs),

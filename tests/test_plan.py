@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
 
@@ -127,6 +130,51 @@ def test_automatic_shard_counts_and_limits():
         plan(zoo.bert(layers=2, hidden=256, seq=128), max_shard_size_mb=1)
     with pytest.raises(PlanError, match="relaxed cuts may give more"):
         plan(zoo.gpt(layers=3), shards=[6])
+
+
+def test_shards_takes_an_int_or_an_iterable_of_ints():
+    model = zoo.resnet(depth_blocks=2)
+    expected = plan(model, shards=[2]).sharding
+    assert plan(model, shards=2).sharding == expected
+    assert plan(model, shards=np.int64(2)).sharding == expected
+    assert plan(model, shards=(2,)).sharding == expected
+    assert plan(model, shards=iter([2])).sharding == expected
+    assert plan(model, shards=range(2, 4)).sharding.allowed_shards == (2, 3)
+    assert plan(model, shards=[3, 2, 3]).sharding.allowed_shards == (2, 3)
+
+
+@pytest.mark.parametrize(
+    ("shards", "message"),
+    [
+        (-1, "shards: shard count -1 must be a positive integer"),
+        (0, "shards: shard count 0 must be a positive integer"),
+        ([2, 0], "shards: shard count 0 must be a positive integer"),
+        ([2, "3"], "shards: shard count '3' must be a positive integer"),
+        ([True], "shards: shard count True must be a positive integer"),
+        (2.0, "shards must be a shard count or a list of them"),
+        ("2,4", "shards must be a shard count or a list of them"),
+        (True, "shards must be a shard count or a list of them"),
+        ([], "shards is empty"),
+    ],
+)
+def test_bad_shards_raise_plan_error_naming_the_argument(shards, message):
+    model = zoo.resnet(depth_blocks=2)
+    with pytest.raises(PlanError, match=re.escape(message)):
+        plan(model, shards=shards)
+    with pytest.raises(PlanError, match=re.escape(message)):
+        plan_model(model, shards=shards)
+
+
+@pytest.mark.parametrize("kind", ["str", "path", "proto", "none"])
+def test_model_must_be_loaded_first(tmp_path, kind):
+    path = tmp_path / "m.onnx"
+    ir.save(zoo.resnet(depth_blocks=2), path)
+    model = {"str": str(path), "path": path, "proto": onnx.load(path), "none": None}[kind]
+    for function, name in ((plan, "plan"), (plan_model, "plan_model")):
+        with pytest.raises(TypeError, match=rf"^{name}\(\) takes an onnx_ir\.Model, not "):
+            function(model, shards=2)
+        with pytest.raises(TypeError, match=r"onnx_ir_multidevice\.load\(path\)"):
+            function(model)
 
 
 def test_unnamed_nodes_are_refused_unless_names_are_assigned():

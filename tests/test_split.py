@@ -307,6 +307,47 @@ def test_error_missing_stage_and_bad_shards():
         split(model, 0)
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: split(m, 2),
+        lambda m: split_at(m, []),
+        lambda m: split_by_stages(m, {}),
+        lambda m: resolve_stages(m, 2),
+    ],
+    ids=["split", "split_at", "split_by_stages", "resolve_stages"],
+)
+@pytest.mark.parametrize("kind", ["str", "path", "proto"])
+def test_error_model_not_loaded_says_how_to_load(tmp_path, call, kind):
+    path = tmp_path / "m.onnx"
+    ir.save(zoo.resnet(depth_blocks=2), path)
+    model = {"str": str(path), "path": path, "proto": onnx.load(path)}[kind]
+    with pytest.raises(TypeError, match=r"takes an onnx_ir\.Model.*onnx_ir_multidevice\.load"):
+        call(model)
+
+
+def test_gc_is_restored_after_a_split_even_when_it_fails():
+    import gc
+
+    from onnx_ir_multidevice import _split
+
+    assert not hasattr(_split, "_gc_paused")  # the shared _format.gc_paused is used
+    model = zoo.resnet(depth_blocks=2)
+    _annotate(model, ["layer.0.out"])
+    assert gc.isenabled()
+    assert len(split(model, 2)) == 2
+    assert gc.isenabled()
+    with pytest.raises(SplitError):
+        split(model, 3)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        split(model, 2)
+        assert not gc.isenabled()  # a caller's disabled collector stays disabled
+    finally:
+        gc.enable()
+
+
 def test_error_partial_annotation_names_the_node():
     model = zoo.resnet(depth_blocks=2)
     configuration = _annotate(model, ["layer.0.out"])
@@ -381,6 +422,55 @@ def test_save_split_refuses_non_empty_directory_unless_forced(tmp_path):
     # An existing empty directory is fine.
     (tmp_path / "empty").mkdir()
     save_split(model, tmp_path / "empty", 2)
+
+
+def test_save_split_refuses_a_missing_parent_folder_and_a_file(tmp_path):
+    """Like ``save`` (and ``omny annotate`` / ``omny plan``): no folder is made but OUTDIR."""
+    model = zoo.resnet(depth_blocks=2)
+    _annotate(model, ["layer.0.out"])
+    with pytest.raises(OmnyIOError, match=r"folder .*a[/\\]b does not exist; create it first"):
+        save_split(model, tmp_path / "a" / "b" / "c", 2)
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(
+        OmnyIOError, match=r"file: exists and is not a directory; .* e\.g\. .*file_split"
+    ):
+        save_split(model, tmp_path / "file", 2)
+    with pytest.raises(OmnyIOError, match="is not a directory; create it first"):
+        save_split(model, tmp_path / "file" / "out", 2)
+    assert sorted(os.listdir(tmp_path)) == ["file"]
+    assert (tmp_path / "file").read_text() == "x"
+    # An existing parent folder is enough; OUTDIR itself is created.
+    (tmp_path / "a").mkdir()
+    manifest = save_split(model, tmp_path / "a" / "b", 2)
+    written = set(os.listdir(tmp_path / "a" / "b"))
+    assert {"manifest.json", "stage_0.onnx", "stage_1.onnx"} <= written
+    assert written == {"manifest.json"} | {
+        name for s in manifest["stages"] for name in (s["file"], *s["external_data"])
+    }
+    assert os.listdir(tmp_path / "a") == ["b"]  # no temporary directory left
+
+
+def test_cli_split_output_paths(tmp_path, capsys):
+    from onnx_ir_multidevice._cli import main
+
+    model = zoo.resnet(depth_blocks=2)
+    _annotate(model, ["layer.0.out"])
+    path = tmp_path / "m.onnx"
+    ir.save(model, path)
+    before = path.read_bytes()
+    assert main(["split", str(path), str(path), "--shards", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("omny: error: ") and err.count("\n") == 1
+    assert "m.onnx: exists and is not a directory" in err and "m_split" in err
+    assert main(["split", str(path), str(tmp_path / "x" / "y"), "--shards", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist; create it first" in err and err.count("\n") == 1
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx"]
+    (tmp_path / "x").mkdir()
+    assert main(["split", str(path), str(tmp_path / "x" / "y"), "--shards", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_stages"] == 2
 
 
 def test_save_split_failure_leaves_nothing(tmp_path):

@@ -3,7 +3,9 @@
 Writes ``OUTDIR/stage_<i>.onnx`` (weights over 1 KiB in ``stage_<i>.onnx.data``) and
 ``OUTDIR/manifest.json``, which says what each stage reads and from where. The files are
 written into a temporary sibling directory that is then renamed to ``OUTDIR``; a non-empty
-``OUTDIR`` is refused unless ``--force``. ``--json`` prints the manifest.
+``OUTDIR`` is refused unless ``--force``, and so is an ``OUTDIR`` that is a file or whose
+parent folder does not exist (create it first, as for ``omny annotate`` / ``omny plan``).
+``--json`` prints the manifest.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.splitlines()[0].split(": ", 1)[1],
     )
     parser.add_argument("input", type=Path, help="an .omny or annotated .onnx model file")
-    parser.add_argument("outdir", type=Path, help="directory to write (must be empty or absent)")
+    parser.add_argument(
+        "outdir", type=Path, help="directory to write: absent or empty, in an existing folder"
+    )
     parser.add_argument("--shards", type=positive_int, required=True, help="number of stages")
     parser.add_argument(
         "--configuration",

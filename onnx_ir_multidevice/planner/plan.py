@@ -40,9 +40,10 @@ import dataclasses
 import datetime
 import gc
 import math
+import numbers
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -113,7 +114,7 @@ def plan(
     model: ir.Model,
     *,
     devices: Sequence[int | str] | None = None,
-    shards: Sequence[int] | None = None,
+    shards: int | Iterable[int] | None = None,
     max_shard_size_mb: int | None = None,
     dims: Mapping[str, int] | None = None,
     relaxed: bool = False,
@@ -125,7 +126,9 @@ def plan(
     """Plan how to run ``model`` on several devices; return the ``.omny`` metadata.
 
     Store the result with :func:`onnx_ir_multidevice.omny.write`. See :func:`plan_model` for
-    the arguments; this returns its ``metadata``.
+    the arguments and errors; this returns its ``metadata``. ``model`` must be an
+    :class:`onnx_ir.Model`: load a file with :func:`onnx_ir_multidevice.load` first (a path
+    or an ``onnx.ModelProto`` raises ``TypeError``).
 
     Example:
         >>> from onnx_ir_multidevice import zoo
@@ -135,6 +138,7 @@ def plan(
 
     .. versionadded:: 0.1
     """
+    _require_model(model, "plan")
     return plan_model(
         model,
         devices=devices,
@@ -153,7 +157,7 @@ def plan_model(
     model: ir.Model,
     *,
     devices: Sequence[int | str] | None = None,
-    shards: Sequence[int] | None = None,
+    shards: int | Iterable[int] | None = None,
     max_shard_size_mb: int | None = None,
     dims: Mapping[str, int] | None = None,
     relaxed: bool = False,
@@ -166,13 +170,17 @@ def plan_model(
     """Plan ``model`` for its devices and return the metadata with the details behind it.
 
     Args:
-        model: The model. It is not modified (unless ``assign_names``).
+        model: The model, an :class:`onnx_ir.Model`. It is not modified (unless
+            ``assign_names``). ``plan`` does not load files: pass
+            ``onnx_ir_multidevice.load(path)`` (the plan's names refer to this object, which
+            is the one to :func:`~onnx_ir_multidevice.omny.write` the metadata into).
         devices: Device memory sizes in pipeline order, as bytes or strings (``"24GiB"``).
             Stage ``k`` must fit device ``k`` with the headroom. Without ``shards``, plans
             one configuration with ``len(devices)`` shards; with ``shards``, each count ``n``
             uses the first ``n`` devices.
-        shards: Shard counts to plan, e.g. ``[2, 4]``; each must be feasible. Default: every
-            count from 2 to ``DEFAULT_MAX_SHARDS`` that is feasible.
+        shards: Shard count(s) to plan: an int (``2``) or an iterable of ints (``[2, 4]``),
+            each at least 1; each must be feasible. Default: every count from 2 to
+            ``DEFAULT_MAX_SHARDS`` that is feasible.
         max_shard_size_mb: Upper bound on each shard's memory in MiB (headroom excluded).
         dims: Planning dims for symbolic dimensions (``{"seq": 512}``); a graph input's
             symbolic first dimension defaults to 1.
@@ -189,12 +197,14 @@ def plan_model(
         The plan.
 
     Raises:
-        PlanError: If a requested shard count has no feasible plan (the message names the
-            stage, its device and the overflow), no count is feasible, or a chosen cut has
-            no name.
+        TypeError: If ``model`` is not an :class:`onnx_ir.Model`.
+        PlanError: If ``shards``, ``devices`` or ``max_shard_size_mb`` is not valid, a
+            requested shard count has no feasible plan (the message names the stage, its
+            device and the overflow), no count is feasible, or a chosen cut has no name.
 
     .. versionadded:: 0.1
     """
+    _require_model(model, "plan_model")
     enabled = gc.isenabled()
     gc.disable()  # the analysis allocates many small objects and frees them itself
     try:
@@ -220,7 +230,7 @@ def _plan_model(
     model: ir.Model,
     *,
     devices: Sequence[int | str] | None,
-    shards: Sequence[int] | None,
+    shards: int | Iterable[int] | None,
     max_shard_size_mb: int | None,
     dims: Mapping[str, int] | None,
     relaxed: bool,
@@ -314,20 +324,46 @@ def _capacities(devices: Sequence[int | str] | None) -> tuple[int, ...] | None:
     return tuple(result)
 
 
+def _require_model(model: object, function: str) -> None:
+    if not isinstance(model, ir.Model):
+        raise TypeError(
+            f"{function}() takes an onnx_ir.Model, not {type(model).__name__}; load a file "
+            "with onnx_ir_multidevice.load(path) (an onnx.ModelProto with "
+            "onnx_ir.from_proto(proto))"
+        )
+
+
+def _is_count(n: object) -> bool:
+    """Whether ``n`` is an integer (Python or NumPy, not a bool) of at least 1."""
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1
+
+
 def _shard_counts(
-    shards: Sequence[int] | None, capacities: tuple[int, ...] | None
+    shards: int | Iterable[int] | None, capacities: tuple[int, ...] | None
 ) -> tuple[list[int], bool]:
     """The shard counts to plan, and whether the caller asked for them explicitly."""
     if shards is None:
         if capacities is not None:
             return [len(capacities)], True
         return list(range(2, DEFAULT_MAX_SHARDS + 1)), False
-    counts = sorted(set(shards))
-    if not counts:
+    if isinstance(shards, numbers.Integral) and not isinstance(shards, bool):
+        given: list[object] = [shards]
+    elif isinstance(shards, (str, bytes)) or not isinstance(shards, Iterable):
+        raise PlanError(
+            f"shards must be a shard count or a list of them (e.g. 2 or [2, 4]), got {shards!r}"
+        )
+    else:
+        given = list(shards)
+    if not given:
         raise PlanError("shards is empty; give at least one shard count, e.g. [2, 4]")
+    for n in given:
+        if not _is_count(n):
+            raise PlanError(
+                f"shards: shard count {n!r} must be a positive integer (at least 1), "
+                "e.g. shards=[2, 4]"
+            )
+    counts = sorted({int(n) for n in given if isinstance(n, numbers.Integral)})
     for n in counts:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise PlanError(f"shard count {n!r} must be a positive integer")
         if capacities is not None and n > len(capacities):
             raise PlanError(
                 f"{n} shards need {n} devices but only {len(capacities)} device sizes were given"
