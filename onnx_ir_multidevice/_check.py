@@ -218,6 +218,11 @@ def _load_path(
 ) -> ir.Model | None:
     from onnx_ir_multidevice import _io
 
+    if os.path.isdir(path):
+        raise OmnyIOError(
+            f"{path}: is a directory, not a model file; give the path of a .onnx or .omny "
+            "model file"
+        )
     if not os.path.isfile(path):
         raise OmnyIOError(f"{path}: no such file; give the path of a .onnx or .omny model")
     try:
@@ -1236,10 +1241,8 @@ class _Checker:
             )
             return
         entry.stages = stages
-        counts = [0] * entry.num_shards
-        for stage in stages.values():
-            counts[stage] += 1
-        empty = [s for s, count in enumerate(counts) if count == 0]
+        used = set(stages.values())
+        empty = [s for s in range(entry.num_shards) if s not in used]
         if empty:
             self.out.append(
                 make(

@@ -835,3 +835,62 @@ def test_check_and_annotate_accept_a_shared_index() -> None:
     assert stages_plain == stages_shared
     with pytest.raises(ValueError, match="GraphIndex"):
         annotate(planned(), index=index)
+
+
+@st.composite
+def plain_graphs(draw):
+    """Graphs without subgraphs: repeated inputs, empty (None) inputs, several outputs,
+    dangling reads, and nodes listed out of topological order."""
+    x = ir.val("x", ir.DataType.FLOAT, [2])
+    w = ir.Value(name="w", const_value=ir.tensor(np.ones(2, np.float32)))
+    dangling = ir.val("dangling", ir.DataType.FLOAT, [2])  # produced by no node
+    available = [x, w, dangling]
+    nodes = []
+    for n in range(draw(st.integers(1, 12))):
+        arity = draw(st.integers(0, 3))
+        inputs = [
+            None if draw(st.integers(0, 5)) == 0 else draw(st.sampled_from(available))
+            for _ in range(arity)
+        ]
+        node = ir.node("Op", inputs, num_outputs=draw(st.integers(0, 2)), name=f"n{n}")
+        for i, out in enumerate(node.outputs):
+            out.name = f"n{n}_{i}"
+        nodes.append(node)
+        available.extend(node.outputs)
+    order = draw(st.permutations(nodes))
+    outputs = [v for node in nodes for v in node.outputs][-1:]
+    return ir.Graph([x], outputs, nodes=order, initializers=[w], name="plain")
+
+
+@settings(max_examples=150, deadline=None)
+@given(plain_graphs())
+def test_graph_index_fast_path_matches_brute_force(graph):
+    """The bulk build of a graph without subgraphs gives the definitions' uses and slots."""
+    from onnx_ir_multidevice.analysis import GraphIndex
+
+    index = GraphIndex.build(graph)
+    graph_order = list(graph)
+    position = {node: i for i, node in enumerate(graph_order)}
+    # Brute force, in graph order: uses, external values in first-read order, sortedness.
+    uses = {node: tuple(dict.fromkeys(v for v in node.inputs if v is not None)) for node in graph}
+    external = list(
+        dict.fromkeys(v for node in graph_order for v in uses[node] if v.producer() not in position)
+    )
+    sorted_already = all(
+        position[v.producer()] < position[node]
+        for node in graph_order
+        for v in uses[node]
+        if v.producer() in position
+    )
+    assert index.in_graph_order == sorted_already
+    assert list(index.external) == external
+    assert set(index.nodes) == set(graph_order)
+    topo = {node: i for i, node in enumerate(index.nodes)}
+    for i, node in enumerate(index.nodes):
+        assert index.uses[i] == uses[node]
+        expected = tuple(
+            topo[v.producer()] if v.producer() in topo else len(graph_order) + external.index(v)
+            for v in uses[node]
+        )
+        assert index.reads[i] == expected
+        assert all(p < i for p in expected if p < len(graph_order))  # topological

@@ -183,9 +183,6 @@ CLI_CASES: list[Any] = [
         2,
         ["folder", "directory"],
         id="check-folder",
-        marks=pytest.mark.xfail(
-            strict=True, reason="_check.py (H11) says 'no such file' for a directory"
-        ),
     ),
     # broken .omny JSON: the file and the metadata entry are named
     *[
@@ -441,7 +438,6 @@ API_CASES: list[Any] = [
         OmnyIOError,
         "directory",
         id="check-dir",
-        marks=pytest.mark.xfail(strict=True, reason="_check.py (H11): 'no such file'"),
     ),
     # bind / plan / split take an ir.Model (as verify does): a path or a proto is a TypeError
     # that says how to load it; the metadata must be an OmnyMetadata

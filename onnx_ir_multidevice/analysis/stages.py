@@ -31,12 +31,15 @@ __all__ = [
     "stages_from_annotations",
 ]
 
+import operator
 from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, slot_classes
 from onnx_ir_multidevice.analysis.uses import AnalysisError, GraphIndex
+
+_ENTRIES = operator.attrgetter("device_configurations")
 
 
 class StageAssignmentError(AnalysisError):
@@ -250,19 +253,11 @@ def annotated_stage_list(
     nodes: Sequence[ir.Node], configuration: ir.ModelConfiguration
 ) -> list[int | None]:
     """:func:`stages_from_annotations` of ``nodes``, as a list in the same order."""
-    result: list[int | None] = []
-    append = result.append
-    # Entries shared between nodes (as annotate() writes them) are looked up once.
-    memo: dict[int, int | None] = {}
-    for node in nodes:
-        entries = node.device_configurations
-        if not entries:
-            append(None)
-            continue
-        key = id(entries)
-        if key in memo:
-            append(memo[key])
-            continue
+    entries_list = list(map(_ENTRIES, nodes))
+    # Entry tuples shared between nodes (as annotate() writes them) are looked up once.
+    distinct = dict(zip(map(id, entries_list), entries_list))
+    stage_of: dict[int, int | None] = {}
+    for key, entries in distinct.items():
         found: ir.NodeDeviceConfiguration | None = None
         for entry in entries:
             if entry.configuration is configuration:
@@ -273,7 +268,5 @@ def annotated_stage_list(
                 if entry.configuration == configuration:
                     found = entry
                     break
-        stage = found.pipeline_stage if found is not None else None
-        memo[key] = stage
-        append(stage)
-    return result
+        stage_of[key] = found.pipeline_stage if found is not None else None
+    return list(map(stage_of.__getitem__, map(id, entries_list)))

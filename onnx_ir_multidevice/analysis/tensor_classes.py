@@ -44,7 +44,9 @@ __all__ = [
 
 import enum
 import math
+import operator
 from collections.abc import Collection, Iterable, Mapping
+from itertools import compress, repeat
 
 import onnx_ir as ir
 
@@ -139,6 +141,14 @@ _COSTLY = 2  # a heavy op or a large constant is in the cone
 _PINNED = 4  # a non-deterministic op is in the cone
 
 _ITEMSIZE: dict[int, float] = {}
+_PROTO = ir.TensorProtoTensor
+_CONST_VALUE = operator.attrgetter("const_value")
+_RAW = operator.attrgetter("raw")
+_DATA_TYPE = operator.attrgetter("data_type")
+_DIMS = operator.attrgetter("dims")
+_OP_TYPE = operator.attrgetter("op_type")
+_NAME = operator.attrgetter("name")
+_OP_IDENTIFIER = operator.methodcaller("op_identifier")
 
 
 def _nbytes(tensor: ir.TensorProtocol) -> int:
@@ -248,34 +258,97 @@ def _class_of(flags: int) -> TensorClass:
 _CLASS_BY_FLAGS: tuple[TensorClass, ...] = tuple(_class_of(f) for f in range(8))
 
 
-def slot_flags(index: GraphIndex, judge: _Judge) -> list[int]:
-    """Cone flags of every slot of ``index`` (node positions, then external values)."""
+def _external_flags(index: GraphIndex, judge: _Judge) -> list[int]:
+    """Cone flags of the external slots: graph inputs, initializers, outer values."""
     graph = index.graph
-    nodes = index.nodes
-    n = len(nodes)
-    flags = [0] * (n + len(index.external))
+    external = index.external
     inputs = set(graph.inputs)
     initializers = getattr(graph.initializers, "data", graph.initializers)
-    for k, value in enumerate(index.external):
-        if value in inputs:
-            flags[n + k] = _INPUT
-        elif value.name is not None and initializers.get(value.name) is value:
-            flags[n + k] = judge.constant_flags(value)
-        else:
-            flags[n + k] = _INPUT  # outer-scope (or dangling) value
+    flags = [_INPUT] * len(external)  # graph inputs, outer-scope (or dangling) values
+    # Initializers of this graph: the value registered under its name.
+    constants = list(
+        compress(
+            range(len(external)),
+            map(operator.is_, map(initializers.get, map(_NAME, external)), external),
+        )
+    )
+    n = len(index.nodes)
+    external_slot = index.external_slot
+    overridable = {external_slot[v] - n for v in inputs if v in external_slot}
+    if overridable.intersection(constants):
+        # An initializer that is also a graph input is a default value: forwarded.
+        constants = [k for k in constants if k not in overridable]
+    tensors = list(map(_CONST_VALUE, map(external.__getitem__, constants)))
+    large = judge.large_constant_bytes
+    # Tensors read from a proto: size from the proto's dims and data type, in bulk.
+    from_proto = list(
+        compress(range(len(tensors)), map(operator.is_, map(type, tensors), repeat(_PROTO)))
+    )
+    if from_proto:
+        protos = list(map(_RAW, map(tensors.__getitem__, from_proto)))
+        data_types = list(map(_DATA_TYPE, protos))
+        for data_type in set(data_types) - _ITEMSIZE.keys():
+            _ITEMSIZE[data_type] = ir.DataType(data_type).itemsize
+        sizes = map(
+            operator.mul, map(_ITEMSIZE.__getitem__, data_types), map(math.prod, map(_DIMS, protos))
+        )
+        # ceil(size) >= large  <=>  size > large - 1 (large is an integer).
+        for t, small in zip(from_proto, map(operator.le, sizes, repeat(large - 1))):
+            flags[constants[t]] = 0 if small else _COSTLY
+    if len(from_proto) < len(tensors):
+        done = set(from_proto)
+        for t, tensor in enumerate(tensors):
+            if t not in done:
+                small = tensor is not None and tensor.nbytes < large
+                flags[constants[t]] = 0 if small else _COSTLY
+    return flags
+
+
+def slot_flags(index: GraphIndex, judge: _Judge) -> list[int]:
+    """Cone flags of every slot of ``index`` (node positions, then external values)."""
+    nodes = index.nodes
+    n = len(nodes)
+    flags = [0] * n
+    flags.extend(_external_flags(index, judge))
     with_bodies = {node for node, _ in index.bodies}
-    memo: dict[ir.OperatorIdentifier, int] = {}
-    memo_get = memo.get
     own_flags = judge.own_flags
     reads = index.reads
-    for i, node in enumerate(nodes):
-        key = node.op_identifier()
-        own = memo_get(key)
-        if own is None or (with_bodies and node in with_bodies):
-            own = own_flags(node)
-            if not (key[1] == "Constant" and key[0] == "") and node not in with_bodies:
-                memo[key] = own
-        for p in reads[i]:
+    if judge.functions:
+        # Calls to local functions are judged from their bodies: memo by op identifier.
+        keys = list(map(_OP_IDENTIFIER, nodes))
+        memo: dict = {}
+        for i, node in enumerate(nodes):
+            key = keys[i]
+            own = memo.get(key)
+            if own is None or (with_bodies and node in with_bodies):
+                own = own_flags(node)
+                if not (key[1] == "Constant" and key[0] == "") and node not in with_bodies:
+                    memo[key] = own
+            for p in reads[i]:
+                own |= flags[p]
+            flags[i] = own
+        return flags
+    # Without functions a node's own flags depend on its op type alone, except for
+    # ``Constant`` (its tensor) and nodes with subgraphs (their bodies).
+    op_types = list(map(_OP_TYPE, nodes))
+    by_type: dict[str, int] = {}
+    for op_type in set(op_types) - {"Constant"}:
+        first = nodes[op_types.index(op_type)]
+        by_type[op_type] = own_flags(first) if first not in with_bodies else -1
+    special = with_bodies or "Constant" in op_types or -1 in by_type.values()
+    if not special:
+        own_list = list(map(by_type.__getitem__, op_types))
+        for i, slots in enumerate(reads):
+            own = own_list[i]
+            for p in slots:
+                own |= flags[p]
+            flags[i] = own
+        return flags
+    for i, slots in enumerate(reads):
+        own = by_type.get(op_types[i], -1)
+        if own == -1 or (with_bodies and nodes[i] in with_bodies):
+            own = own_flags(nodes[i])
+        for p in slots:
             own |= flags[p]
         flags[i] = own
     return flags

@@ -26,7 +26,7 @@ import gc
 import operator
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import compress
+from itertools import chain, compress, islice, repeat
 from typing import Any
 
 import onnx_ir as ir
@@ -41,6 +41,9 @@ class AnalysisError(OmnyError, ValueError):
 _ATTRIBUTES = operator.attrgetter("attributes")
 _PRODUCER = operator.methodcaller("producer")
 _OUTPUTS = operator.attrgetter("outputs")
+_INPUTS = operator.attrgetter("inputs")
+_IO_ATTRIBUTES = operator.attrgetter("inputs", "outputs", "attributes.data")
+_FIRST = operator.itemgetter(0)
 _NAME = operator.attrgetter("name")
 _GRAPH = ir.AttributeType.GRAPH
 _GRAPHS = ir.AttributeType.GRAPHS
@@ -148,6 +151,104 @@ def graph_uses(graph: ir.Graph) -> dict[ir.Node, tuple[ir.Value, ...]]:
     return {node: node_uses(node) for node in graph}
 
 
+def _flat_reads(
+    nodes: list[ir.Node],
+    inputs_list: list[Sequence[ir.Value | None]],
+    outputs_list: list[Sequence[ir.Value]],
+) -> tuple[list, list, dict[ir.Value, int], bool] | None:
+    """Uses and slots of nodes without subgraphs, in C-level passes over flat lists.
+
+    Returns ``(uses, reads, external_slot, in_graph_order)``, or ``None`` when an input
+    tuple is not a plain tuple (then :func:`_node_reads` does the work). Same results as
+    :func:`_node_reads` for such nodes.
+    """
+    n = len(nodes)
+    if n and type(inputs_list[0]) is not tuple:  # onnx-ir keeps every node's inputs as a tuple
+        return None
+    # Slot of each node output: its producer's position.
+    out_counts = list(map(len, outputs_list))
+    if out_counts.count(1) == n:
+        slot_of = dict(zip(map(_FIRST, outputs_list), range(n)))
+    else:
+        slot_of = dict(
+            zip(
+                chain.from_iterable(outputs_list),
+                chain.from_iterable(map(repeat, range(n), out_counts)),
+            )
+        )
+    counts = list(map(len, inputs_list))
+    flat = list(chain.from_iterable(inputs_list))
+    has_none = None in flat
+    if has_none:
+        slot_of[None] = -2  # type: ignore[index]
+    slots = list(map(slot_of.get, flat, repeat(-1)))
+    # In graph order when every read of a node output comes from an earlier node.
+    owners = chain.from_iterable(map(repeat, range(n), counts))
+    in_order = not any(map(operator.ge, slots, owners))
+    # Values produced by no node of the graph, numbered in first-read order.
+    external = dict.fromkeys(compress(flat, map(operator.eq, slots, repeat(-1))))
+    external_slot = dict(zip(external, range(n, n + len(external))))
+    if external_slot:
+        slot_of.update(external_slot)
+        slots = list(map(slot_of.get, flat))
+    flat_iter = iter(slots)
+    reads: list = list(map(tuple, map(islice, repeat(flat_iter), counts)))
+    uses: list = inputs_list.copy()
+    # Nodes reading a value twice, or with an empty (None) input: drop repeats and Nones.
+    unique = list(map(len, map(set, reads)))
+    odd = [i for i in compress(range(n), map(operator.ne, unique, counts))]
+    if has_none:
+        odd = sorted({*odd, *compress(range(n), map(operator.contains, inputs_list, repeat(None)))})
+    for i in odd:
+        node_uses_ = _plain_uses(inputs_list[i])
+        uses[i] = node_uses_
+        reads[i] = tuple(map(slot_of.__getitem__, node_uses_))
+    return uses, reads, external_slot, in_order
+
+
+def _node_reads(
+    graph_nodes: list[ir.Node],
+    inputs_list: list[Sequence[ir.Value | None]],
+    position: dict[ir.Node, int],
+    holders: set[ir.Node],
+) -> tuple[list, list, dict[ir.Value, int], list, bool]:
+    """Uses and slots node by node (nodes with subgraphs read their bodies' captures)."""
+    n = len(graph_nodes)
+    pos_get = position.get
+    external_slot: dict[ir.Value, int] = {}
+    ext_get = external_slot.get
+    uses: list[tuple[ir.Value, ...]] = []
+    reads: list[tuple[int, ...]] = []
+    bodies: list[tuple[ir.Node, tuple[ir.Graph, ...]]] = []
+    in_order = True
+    for i, node in enumerate(graph_nodes):
+        inputs = inputs_list[i]
+        if holders and node in holders:
+            bodies.append((node, tuple(node_subgraphs(node))))
+            node_reads = node_uses(node)
+        elif len(inputs) == 1 and inputs[0] is not None and type(inputs) is tuple:
+            node_reads = inputs  # type: ignore[assignment]
+        else:
+            node_reads = _plain_uses(inputs)
+        uses.append(node_reads)
+        slots = tuple(map(pos_get, map(_PRODUCER, node_reads)))
+        if None in slots:
+            fixed = []
+            for value, slot in zip(node_reads, slots):
+                if slot is None:
+                    slot = ext_get(value)
+                    if slot is None:
+                        slot = external_slot[value] = n + len(external_slot)
+                fixed.append(slot)
+            slots = tuple(fixed)
+            if any(i <= p < n for p in slots):
+                in_order = False
+        elif slots and max(slots) >= i:
+            in_order = False
+        reads.append(slots)
+    return uses, reads, external_slot, bodies, in_order
+
+
 @dataclasses.dataclass(eq=False)
 class GraphIndex:
     """Per-graph analysis index, built once in O(N + E) and shared by the analyses.
@@ -241,43 +342,32 @@ class GraphIndex:
         graph_nodes = list(graph)
         n = len(graph_nodes)
         position = dict(zip(graph_nodes, range(n)))
-        pos_get = position.get
-        external_slot: dict[ir.Value, int] = {}
-        ext_get = external_slot.get
-        uses: list[tuple[ir.Value, ...]] = []
-        reads: list[tuple[int, ...]] = []
-        bodies: list[tuple[ir.Node, tuple[ir.Graph, ...]]] = []
-        in_order = True
-        holders = {
-            graph_nodes[i]
-            for i in compress(range(n), map(len, map(_data, map(_ATTRIBUTES, graph_nodes))))
-            if holds_subgraphs(graph_nodes[i])
-        }
-        for i, node in enumerate(graph_nodes):
-            inputs = node.inputs
-            if holders and node in holders:
-                bodies.append((node, tuple(node_subgraphs(node))))
-                node_reads = node_uses(node)
-            elif len(inputs) == 1 and inputs[0] is not None and type(inputs) is tuple:
-                node_reads = inputs  # type: ignore[assignment]
-            else:
-                node_reads = _plain_uses(inputs)
-            uses.append(node_reads)
-            slots = tuple(map(pos_get, map(_PRODUCER, node_reads)))
-            if None in slots:
-                fixed = []
-                for value, slot in zip(node_reads, slots):
-                    if slot is None:
-                        slot = ext_get(value)
-                        if slot is None:
-                            slot = external_slot[value] = n + len(external_slot)
-                    fixed.append(slot)
-                slots = tuple(fixed)
-                if any(i <= p < n for p in slots):
-                    in_order = False
-            elif slots and max(slots) >= i:
-                in_order = False
-            reads.append(slots)
+        # One pass over the nodes for their inputs, outputs and attributes.
+        if n and hasattr(graph_nodes[0].attributes, "data"):
+            inputs_list, outputs_list, attributes = map(
+                list, zip(*map(_IO_ATTRIBUTES, graph_nodes))
+            )
+        else:
+            inputs_list = list(map(_INPUTS, graph_nodes))
+            outputs_list = list(map(_OUTPUTS, graph_nodes))
+            attributes = list(map(_data, map(_ATTRIBUTES, graph_nodes)))
+        holders = (
+            {
+                graph_nodes[i]
+                for i in compress(range(n), attributes)
+                if holds_subgraphs(graph_nodes[i])
+            }
+            if any(attributes)
+            else set()
+        )
+        fast = None if holders else _flat_reads(graph_nodes, inputs_list, outputs_list)
+        if fast is not None:
+            uses, reads, external_slot, in_order = fast
+            bodies: list[tuple[ir.Node, tuple[ir.Graph, ...]]] = []
+        else:
+            uses, reads, external_slot, bodies, in_order = _node_reads(
+                graph_nodes, inputs_list, position, holders
+            )
         index = cls(
             graph=graph,
             nodes=tuple(graph_nodes),
@@ -447,9 +537,9 @@ class GraphIndex:
         found = self._cache.get(key)
         if found is None:
             found = {}
-            for node in self.graph_nodes:
-                if node.name in wanted:
-                    found.setdefault(node.name, []).append(node)
+            nodes = self.graph_nodes
+            for node in compress(nodes, map(wanted.__contains__, map(_NAME, nodes))):
+                found.setdefault(node.name, []).append(node)
             self._cache[key] = found
         return {name: list(nodes) for name, nodes in found.items()}
 
@@ -470,9 +560,8 @@ class GraphIndex:
         initializers = _data(graph.initializers)
         candidates = [v for v in graph.inputs if v.name in wanted]
         candidates.extend(value for value in map(initializers.get, wanted) if value is not None)
-        candidates.extend(
-            v for outputs in map(_OUTPUTS, self.graph_nodes) for v in outputs if v.name in wanted
-        )
+        outputs = list(chain.from_iterable(map(_OUTPUTS, self.graph_nodes)))
+        candidates.extend(compress(outputs, map(wanted.__contains__, map(_NAME, outputs))))
         found: dict[str, list[ir.Value]] = {}
         for value in candidates:
             same = found.setdefault(value.name, [])  # type: ignore[arg-type]
