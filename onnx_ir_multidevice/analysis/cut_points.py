@@ -55,6 +55,7 @@ __all__ = [
 
 import dataclasses
 import heapq
+import operator
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -63,6 +64,8 @@ import onnx_ir as ir
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
 from onnx_ir_multidevice.analysis.uses import GraphIndex
+
+_PRODUCER = operator.methodcaller("producer")
 
 DEFAULT_SIDE_LIMIT_BYTES = 1 << 20
 """Default budget of side activations for a relaxed cut: 1 MiB at the planning dims.
@@ -430,15 +433,23 @@ class _Finder:
     # -- step 2 ---------------------------------------------------------------------------
 
     def planning_order(self) -> None:
+        placed, reads = self.placed, self.reads
+        # Depth from the sources; ``placed`` is topological, so producers come first.
         level: dict[ir.Node, int] = {}
-        for node in self.placed:
-            level[node] = 1 + max(
-                (level[v.producer()] for v in self.reads[node]),  # type: ignore[index]
-                default=-1,
-            )
-        rank, topo_index = self.chain_rank, self.topo_index
-        self.order = sorted(self.placed, key=lambda n: (rank[n], level[n], topo_index[n]))
-        self.pos = {node: i for i, node in enumerate(self.order)}
+        for node in placed:
+            deepest = -1
+            for value in reads[node]:
+                depth = level[value.producer()]  # type: ignore[index]
+                if depth > deepest:
+                    deepest = depth
+            level[node] = deepest + 1
+        count = len(placed)
+        ranks = np.fromiter(map(self.chain_rank.__getitem__, placed), np.int64, count)
+        levels = np.fromiter(level.values(), np.int64, count)  # in ``placed`` order
+        topo = np.arange(count, dtype=np.int64)  # placed is in topological order
+        keys = np.lexsort((topo, levels, ranks))
+        self.order = list(map(placed.__getitem__, keys.tolist()))
+        self.pos = dict(zip(self.order, range(len(self.order))))
 
     # -- step 3 ---------------------------------------------------------------------------
 
@@ -446,15 +457,27 @@ class _Finder:
         """Cuts whose stage 1 is a suffix of the planning order, with that suffix's start."""
         pos, order = self.pos, self.order
         size = len(order)
-        latest = [
-            max((pos[v.producer()] for v in self.reads[node]), default=-1)  # type: ignore[index]
-            for node in order
-        ]
-        table = _SparseMin(latest) if size else None
+        # Every activation read (reader, value) as flat arrays, readers in planning order.
+        reads = self.reads
+        counts = np.fromiter(map(len, map(reads.__getitem__, order)), np.int64, size)
+        flat = [value for node in order for value in reads[node]]
         values = list(self.consumers)
-        made = [pos[v.producer()] for v in values]  # type: ignore[index]
-        first = [min(pos[r] for r in self.consumers[v]) for v in values]
-        last = [max(pos[r] for r in self.consumers[v]) for v in values]
+        value_id = dict(zip(values, range(len(values))))
+        ids = np.fromiter(map(value_id.__getitem__, flat), np.int64, len(flat))
+        producers = np.fromiter(map(pos.__getitem__, map(_PRODUCER, flat)), np.int64, len(flat))
+        readers = np.repeat(np.arange(size, dtype=np.int64), counts)
+        # Latest activation read per node (-1: none), first and last reader per value.
+        latest_array = np.full(size, -1, dtype=np.int64)
+        np.maximum.at(latest_array, readers, producers)
+        made_array = np.zeros(len(values), dtype=np.int64)
+        made_array[ids] = producers
+        first_array = np.full(len(values), size, dtype=np.int64)
+        np.minimum.at(first_array, ids, readers)
+        last_array = np.full(len(values), -1, dtype=np.int64)
+        np.maximum.at(last_array, ids, readers)
+        latest = latest_array.tolist()
+        made, first, last = made_array.tolist(), first_array.tolist(), last_array.tolist()
+        table = _SparseMin(latest) if size else None
 
         def feeds_suffix(value: ir.Value) -> bool:
             positions = sorted({pos[r] for r in self.consumers[value]})
@@ -471,7 +494,7 @@ class _Finder:
             delta = np.zeros(size + 2, dtype=np.int64)
             np.add.at(delta, np.asarray(made, dtype=np.int64) + 1, 1)
             np.add.at(delta, np.asarray(last, dtype=np.int64) + 1, -1)
-            live_count = np.cumsum(delta)
+            live_count = np.cumsum(delta).tolist()
             found = []
             for value, b in zip(values, first):
                 if live_count[b] == 1 and feeds_suffix(value):

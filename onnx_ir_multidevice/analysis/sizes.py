@@ -27,6 +27,7 @@ __all__ = [
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -52,6 +53,9 @@ _DTYPE_NAMES = {
     ir.DataType.COMPLEX64: "complex64",
     ir.DataType.COMPLEX128: "complex128",
 }
+
+
+_MISSING: Any = object()
 
 
 def dtype_name(dtype: ir.DataType | None) -> str:
@@ -101,17 +105,14 @@ def _concrete(shape: ir.Shape | None, dims: Mapping[str, int]) -> tuple[int, ...
     if shape is None:
         return None
     values = shape.dims
-    if all(type(dim) is int for dim in values):  # the common case, fast
-        return values  # type: ignore[return-value]
-    result = []
     for dim in values:
-        if isinstance(dim, int):
-            result.append(dim)
-        elif dim.value is not None and dim.value in dims:
-            result.append(dims[dim.value])
-        else:
-            return None
-    return tuple(result)
+        if type(dim) is not int:
+            break
+    else:  # the common case, fast
+        return values  # type: ignore[return-value]
+    get = dims.get
+    result = [dim if type(dim) is int else get(dim.value) for dim in values]  # type: ignore[union-attr]
+    return None if None in result else tuple(result)  # type: ignore[arg-type]
 
 
 def _nbytes(shape: tuple[int, ...] | None, dtype: ir.DataType | None) -> int | None:
@@ -142,6 +143,7 @@ class ValueSizes:
         self._inferred: dict[str, tuple[tuple[int, ...] | None, ir.DataType | None]] = {}
         self._nbytes_cache: dict[ir.Value, int | None] = {}
         self._shape_cache: dict[ir.Value, tuple[int, ...] | None] = {}
+        self._nbytes_by_key: dict[tuple[tuple[int, ...], ir.DataType], int | None] = {}
         self.inferred = False
         if infer and self._needs_inference(graph):
             self._infer(graph)
@@ -205,7 +207,8 @@ class ValueSizes:
             return self._shape_cache[value]
         except KeyError:
             pass
-        shape = _concrete(value.shape, self.dims)
+        ir_shape = value.shape
+        shape = None if ir_shape is None else _concrete(ir_shape, self.dims)
         if shape is None and value.const_value is not None:
             shape = tuple(value.const_value.shape.numpy())
         if shape is None:
@@ -220,13 +223,24 @@ class ValueSizes:
         except KeyError:
             pass
         # The value's own shape and dtype first: reading a lazily loaded tensor is slower.
-        result = _nbytes(self.shape(value), value.dtype)
+        # Sizes are memoized by (shape, dtype): many values share them.
+        shape = self._shape_cache.get(value, _MISSING)
+        if shape is _MISSING:
+            shape = self.shape(value)
+        dtype = value.dtype
+        result = None
+        if shape is not None and dtype is not None:
+            key = (shape, dtype)
+            try:
+                result = self._nbytes_by_key[key]
+            except KeyError:
+                result = self._nbytes_by_key[key] = _nbytes(shape, dtype)
         if result is None:
             tensor = value.const_value
             if tensor is not None:
                 result = tensor.nbytes
             else:
-                result = _nbytes(self.shape(value), self.dtype(value))
+                result = _nbytes(shape, self.dtype(value))
         self._nbytes_cache[value] = result
         return result
 

@@ -43,6 +43,7 @@ __all__ = [
     "usable_bytes",
 ]
 
+import bisect
 import dataclasses
 import math
 from collections.abc import Iterable
@@ -224,6 +225,7 @@ class MemoryModel:
         self._prefix_additive = self._prefix_weights + self._prefix_io
         self._prefix_flops = np.concatenate([[0], np.cumsum(self._flops)])
         self._peak_table = _SparseMax(self._peak)
+        self._with_unknown = [s for s, names in enumerate(self._unknown) if names]
 
     # -- construction -----------------------------------------------------------------------
 
@@ -333,39 +335,36 @@ class MemoryModel:
         """Peak live activation bytes of each segment, one sweep over the planning order."""
         analysis = self.analysis
         order = analysis.order
-        position = {node: i for i, node in enumerate(order)}
-        position_get = position.get
-        last_read: dict[ir.Value, int] = {}
         uses = analysis.uses
-        for i, node in enumerate(order):
-            for value in uses[node]:
-                if position_get(value.producer()) is not None:  # type: ignore[arg-type]
-                    last_read[value] = i
+        # Position of the last reader of each value (later readers overwrite earlier ones);
+        # only node outputs are looked up, so other values read do no harm.
+        last_read = {value: i for i, node in enumerate(order) for value in uses[node]}
         last_get = last_read.get
-        segment_of = self._segment_of.tolist()
         nbytes = self._nbytes
-        made: list[int] = []
-        ends: list[int] = []
-        amounts: list[int] = []
-        for i, node in enumerate(order):
-            for value in node.outputs:
-                end = last_get(value, i)
-                n = nbytes(value)
+        made = [i for i, node in enumerate(order) for _ in node.outputs]
+        values = [value for node in order for value in node.outputs]
+        ends = list(map(last_get, values, made))
+        amounts = list(map(nbytes, values))
+        if None in amounts:
+            segment_of = self._segment_of.tolist()
+            for i, value, end, n in zip(made, values, ends, amounts):
                 if n is None:
                     for s in range(segment_of[i], segment_of[end] + 1):
                         self._unknown[s][value.name or "<unnamed>"] = None
-                    continue
-                made.append(i)
-                ends.append(end + 1)
-                amounts.append(n)
+            known = [k for k, n in enumerate(amounts) if n is not None]
+            made = [made[k] for k in known]
+            ends = [ends[k] for k in known]
+            amounts = [amounts[k] for k in known]
         delta = np.zeros(len(order) + 1, dtype=np.int64)
         if amounts:
             weights = np.asarray(amounts, dtype=np.int64)
             np.add.at(delta, np.asarray(made, dtype=np.int64), weights)
-            np.subtract.at(delta, np.asarray(ends, dtype=np.int64), weights)
+            np.add.at(delta, np.asarray(ends, dtype=np.int64) + 1, -weights)
         live = np.cumsum(delta[:-1])
-        for s, (a, b) in enumerate(zip(self.starts, self.ends)):
-            self._peak[s] = live[a:b].max() if b > a else 0
+        starts = np.asarray(self.starts, dtype=np.int64)
+        nonempty = starts < np.asarray(self.ends, dtype=np.int64)
+        if nonempty.any():
+            self._peak[nonempty] = np.maximum.reduceat(live, starts[nonempty])
 
     def _count_flops(self) -> tuple[str, ...]:
         unknown = []
@@ -426,8 +425,9 @@ class MemoryModel:
         weights += int(self._shared_sum(a, b, True)[0])
         io = int(self._prefix_io[j] - self._prefix_io[i]) + int(self._shared_sum(a, b, False)[0])
         unknown: dict[str, None] = {}
-        for s in range(i, j):
-            unknown.update(self._unknown[s])
+        with_unknown = self._with_unknown
+        for k in range(bisect.bisect_left(with_unknown, i), bisect.bisect_left(with_unknown, j)):
+            unknown.update(self._unknown[with_unknown[k]])
         return StageMemory(
             weights_bytes=weights,
             activations_bytes=int(self._peak_table.query(a, b)[0]),

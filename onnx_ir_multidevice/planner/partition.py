@@ -15,14 +15,18 @@ of a stage's memory only grows when the stage grows (:meth:`MemoryModel.total_by
 ``[i, j)`` is at most that of any ``[i', j') ⊇ [i, j)``), and so do FLOPs. For a bound ``B``
 the prefixes that ``k`` feasible stages can cover are then computed exactly in one vectorized
 step per stage: ``j`` is reachable iff the stage from the *latest* reachable ``i < j`` fits
-(any earlier ``i`` gives a larger stage). ``B*`` is the smallest feasible bound (binary search
-over bytes, about 40 steps); ``F*`` likewise with ``B*`` fixed. Step 4 is a shortest path over
-the same layers: with both bounds fixed the feasible starts of a stage ending at ``j`` are a
-run ``[lo(j), j)`` (monotonicity again), found by vectorized bisection, and a range-minimum
-table gives the best predecessor.
+(any earlier ``i`` gives a larger stage). ``B*`` is the smallest feasible bound; ``F*``
+likewise with ``B*`` fixed. A decision run only compares stage totals with the bound, so it
+answers the same for every bound between the largest total that passed and the smallest that
+failed: the search over bounds starts at the lower bound ``max(total / N, largest segment)``
+(tight for a balanced model), gallops up, then bisects, and after every run its ends jump to
+those stage totals. Exact, and a handful of runs instead of ~40 byte bisection steps. Step 4
+is a shortest path over the same layers: with both bounds fixed the feasible starts of a stage
+ending at ``j`` are a run ``[lo(j), j)`` (monotonicity again), found by vectorized bisection
+once per distinct stage bound, and a range-minimum table gives the best predecessor.
 
-Cost: O(log(total bytes) * N * S * (1 + shared weights)) vectorized steps for S segments,
-plus O(N * S log S) for step 4.
+Cost: O(log(total bytes) * N * S * (1 + shared weights)) vectorized steps for S segments in
+the worst case, plus O(N * S log S) for step 4.
 
 When nothing fits, :class:`~onnx_ir_multidevice._errors.PlanError` names the stage that does
 not fit, its device and by how much, for the partition that overflows least.
@@ -95,14 +99,13 @@ class _Search:
         self.size = model.num_segments  # boundaries 0..size
         self.index = np.arange(self.size + 1, dtype=np.int64)
         # A boundary can end a stage unless it is a cut whose size is unknown.
+        sent = [cut.bytes for cut in chain]
         allowed = np.ones(self.size + 1, dtype=bool)
         allowed[0] = False
-        for b, cut in enumerate(chain, start=1):
-            allowed[b] = cut.bytes is not None
+        allowed[1 : len(sent) + 1] = [n is not None for n in sent]
         self.allowed = allowed
         transfer = np.zeros(self.size + 1, dtype=np.int64)
-        for b, cut in enumerate(chain, start=1):
-            transfer[b] = cut.bytes or 0
+        transfer[1 : len(sent) + 1] = [n or 0 for n in sent]
         self.transfer = transfer
 
     def fits(self, i: np.ndarray, j: np.ndarray, memory_bound: int, flops_bound: int) -> np.ndarray:
@@ -113,17 +116,82 @@ class _Search:
 
     def feasible(self, bounds: Sequence[int], flops_bound: int = _INF) -> bool:
         """Whether ``len(bounds)`` stages, stage ``k`` within ``bounds[k]``, cover the model."""
+        return self.probe(bounds, flops_bound)[0]
+
+    def probe(
+        self,
+        bounds: Sequence[int],
+        flops_bound: int = _INF,
+        parameter: int | None = None,
+        flops_parameter: bool = False,
+    ) -> tuple[bool, int, int]:
+        """Decide feasibility, and how far the answer stays the same.
+
+        Stage ``k`` must be within ``bounds[k]`` bytes and ``flops_bound`` FLOPs; with
+        ``parameter`` it must also be within ``parameter`` bytes (or FLOPs when
+        ``flops_parameter``). The run only compares stage totals with the bounds, so it gives
+        the same answer for every parameter ``p`` with ``passed <= p < failed``, where
+        ``passed`` is the largest total of a stage that passed and ``failed`` the smallest
+        total of a stage that failed on the parameter alone.
+
+        Returns:
+            ``(feasible, passed, failed)``; ``failed`` is ``_INF`` when no stage failed on the
+            parameter alone.
+        """
+        model = self.model
         reach = np.zeros(self.size + 1, dtype=bool)
         reach[0] = True
+        passed, failed = 0, _INF
         for bound in bounds:
             latest = np.maximum.accumulate(np.where(reach, self.index, -1))
             before = np.concatenate([[-1], latest[:-1]])  # latest reachable i < j
             valid = (before >= 0) & self.allowed
             reach = np.zeros(self.size + 1, dtype=bool)
-            if valid.any():
-                j = self.index[valid]
-                reach[j] = self.fits(before[valid], j, bound, flops_bound)
-        return bool(reach[self.size])
+            if not valid.any():
+                continue
+            j = self.index[valid]
+            i = before[valid]
+            memory = model.total_bytes(i, j)
+            ok = memory <= bound
+            if flops_bound < _INF or flops_parameter:
+                flops = model.flops(i, j)
+                if flops_bound < _INF:
+                    ok &= flops <= flops_bound
+            if parameter is not None:
+                measure = flops if flops_parameter else memory
+                within = measure <= parameter
+                over = measure[ok & ~within]
+                if len(over):
+                    failed = min(failed, int(over.min()))
+                ok &= within
+                inside = measure[ok]
+                if len(inside):
+                    passed = max(passed, int(inside.max()))
+            reach[j] = ok
+        return bool(reach[self.size]), passed, failed
+
+    def minimize(
+        self, lo: int, hi: int, bounds: Sequence[int], flops_bound: int, flops: bool
+    ) -> int:
+        """Smallest parameter in ``[lo, hi]`` that is feasible (see :meth:`probe`).
+
+        ``hi`` must be feasible. The lower bound ``lo`` is usually close (a balanced model),
+        so the search tries it first and gallops up from it, steps doubling, until a probe is
+        feasible, then bisects; never further than halfway, and after every probe the ends
+        jump to the nearest stage totals at which the answer can change. Exact.
+        """
+        step = 0
+        while lo < hi:
+            mid = (lo + hi) // 2 if step < 0 else min(lo + step, (lo + hi) // 2)
+            ok, passed, failed = self.probe(bounds, flops_bound, mid, flops)
+            if ok:
+                hi = max(lo, passed)
+                step = -1  # bisect from now on
+            else:
+                lo = max(mid + 1, min(failed, hi))
+                if step >= 0:
+                    step = max(2 * step, 1, lo >> 12)
+        return lo
 
     def smallest(self, lo: int, hi: int, ok) -> int:
         """Smallest integer in ``[lo, hi]`` for which monotone ``ok`` holds (``ok(hi)``)."""
@@ -140,14 +208,14 @@ class _Search:
         j = self.index
         lo = np.zeros_like(j)
         hi = j.copy()
-        active = lo < hi
-        while active.any():
-            mid = (lo + hi) // 2
-            ok = np.zeros_like(active)
-            ok[active] = self.fits(mid[active], j[active], bound, flops_bound)
-            hi = np.where(active & ok, mid, hi)
-            lo = np.where(active & ~ok, mid + 1, lo)
-            active = lo < hi
+        active = np.flatnonzero(lo < hi)
+        while len(active):
+            a, b = lo[active], hi[active]
+            mid = (a + b) // 2
+            ok = self.fits(mid, active, bound, flops_bound)
+            hi[active] = np.where(ok, mid, b)
+            lo[active] = np.where(ok, a, mid + 1)
+            active = active[lo[active] < hi[active]]
         return lo
 
     def cheapest(self, bounds: Sequence[int], flops_bound: int) -> list[int]:
@@ -156,8 +224,11 @@ class _Search:
         cost = np.full(size + 1, _INF, dtype=np.int64)
         cost[0] = 0
         choices = []
+        starts: dict[int, np.ndarray] = {}  # stages with equal bounds share their starts
         for bound in bounds:
-            start = self.first_start(bound, flops_bound)
+            start = starts.get(bound)
+            if start is None:
+                start = starts[bound] = self.first_start(bound, flops_bound)
             table = _ArgMin(cost)
             best = table.query(start, self.index)  # argmin over [start, j), -1 if empty
             new = np.full(size + 1, _INF, dtype=np.int64)
@@ -258,24 +329,25 @@ def partition(
             f"{usable + 1} stages; {num_stages} were asked for{hint}"
         )
     bounds = _device_bounds(model, num_stages, capacities, max_stage_bytes)
-    if not search.feasible(bounds):
+    feasible, highest, _ = search.probe(bounds, _INF, _INF)
+    if not feasible:
         raise _overflow_error(search, bounds, capacities, max_stage_bytes)
     # Lower bounds: a stage holds at least one segment, and the stages together hold at
-    # least the whole model (weights and buffers at least once, the peak somewhere).
+    # least the whole model (weights and buffers at least once, the peak somewhere). Every
+    # bound from the largest stage that passed on is feasible too (``_Search.probe``).
     whole = int(model.total_bytes([0], [search.size])[0])
     singles = model.total_bytes(search.index[:-1], search.index[1:])
     lower = max(int(singles.max()), -(-whole // num_stages))
-    best = search.smallest(lower, whole, lambda b: search.feasible([min(b, u) for u in bounds]))
+    best = search.minimize(min(lower, highest), highest, bounds, _INF, flops=False)
     memory_bounds = [min(best, u) for u in bounds]
-    # FLOPs are additive: the same two lower bounds; any partition within the memory
-    # bounds gives an upper bound.
+    # FLOPs are additive: the same two lower bounds; the largest stage FLOPs of any run
+    # within the memory bounds is an upper bound.
     flops = model.flops(search.index[:-1], search.index[1:])
     total_flops = int(flops.sum())
     flops_lower = max(int(flops.max()), -(-total_flops // num_stages))
-    some = np.asarray(search.cheapest(memory_bounds, _INF))
-    flops_upper = int(model.flops(some[:-1], some[1:]).max())
-    flops_bound = search.smallest(
-        min(flops_lower, flops_upper), flops_upper, lambda f: search.feasible(memory_bounds, f)
+    _, flops_upper, _ = search.probe(memory_bounds, _INF, _INF, flops_parameter=True)
+    flops_bound = search.minimize(
+        min(flops_lower, flops_upper), flops_upper, memory_bounds, _INF, flops=True
     )
     ends = search.cheapest(memory_bounds, flops_bound)
     return _make(model, chain, ends)
