@@ -32,8 +32,10 @@ __all__ = ["CheckReport", "check", "check_device_configurations"]
 import contextlib
 import dataclasses
 import gc
+import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import compress
 
 import numpy as np
 import onnx
@@ -66,6 +68,7 @@ MULTI_DEVICE_IR_VERSION = 11
 _MAX_PER_RULE = 20
 #: At most this many names listed in one message.
 _MAX_NAMES = 8
+_ENTRIES = operator.attrgetter("device_configurations")
 
 ModelLike = ir.Model | onnx.ModelProto | str | os.PathLike
 
@@ -147,8 +150,9 @@ def run_check(
                     index = GraphIndex.for_model(ir_model)
                 except AnalysisError:  # a cycle: reported by the checker (OMNY101)
                     index = None
-            diagnostics.extend(check_device_configurations(ir_model, index=index))
-            _Checker(ir_model, relaxed_cuts, diagnostics, index).run()
+            found, entries_list = _check_device_configurations(ir_model, index)
+            diagnostics.extend(found)
+            _Checker(ir_model, relaxed_cuts, diagnostics, index, entries_list).run()
     diagnostics.sort(key=Diagnostic.sort_key)
     return CheckReport(tuple(diagnostics), ir_model)
 
@@ -295,16 +299,54 @@ def check_device_configurations(
     """
     if index is not None and index.graph is not model.graph:
         index = None
+    return _check_device_configurations(model, index)[0]
+
+
+def _check_device_configurations(
+    model: ir.Model, index: GraphIndex | None
+) -> tuple[list[Diagnostic], list[Sequence[ir.NodeDeviceConfiguration]]]:
+    """:func:`check_device_configurations`, and the main-graph nodes' entries in graph order.
+
+    ``index`` is one of ``model.graph`` or ``None``.
+    """
     diagnostics: list[Diagnostic] = []
     registered: dict[str, ir.ModelConfiguration] = {}
     for configuration in model.device_configurations:
         _check_model_configuration(configuration, registered, diagnostics)
     registered_ids = {id(c) for c in registered.values()}
 
+    main = index.graph_nodes if index is not None else tuple(model.graph)
+    entries_list: list[Sequence[ir.NodeDeviceConfiguration]] = list(map(_ENTRIES, main))
+    has_bodies = bool(index.bodies) if index is not None else any(map(holds_subgraphs, main))
     annotated_nodes = 0
     # Entry tuples known to be plain (no finding): annotate() shares them between nodes.
     plain: set[int] = set()
-    for node, position in _all_nodes(model, index):
+    if not has_bodies:
+        # Main-graph nodes by distinct entry tuple (annotate() shares them), then functions.
+        annotated_nodes = len(main) - entries_list.count(())
+        if annotated_nodes and entries_list.count([]) + entries_list.count(None):  # type: ignore[arg-type]
+            annotated_nodes = sum(map(bool, entries_list))
+        if annotated_nodes:
+            distinct = dict(zip(map(id, entries_list), entries_list))
+            odd = set()
+            for key, entries in distinct.items():
+                if not entries or _plain_entries(entries, registered_ids):
+                    plain.add(key)
+                else:
+                    odd.add(key)
+            if odd:
+                for position in compress(
+                    range(len(main)), map(odd.__contains__, map(id, entries_list))
+                ):
+                    node = main[position]
+                    location = node_location(node, position)
+                    _check_node_configurations(node, location, registered, diagnostics)
+        others: Iterable[tuple[ir.Node, int | None]] = (
+            (inner, None) for function in model.functions.values() for inner in function.all_nodes()
+        )
+    else:
+        others = _all_nodes(model, index)
+    for node, position in others:
         entries = node.device_configurations
         if not entries:
             continue
@@ -332,7 +374,7 @@ def check_device_configurations(
                 "model",
             ),
         )
-    return diagnostics
+    return diagnostics, entries_list
 
 
 def _plain_entries(
@@ -679,10 +721,13 @@ class _Checker:
         relaxed_cuts: bool,
         diagnostics: list[Diagnostic],
         index: GraphIndex | None = None,
+        entries_list: Sequence[Sequence[ir.NodeDeviceConfiguration]] | None = None,
     ):
         self.model = model
         self.graph = model.graph
         self.relaxed_cuts = relaxed_cuts
+        # Each main-graph node's device_configurations in graph order, read once per check.
+        self._entries_list = entries_list
         self.out = diagnostics
         self._index = index
         self._sub_names: tuple[set[str], set[str]] | None = None
@@ -1285,7 +1330,9 @@ class _Checker:
     ) -> bool:
         """Check one configuration's stages; return whether it has any."""
         nodes = self._index.graph_nodes if self._index is not None else tuple(self.graph)
-        stage_list = annotated_stage_list(nodes, configuration)
+        if self._entries_list is None or len(self._entries_list) != len(nodes):
+            self._entries_list = list(map(_ENTRIES, nodes))
+        stage_list = annotated_stage_list(nodes, configuration, entries_list=self._entries_list)
         stages = dict(zip(nodes, stage_list))
         has_none = None in stage_list
         if (

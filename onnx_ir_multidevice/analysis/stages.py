@@ -250,10 +250,21 @@ def stages_from_annotations(
 
 
 def annotated_stage_list(
-    nodes: Sequence[ir.Node], configuration: ir.ModelConfiguration
+    nodes: Sequence[ir.Node],
+    configuration: ir.ModelConfiguration,
+    *,
+    entries_list: Sequence[Sequence[ir.NodeDeviceConfiguration]] | None = None,
 ) -> list[int | None]:
-    """:func:`stages_from_annotations` of ``nodes``, as a list in the same order."""
-    entries_list = list(map(_ENTRIES, nodes))
+    """:func:`stages_from_annotations` of ``nodes``, as a list in the same order.
+
+    Args:
+        nodes: The nodes.
+        configuration: The configuration whose stages are read.
+        entries_list: The ``device_configurations`` of each node of ``nodes``, when already
+            read (to share one read between several configurations).
+    """
+    if entries_list is None:
+        entries_list = list(map(_ENTRIES, nodes))
     # Entry tuples shared between nodes (as annotate() writes them) are looked up once.
     distinct = dict(zip(map(id, entries_list), entries_list))
     stage_of: dict[int, int | None] = {}

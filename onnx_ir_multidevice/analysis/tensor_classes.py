@@ -46,11 +46,12 @@ import enum
 import math
 import operator
 from collections.abc import Collection, Iterable, Mapping
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.uses import (
+    OP_TYPE_OF,
     GraphIndex,
     graph_uses,
     holds_subgraphs,
@@ -139,6 +140,8 @@ tensor attached) counts as large.
 _INPUT = 1  # a graph input (or an outer value) is in the cone
 _COSTLY = 2  # a heavy op or a large constant is in the cone
 _PINNED = 4  # a non-deterministic op is in the cone
+# A graph constant whose size was not computed yet is in the cone (see :func:`slot_flags`).
+_UNSIZED = 8
 
 _ITEMSIZE: dict[int, float] = {}
 _PROTO = ir.TensorProtoTensor
@@ -254,30 +257,37 @@ def _class_of(flags: int) -> TensorClass:
     return TensorClass.REPLICABLE
 
 
-#: Class of a node's outputs by their cone flags (flags are 0..7).
-_CLASS_BY_FLAGS: tuple[TensorClass, ...] = tuple(_class_of(f) for f in range(8))
+#: Class of a node's outputs by their cone flags (flags are 0..15; see :func:`slot_flags`
+#: for :data:`_UNSIZED`, which does not change the class where it is left).
+_CLASS_BY_FLAGS: tuple[TensorClass, ...] = tuple(_class_of(f & ~_UNSIZED) for f in range(16))
 
 
-def _external_flags(index: GraphIndex, judge: _Judge) -> list[int]:
-    """Cone flags of the external slots: graph inputs, initializers, outer values."""
+def _external_flags(index: GraphIndex, judge: _Judge, *, sized: bool = True) -> list[int]:
+    """Cone flags of the external slots: graph inputs, initializers, outer values.
+
+    With ``sized=False`` the graph's constants get :data:`_UNSIZED` instead of their size
+    flag (``0`` or :data:`_COSTLY`), which costs no tensor read.
+    """
     graph = index.graph
     external = index.external
-    inputs = set(graph.inputs)
+    inputs = graph.inputs
     initializers = getattr(graph.initializers, "data", graph.initializers)
     flags = [_INPUT] * len(external)  # graph inputs, outer-scope (or dangling) values
-    # Initializers of this graph: the value registered under its name.
-    constants = list(
-        compress(
-            range(len(external)),
-            map(operator.is_, map(initializers.get, map(_NAME, external)), external),
-        )
-    )
     n = len(index.nodes)
     external_slot = index.external_slot
+    # Initializers of this graph that the nodes read (onnx-ir keeps each initializer under
+    # its own name, so a lookup by identity is enough).
+    constants = [
+        slot - n for slot in map(external_slot.get, initializers.values()) if slot is not None
+    ]
     overridable = {external_slot[v] - n for v in inputs if v in external_slot}
     if overridable.intersection(constants):
         # An initializer that is also a graph input is a default value: forwarded.
         constants = [k for k in constants if k not in overridable]
+    if not sized:
+        for k in constants:
+            flags[k] = _UNSIZED
+        return flags
     tensors = list(map(_CONST_VALUE, map(external.__getitem__, constants)))
     large = judge.large_constant_bytes
     # Tensors read from a proto: size from the proto's dims and data type, in bulk.
@@ -305,11 +315,29 @@ def _external_flags(index: GraphIndex, judge: _Judge) -> list[int]:
 
 
 def slot_flags(index: GraphIndex, judge: _Judge) -> list[int]:
-    """Cone flags of every slot of ``index`` (node positions, then external values)."""
+    """Cone flags of every slot of ``index`` (node positions, then external values).
+
+    The graph's constants are first left unsized (:data:`_UNSIZED`): their size only matters
+    for a node whose cone holds a graph input and an unsized constant but no heavy op, large
+    ``Constant`` or non-deterministic op. Only when such a node exists are the sizes read and
+    the flags computed again. Flags are meant for :data:`_CLASS_BY_FLAGS`: a node's class is
+    the same either way (its flags may keep :data:`_UNSIZED`).
+    """
+    flags = _propagate(index, judge, _external_flags(index, judge, sized=False))
+    ambiguous = _INPUT | _UNSIZED
+    decided = _COSTLY | _PINNED
+    n = len(index.nodes)
+    if any(f & ambiguous == ambiguous and not f & decided for f in islice(flags, n)):
+        flags = _propagate(index, judge, _external_flags(index, judge))
+    return flags
+
+
+def _propagate(index: GraphIndex, judge: _Judge, external_flags: list[int]) -> list[int]:
+    """OR each node's own flags with those of everything it reads, in topological order."""
     nodes = index.nodes
     n = len(nodes)
     flags = [0] * n
-    flags.extend(_external_flags(index, judge))
+    flags.extend(external_flags)
     with_bodies = {node for node, _ in index.bodies}
     own_flags = judge.own_flags
     reads = index.reads
@@ -330,7 +358,7 @@ def slot_flags(index: GraphIndex, judge: _Judge) -> list[int]:
         return flags
     # Without functions a node's own flags depend on its op type alone, except for
     # ``Constant`` (its tensor) and nodes with subgraphs (their bodies).
-    op_types = list(map(_OP_TYPE, nodes))
+    op_types = list(map(OP_TYPE_OF, nodes))
     by_type: dict[str, int] = {}
     for op_type in set(op_types) - {"Constant"}:
         first = nodes[op_types.index(op_type)]

@@ -36,6 +36,7 @@ __all__ = [
 
 import dataclasses
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from itertools import repeat
 
 import onnx_ir as ir
 
@@ -311,8 +312,6 @@ def _annotate(
         modified |= changed
         node_stages = _stages(model, entry, index)
         wanted = _cut_specs(graph, entry.cuts, node_stages) if sharding else {}
-        # Specs are only touched (stale ones cleared) when annotating the sharding.
-        shared = _SharedUpserts(configuration, () if sharding else None)
         # The nodes with cut specs first (a few), then every other node in one walk.
         for node, specs in wanted.items():
             modified |= _upsert(
@@ -321,9 +320,46 @@ def _annotate(
                 stage=node_stages[node] if stages else None,
                 specs=tuple(specs),
             )
-        for node, stage in node_stages.items():
-            if node not in wanted:
-                modified |= shared(node, stage if stages else None)
+        # Specs are only touched (stale ones cleared) when annotating the sharding.
+        modified |= _upsert_all(
+            node_stages, wanted, configuration, () if sharding else None, stages=stages
+        )
+    return modified
+
+
+def _upsert_all(
+    node_stages: Mapping[ir.Node, int],
+    skip: Mapping[ir.Node, object],
+    configuration: ir.ModelConfiguration,
+    specs: tuple[()] | None,
+    *,
+    stages: bool,
+) -> bool:
+    """:func:`_upsert` every node of ``node_stages`` not in ``skip``; return whether any changed.
+
+    What :class:`_SharedUpserts` does, in one loop: nodes with the same entry tuple and stage
+    get the very same new tuple (one :func:`_upsert` per distinct case).
+    """
+    modified = False
+    # (id(entries), stage) -> (entries, new entries); entries kept alive for the id.
+    memo: dict[tuple[int, int | None], tuple[tuple, tuple]] = {}
+    memo_get = memo.get
+    items = node_stages.items() if stages else zip(node_stages, repeat(None))
+    for node, stage in items:
+        if node in skip:
+            continue
+        entries = node.device_configurations
+        key = (id(entries), stage)
+        hit = memo_get(key)
+        if hit is None or hit[0] is not entries:
+            changed = _upsert(node, configuration, stage=stage, specs=specs)
+            memo[key] = (entries, node.device_configurations)
+            modified |= changed
+            continue
+        new = hit[1]
+        if new is not entries:
+            node.device_configurations = new
+            modified = True
     return modified
 
 
@@ -409,7 +445,9 @@ class AnnotatePass(_PlanPass):
         selected, names = _select(model, self.configurations, index)
         keep = set(names)
         modified = strip_configurations(
-            model, lambda c: c.name.startswith(OMNY_CONFIGURATION_PREFIX) and c.name not in keep
+            model,
+            lambda c: c.name.startswith(OMNY_CONFIGURATION_PREFIX) and c.name not in keep,
+            nodes=index.graph_nodes,
         )
         modified |= _annotate(
             model, selected, self.device_names, stages=True, sharding=True, index=index

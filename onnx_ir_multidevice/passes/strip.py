@@ -14,15 +14,21 @@ from __future__ import annotations
 
 __all__ = ["StripAnnotationsPass", "strip_configurations"]
 
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
 from onnx_ir_multidevice.passes.annotate import OMNY_CONFIGURATION_PREFIX
 
+_ENTRIES = operator.attrgetter("device_configurations")
+
 
 def strip_configurations(
-    model: ir.Model, predicate: Callable[[ir.ModelConfiguration], bool]
+    model: ir.Model,
+    predicate: Callable[[ir.ModelConfiguration], bool],
+    *,
+    nodes: Sequence[ir.Node] | None = None,
 ) -> bool:
     """Remove the configurations for which ``predicate`` is true, with their node entries.
 
@@ -32,6 +38,8 @@ def strip_configurations(
     Args:
         model: The model, modified in place.
         predicate: Selects the configurations to remove.
+        nodes: The nodes of ``model.graph`` (in any order), when already listed (for
+            instance ``GraphIndex.graph_nodes``).
 
     Returns:
         Whether anything was removed.
@@ -51,10 +59,15 @@ def strip_configurations(
             return True
         return id(configuration) not in kept_ids and predicate(configuration)
 
+    if nodes is None:
+        nodes = tuple(model.graph)
+    # Entry tuples shared between nodes (as annotate() writes them) are looked at once.
+    entries_list = list(map(_ENTRIES, nodes))
+    distinct = dict(zip(map(id, entries_list), entries_list))
     if not removed and not any(
         predicate(e.configuration)
-        for n in model.graph
-        for e in n.device_configurations
+        for entries in distinct.values()
+        for e in entries
         if e.configuration is not None and id(e.configuration) not in kept_ids
     ):
         # Nothing removed and no dangling main-graph reference: skip the deep walk.
