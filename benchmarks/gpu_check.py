@@ -11,6 +11,12 @@ On a machine without a CUDA-enabled onnxruntime (or without a GPU) it says so, r
 measurements with both stages on the CPU so the script itself is exercised, and exits 0.
 
 Usage: python benchmarks/gpu_check.py [--batch 8] [--layers 4] [--requests 40] [--json]
+
+Measured once on a lent NVIDIA H200 machine (onnxruntime-gpu 1.31.1 for CUDA 13, whose wheel was
+carried there in xz-compressed parts and unpacked onto PYTHONPATH, since that machine has no
+network; `ort.preload_dlls()` finds the CUDA/cuDNN libraries of the nvidia-* wheels): whole model
+alone on CPU 21.9 ms, alone on CUDA 1.13 ms; pipeline cpu -> cuda:0 12.7 ms latency, 75 req/s;
+cuda:0 -> cpu 12.0 ms, 91 req/s; max |diff| vs the CPU session 3.5e-4.
 """
 
 from __future__ import annotations
