@@ -58,8 +58,8 @@ from onnx_ir import _cloner
 from onnx_ir_multidevice._errors import OmnyIOError, SplitError
 from onnx_ir_multidevice._format import OmnyMetadata, ShardConfiguration, gc_paused
 from onnx_ir_multidevice.analysis.stages import assign_stages, stages_from_annotations
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
-from onnx_ir_multidevice.analysis.uses import AnalysisError, graph_uses, topological_order
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
+from onnx_ir_multidevice.analysis.uses import AnalysisError, GraphIndex, holds_subgraphs
 
 MANIFEST_FORMAT = "onnx-ir-multidevice/split"
 """Value of the ``format`` key of ``manifest.json``."""
@@ -103,10 +103,17 @@ def _value_label(value: ir.Value) -> str:
 
 @dataclasses.dataclass
 class _GraphIndex:
-    """Indexes of a main graph computed once per split (all linear in the graph size)."""
+    """Indexes of a main graph computed once per split (all linear in the graph size).
+
+    A thin view of one shared :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex`
+    (:attr:`shared`): its topological order, uses and tensor classes are computed once and
+    passed as ``index=`` to the analyses, which then reuse them instead of recomputing.
+    """
 
     graph: ir.Graph
-    order: list[ir.Node]
+    shared: GraphIndex
+    """The analysis index of :attr:`graph`, passed to the analyses as ``index=``."""
+    order: Sequence[ir.Node]
     """Main-graph nodes in a topological order (captured values count as inputs)."""
     position: dict[ir.Node, int]
     reads: Mapping[ir.Node, Sequence[ir.Value]]
@@ -115,37 +122,33 @@ class _GraphIndex:
     """Graph inputs and their positions."""
     initializers: set[ir.Value]
 
-    classes: dict[ir.Value, TensorClass]
-
     @classmethod
     def build(cls, graph: ir.Graph) -> _GraphIndex:
         try:
-            reads = graph_uses(graph)
-            order = topological_order(graph, reads)
+            shared = GraphIndex.build(graph)
         except AnalysisError as error:
             raise SplitError(f"The main graph cannot be split: {error}") from error
         return cls(
             graph=graph,
-            order=order,
-            position={node: i for i, node in enumerate(order)},
-            reads=reads,
+            shared=shared,
+            order=shared.nodes,
+            position=shared.position,
+            reads=dict(zip(shared.nodes, shared.uses)),
             graph_inputs={v: i for i, v in enumerate(graph.inputs)},
             initializers=set(graph.initializers.values()),
-            classes=classify_values(graph),
         )
 
-    def values_by_name(self) -> dict[str, ir.Value]:
-        table: dict[str, ir.Value] = {}
-        for value in self.graph.inputs:
-            if value.name:
-                table[value.name] = value
-        for name, value in self.graph.initializers.items():
-            table.setdefault(name, value)
-        for node in self.order:
-            for value in node.outputs:
-                if value.name:
-                    table.setdefault(value.name, value)
-        return table
+    @property
+    def classes(self) -> dict[ir.Value, TensorClass]:
+        """``classify_values(graph)``, computed once (cached on :attr:`shared`)."""
+        return self.shared.classes
+
+    def values_named(self, names: Sequence[str]) -> dict[str, ir.Value]:
+        """The first main-graph value of each name in ``names``.
+
+        Inputs first, then initializers, then node outputs; only ``names`` are looked up.
+        """
+        return {name: found[0] for name, found in self.shared.values_named(names).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,7 +178,9 @@ def _stages_from_annotations(
     index: _GraphIndex, configuration: ir.ModelConfiguration
 ) -> dict[ir.Node, int]:
     stages: dict[ir.Node, int] = {}
-    for node, stage in stages_from_annotations(index.graph, configuration).items():
+    for node, stage in stages_from_annotations(
+        index.graph, configuration, index=index.shared
+    ).items():
         if stage is None:
             raise SplitError(
                 f"Node {_node_label(node)} has no pipeline stage in configuration "
@@ -239,8 +244,10 @@ def _cuts_from_metadata(
             f"{path} lists {len(chosen.cut_point_ids)} cut point(s); {shards} shards need "
             f"{shards - 1}."
         )
-    by_name = index.values_by_name()
     cut_points = {c.id: c for c in metadata.cut_points}
+    by_name = index.values_named(
+        [cut_points[i].tensor_name for i in chosen.cut_point_ids if i in cut_points]
+    )
     cuts: list[ir.Value] = []
     for j, cut_id in enumerate(chosen.cut_point_ids):
         cut_point = cut_points.get(cut_id)
@@ -271,7 +278,7 @@ def _stages_from_cuts(index: _GraphIndex, cuts: Sequence[ir.Value]) -> dict[ir.N
         if cut.graph is not index.graph:
             raise SplitError(f"Cut tensor {_value_label(cut)} is not a value of the main graph.")
     try:
-        return assign_stages(index.graph, _sort_cuts(index, cuts), classes=index.classes)
+        return assign_stages(index.graph, _sort_cuts(index, cuts), index=index.shared)
     except SplitError:
         raise
     except ValueError as error:
@@ -502,6 +509,51 @@ def _strip_configurations(node: ir.Node, stripped: set[int]) -> None:
         )
 
 
+def _clone_node(
+    node: ir.Node, value_map: dict[ir.Value, ir.Value | None], cloner: _cloner.Cloner
+) -> ir.Node:
+    """Clone ``node`` as ``cloner.clone_node`` does, without its overheads for a plain node.
+
+    A plain node (no subgraph, no ``meta``, no device configuration, every input already
+    cloned) is rebuilt directly; its non-graph attributes are shared, as the cloner shares
+    them. Any other node goes through ``cloner``.
+    """
+    if node.device_configurations or holds_subgraphs(node) or node.meta:
+        return cloner.clone_node(node)
+    try:
+        inputs = [value_map[v] if v is not None else None for v in node.inputs]
+    except KeyError:
+        return cloner.clone_node(node)  # an outer-scope value: the cloner says so
+    outputs = []
+    for output in node.outputs:
+        shape = output.shape
+        new = ir.Value(
+            name=output.name,
+            type=output.type,
+            shape=shape.copy() if shape is not None else None,
+            doc_string=output.doc_string,
+            const_value=output.const_value,
+        )
+        if output.metadata_props:
+            new.metadata_props.update(output.metadata_props)
+        if output.meta:
+            cloner.clone_meta(output.meta, new.meta)
+        value_map[output] = new
+        outputs.append(new)
+    return ir.Node(
+        node.domain,
+        node.op_type,
+        inputs,
+        node.attributes.values(),
+        overload=node.overload,
+        outputs=outputs,
+        version=node.version,
+        name=node.name,
+        doc_string=node.doc_string,
+        metadata_props=dict(node.metadata_props) if node.metadata_props else None,
+    )
+
+
 def _build_stage_model(
     model: ir.Model,
     plan: _StagePlan,
@@ -529,7 +581,7 @@ def _build_stage_model(
         metadata_props={},
         post_process=lambda n: _strip_configurations(n, stripped),
     )
-    nodes = [cloner.clone_node(node) for node in plan.nodes]
+    nodes = [_clone_node(node, value_map, cloner) for node in plan.nodes]
     outputs = []
     for value in plan.outputs:
         new = value_map[value]
@@ -676,12 +728,10 @@ def split_at(model: ir.Model, cuts: Sequence[ir.Value | str]) -> list[ir.Model]:
 
 def _split_at(model: ir.Model, cuts: Sequence[ir.Value | str]) -> list[ir.Model]:
     index = _GraphIndex.build(model.graph)
-    by_name: dict[str, ir.Value] | None = None
+    by_name = index.values_named([cut for cut in cuts if isinstance(cut, str)])
     values: list[ir.Value] = []
     for cut in cuts:
         if isinstance(cut, str):
-            if by_name is None:
-                by_name = index.values_by_name()
             value = by_name.get(cut)
             if value is None:
                 raise SplitError(f"Cut tensor {cut!r} is not a value of the main graph.")
@@ -767,13 +817,20 @@ def build_manifest(
     }
 
 
-def _stage_weight_bytes(stage: ir.Model) -> int:
-    total = 0
+def _has_weights(stage: ir.Model) -> bool:
+    """Whether ``stage`` holds a weight of at least one byte.
+
+    The main graph is checked first, so a stage with weights is answered without walking
+    its nodes.
+    """
+    for value in stage.graph.initializers.values():
+        if value.const_value is not None and value.const_value.nbytes > 0:
+            return True
     for graph in stage.graphs():
         for value in graph.initializers.values():
-            if value.const_value is not None:
-                total += value.const_value.nbytes
-    return total
+            if value.const_value is not None and value.const_value.nbytes > 0:
+                return True
+    return False
 
 
 def _check_outdir(outdir: Path, force: bool) -> None:
@@ -847,6 +904,20 @@ def save_split(
     _require_model(model, "save_split")
     target = Path(outdir).absolute()
     _check_outdir(target, force)
+    # The stage graphs and their protos are large acyclic object graphs: without the pause
+    # the first save after the split pays a full collection of every cloned node.
+    with gc_paused():
+        return _save_split(model, target, shards, configuration, metadata, external_data_threshold)
+
+
+def _save_split(
+    model: ir.Model,
+    target: Path,
+    shards: int,
+    configuration: Configuration,
+    metadata: OmnyMetadata | None,
+    external_data_threshold: int,
+) -> dict[str, Any]:
     stages = split(model, shards, configuration=configuration, metadata=metadata)
     files = [_stage_file(i) for i in range(len(stages))]
     manifest = build_manifest(model, stages, files=files)
@@ -858,7 +929,7 @@ def save_split(
         for entry, stage, file in zip(manifest["stages"], stages, files):
             path = temporary / file
             data_files: list[str] = []
-            if _stage_weight_bytes(stage) > 0:
+            if _has_weights(stage):
                 data = f"{file}.data"
                 ir.save(
                     stage,

@@ -674,3 +674,70 @@ def test_omny_errors_name_the_json_path():
         split(model, 4, metadata=bad_tensor)
     with pytest.raises(SplitError, match=r"configurations\[3\] does not exist"):
         split(model, 2, metadata=bad_tensor, configuration=3)
+
+
+def test_fast_node_clone_matches_the_onnx_ir_cloner():
+    """_clone_node's direct path gives what onnx_ir's Cloner gives, proto for proto."""
+    from onnx_ir import _cloner
+
+    from onnx_ir_multidevice._split import _clone_node
+
+    model = zoo.gpt(layers=2)
+    for i, node in enumerate(model.graph):
+        node.metadata_props["origin"] = f"n{i}"
+        for output in node.outputs:
+            output.metadata_props["kind"] = "act"
+    graph_inputs = list(model.graph.inputs) + list(model.graph.initializers.values())
+
+    def clone_all(fast: bool) -> ir.Model:
+        value_map = {v: ir.Value(name=v.name, type=v.type, shape=v.shape) for v in graph_inputs}
+        cloner = _cloner.Cloner(attr_map={}, value_map=value_map, metadata_props={})
+        nodes = [
+            _clone_node(n, value_map, cloner) if fast else cloner.clone_node(n) for n in model.graph
+        ]
+        assert all(n.graph is None for n in nodes)
+        inputs = [value_map[v] for v in graph_inputs]
+        outputs = [value_map[v] for v in model.graph.outputs]
+        graph = ir.Graph(inputs, outputs, nodes=nodes, opset_imports=model.opset_imports)
+        return ir.Model(graph, ir_version=model.ir_version)
+
+    before = _proto_bytes(model)
+    fast, reference = clone_all(True), clone_all(False)
+    assert _proto_bytes(fast) == _proto_bytes(reference)
+    assert _proto_bytes(model) == before
+    for new, old in zip(fast.graph, model.graph):
+        assert new is not old
+        assert new.metadata_props == old.metadata_props
+        assert new.metadata_props is not old.metadata_props
+        for a, b in zip(new.outputs, old.outputs):
+            assert a is not b and a.name == b.name and a.metadata_props == b.metadata_props
+
+
+def test_split_keeps_node_and_value_metadata_and_annotated_nodes_use_the_cloner():
+    model = zoo.gpt(layers=2)
+    _annotate(model, ["layer.0.out"])
+    first = next(iter(model.graph))
+    first.metadata_props["origin"] = "first"
+    first.outputs[0].metadata_props["kind"] = "act"
+    stages = split(model, 2)
+    cloned = next(n for n in stages[0].graph if n.name == first.name)
+    assert cloned.metadata_props["origin"] == "first"
+    assert cloned.outputs[0].metadata_props["kind"] == "act"
+    assert all(not n.device_configurations for s in stages for n in s.graph)
+    expected = _run(model, GPT_IDS)
+    got = _run_chain(stages, GPT_IDS)
+    np.testing.assert_allclose(got["logits"], expected["logits"], rtol=1e-5, atol=1e-5)
+
+
+def test_save_split_pauses_and_restores_the_gc(tmp_path):
+    import gc
+
+    model = zoo.resnet(depth_blocks=2)
+    _annotate(model, ["layer.0.out"])
+    assert gc.isenabled()
+    save_split(model, tmp_path / "out", 2)
+    assert gc.isenabled()
+    with pytest.raises(SplitError):
+        save_split(model, tmp_path / "bad", 3)
+    assert gc.isenabled()
+    assert not (tmp_path / "bad").exists()
