@@ -25,6 +25,10 @@ Rules (see ``docs/splitting.md``):
   Two metadata entries say which stage a model is: ``onnx_ir_multidevice.stage`` and
   ``onnx_ir_multidevice.num_stages``.
 * The input model is never modified: stage graphs are built from clones of its nodes.
+  :func:`save_split` does not clone: it serializes the input nodes straight into each
+  stage's proto, byte for byte what ``onnx_ir.save`` writes for the stage model (models
+  with quantization annotations, initializers or configurations inside bodies, or
+  functions below IR v10 are written through the stage models).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import onnx
 import onnx_ir as ir
 from onnx_ir import _cloner
 
@@ -560,7 +565,15 @@ def _build_stage_model(
     stage: int,
     num_stages: int,
     stripped: set[int],
+    *,
+    with_nodes: bool = True,
 ) -> ir.Model:
+    """Build the model of one stage.
+
+    With ``with_nodes=False`` the stage graph has no node (a *skeleton*): its inputs,
+    initializers, outputs (fresh values standing for the node outputs), functions and
+    metadata are those of the stage; :func:`_write_stage_direct` serializes the nodes.
+    """
     graph = model.graph
     value_map: dict[ir.Value, ir.Value | None] = {}
     inputs: list[ir.Value] = []
@@ -581,11 +594,14 @@ def _build_stage_model(
         metadata_props={},
         post_process=lambda n: _strip_configurations(n, stripped),
     )
-    nodes = [_clone_node(node, value_map, cloner) for node in plan.nodes]
+    nodes = [_clone_node(node, value_map, cloner) for node in plan.nodes] if with_nodes else []
     outputs = []
     for value in plan.outputs:
-        new = value_map[value]
-        assert new is not None
+        new = value_map.get(value)
+        if new is None:
+            assert not with_nodes
+            new = _copy_value(value, const=False)
+            value_map[value] = new
         outputs.append(new)
     stage_graph = ir.Graph(
         inputs,
@@ -910,6 +926,112 @@ def save_split(
         return _save_split(model, target, shards, configuration, metadata, external_data_threshold)
 
 
+class _NotDirect(Exception):
+    """A stage uses a feature :func:`_write_stage_direct` does not write as ``ir.save`` does."""
+
+
+_QUANTIZATION_KEY = "quant_parameter_tensor_names"
+"""``Value.meta`` key onnx-ir serializes as a ``quantization_annotation`` of the graph."""
+
+_FUNCTION_VALUE_INFO_IR_VERSION = 10
+"""Below this IR version onnx-ir writes function value infos into the main graph."""
+
+
+def _direct_writable(model: ir.Model) -> bool:
+    """Whether the stages of ``model`` can be written without cloning their nodes.
+
+    Models whose function value infos go into the main graph (IR version < 10) are written
+    through the stage models; the per-node conditions are checked while writing.
+    """
+    return not model.functions or model.ir_version >= _FUNCTION_VALUE_INFO_IR_VERSION
+
+
+def _plain_subgraphs(node: ir.Node) -> bool:
+    """Whether the bodies of ``node`` hold no initializer and no device configuration.
+
+    Such a node serializes as its clone does (``ir.save`` would move body initializers to
+    external data, and a split strips pipeline configurations inside bodies).
+    """
+    for attribute in node.attributes.values():
+        if attribute.type == ir.AttributeType.GRAPH:
+            graphs = [attribute.as_graph()]
+        elif attribute.type == ir.AttributeType.GRAPHS:
+            graphs = list(attribute.as_graphs())
+        else:
+            continue
+        for graph in graphs:
+            if graph.initializers:
+                return False
+            for inner in ir.traversal.RecursiveGraphIterator(graph):
+                if inner.device_configurations or not _plain_subgraphs(inner):
+                    return False
+    return True
+
+
+def _write_stage_direct(
+    model: ir.Model,
+    skeleton: ir.Model,
+    plan: _StagePlan,
+    path: Path,
+    data: str | None,
+    external_data_threshold: int,
+    stripped: set[int],
+) -> None:
+    """Write one stage as ``ir.save(stage_model, ...)`` would, serializing the input nodes.
+
+    ``skeleton`` is the stage model without nodes (:func:`_build_stage_model` with
+    ``with_nodes=False``): its weights go to ``data`` exactly as ``ir.save`` moves them, then
+    the nodes of the plan are serialized from the input model straight into the graph proto
+    (no clone), with the value infos of their outputs that are not stage outputs, as
+    ``onnx_ir.serde`` writes the cloned nodes, and the split's pipeline configurations
+    stripped.
+
+    Raises:
+        _NotDirect: A node carries a quantization annotation or a body this writer does not
+            reproduce; the caller writes the stage model instead.
+    """
+    if data is not None:
+        skeleton = ir.external_data.unload_from_model(
+            skeleton, path.parent, data, size_threshold_bytes=external_data_threshold
+        )
+    proto = ir.serde.serialize_model(skeleton)
+    graph_proto = proto.graph
+    node_protos = graph_proto.node
+    value_infos = graph_proto.value_info
+    outputs = plan.outputs
+    ir_version = model.ir_version
+    serialize_node_into = ir.serde.serialize_node_into
+    serialize_value_into = ir.serde.serialize_value_into
+    keep_configurations = ir_version >= 11
+    for node in plan.nodes:
+        if holds_subgraphs(node) and not _plain_subgraphs(node):
+            raise _NotDirect
+        node_proto = node_protos.add()
+        serialize_node_into(node_proto, from_=node, model_ir_version=ir_version)
+        if node.device_configurations:
+            del node_proto.device_configurations[:]
+            if keep_configurations:
+                for entry in node.device_configurations:
+                    if entry.configuration is None or id(entry.configuration) not in stripped:
+                        node_proto.device_configurations.add().CopyFrom(
+                            ir.serde.serialize_node_device_configuration(entry)
+                        )
+        for output in node.outputs:
+            if output.meta.get(_QUANTIZATION_KEY):
+                raise _NotDirect
+            if output in outputs or not output.name:
+                continue
+            if (
+                output.type is None
+                and output.shape is None
+                and not output.metadata_props
+                and not output.doc_string
+            ):
+                continue
+            serialize_value_into(value_infos.add(), output)
+    onnx.save(proto, path)
+
+
 def _save_split(
     model: ir.Model,
     target: Path,
@@ -918,7 +1040,16 @@ def _save_split(
     metadata: OmnyMetadata | None,
     external_data_threshold: int,
 ) -> dict[str, Any]:
-    stages = split(model, shards, configuration=configuration, metadata=metadata)
+    index = _GraphIndex.build(model.graph)
+    stage_of = _resolve(index, model, shards, configuration, metadata)
+    plans = _plan_stages(index, stage_of, shards)
+    stripped = {id(c) for c in pipeline_configurations(model.graph)}
+    direct = _direct_writable(model)
+    # Without nodes when writing directly: build_manifest reads only the stage inputs/outputs.
+    stages = [
+        _build_stage_model(model, plan, i, shards, stripped, with_nodes=not direct)
+        for i, plan in enumerate(plans)
+    ]
     files = [_stage_file(i) for i in range(len(stages))]
     manifest = build_manifest(model, stages, files=files)
     try:
@@ -926,24 +1057,35 @@ def _save_split(
     except OSError as error:
         raise OmnyIOError(f"{target}: cannot create the output directory: {error}") from error
     try:
-        for entry, stage, file in zip(manifest["stages"], stages, files):
+        for i, (entry, stage, file) in enumerate(zip(manifest["stages"], stages, files)):
             path = temporary / file
+            data = f"{file}.data" if _has_weights(stage) else None
+            if direct:
+                try:
+                    _write_stage_direct(
+                        model, stage, plans[i], path, data, external_data_threshold, stripped
+                    )
+                except _NotDirect:
+                    direct = False
+            if not direct:
+                if stage.graph.num_nodes() < len(plans[i].nodes):  # a skeleton
+                    stage = _build_stage_model(model, plans[i], i, shards, stripped)
+                    data = f"{file}.data" if _has_weights(stage) else None
+                if data is not None:
+                    ir.save(
+                        stage,
+                        path,
+                        external_data=data,
+                        size_threshold_bytes=external_data_threshold,
+                    )
+                else:
+                    ir.save(stage, path)
             data_files: list[str] = []
-            if _has_weights(stage):
-                data = f"{file}.data"
-                ir.save(
-                    stage,
-                    path,
-                    external_data=data,
-                    size_threshold_bytes=external_data_threshold,
-                )
-                if (temporary / data).exists():
-                    if (temporary / data).stat().st_size == 0:
-                        (temporary / data).unlink()
-                    else:
-                        data_files.append(data)
-            else:
-                ir.save(stage, path)
+            if data is not None and (temporary / data).exists():
+                if (temporary / data).stat().st_size == 0:
+                    (temporary / data).unlink()
+                else:
+                    data_files.append(data)
             entry["external_data"] = data_files
         with open(temporary / "manifest.json", "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=2)

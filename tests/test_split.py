@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._errors import OmnyIOError, SplitError
+from onnx_ir_multidevice._format import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 from onnx_ir_multidevice._split import (
     MANIFEST_FORMAT,
     NUM_STAGES_KEY,
@@ -741,3 +742,151 @@ def test_save_split_pauses_and_restores_the_gc(tmp_path):
         save_split(model, tmp_path / "bad", 3)
     assert gc.isenabled()
     assert not (tmp_path / "bad").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# save_split writes the stage protos straight from the input nodes
+
+
+def _omny_cuts(cuts: list[str]) -> OmnyMetadata:
+    shards = len(cuts) + 1
+    return OmnyMetadata(
+        cut_points=tuple(CutPoint(c, c, c, (1,)) for c in cuts),
+        sharding=Sharding(configurations=(ShardConfiguration(shards, (1,) * shards, tuple(cuts)),)),
+    )
+
+
+def _with_extras(model: ir.Model) -> ir.Model:
+    """``model`` with a function library, model/graph/node/value metadata and a doc string."""
+    function = ir.Function(
+        "custom",
+        "Twice",
+        graph=ir.Graph(
+            [x := ir.Value(name="x")],
+            [y := ir.Value(name="y", type=ir.TensorType(FLOAT))],
+            nodes=[ir.Node("", "Add", [x, x], outputs=[y])],
+            opset_imports={"": 18},
+        ),
+        attributes=[],
+    )
+    model.functions[function.identifier()] = function
+    model.graph.opset_imports["custom"] = 1
+    model.metadata_props["author"] = "test"
+    model.graph.metadata_props["graph_key"] = "graph_value"
+    model.doc_string = "a model"
+    first = next(iter(model.graph))
+    first.metadata_props["origin"] = "first"
+    first.outputs[0].metadata_props["kind"] = "act"
+    first.outputs[0].doc_string = "first output"
+    return model
+
+
+def _annotated_with_kept_configuration() -> ir.Model:
+    model = _with_extras(zoo.gpt(layers=2))
+    _annotate(model, ["layer.0.out"])
+    other = model.add_device_configuration("other", num_devices=2)
+    for node in list(model.graph)[:5]:
+        node.set_pipeline_stage(other, 1)  # a second pipeline: stripped as well
+    return model
+
+
+_DIRECT_CASES = {
+    "resnet": (lambda: zoo.resnet(depth_blocks=2), _omny_cuts(["layer.0.out"]), 2),
+    "bert": (lambda: zoo.bert(layers=2), _omny_cuts(["layer.0.out"]), 2),
+    "gpt_tied": (lambda: _with_extras(zoo.gpt(layers=2)), _omny_cuts(["layer.0.out"]), 2),
+    "control_flow": (zoo.control_flow, _omny_cuts(["proj", "branch", "loop"]), 4),
+    "ir11_annotated": (_annotated_with_kept_configuration, None, 2),
+}
+
+
+def _graphs(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            for body in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                yield from _graphs(body)
+
+
+def _loaded_protos(outdir, manifest) -> list[onnx.ModelProto]:
+    """The stage files with their external data loaded, as ``ir.to_proto`` writes tensors."""
+    protos = [onnx.load(str(outdir / s["file"])) for s in manifest["stages"]]
+    for proto in protos:
+        for graph in _graphs(proto.graph):
+            for tensor in graph.initializer:
+                if tensor.data_location == onnx.TensorProto.DEFAULT:
+                    tensor.ClearField("data_location")  # onnx.load sets it explicitly
+    return protos
+
+
+@pytest.mark.parametrize("case", sorted(_DIRECT_CASES))
+def test_save_split_direct_writer_equals_the_split_models(tmp_path, case, monkeypatch):
+    from onnx_ir_multidevice import _roundtrip
+    from onnx_ir_multidevice import _split as split_module
+
+    build, metadata, shards = _DIRECT_CASES[case]
+    model = build()
+    assert split_module._direct_writable(model)
+    before = _proto_bytes(model)
+    manifest = save_split(model, tmp_path / "direct", shards, metadata=metadata)
+    assert _proto_bytes(model) == before  # the input model is not modified
+    expected = [ir.to_proto(s) for s in split(model, shards, metadata=metadata)]
+    written = _loaded_protos(tmp_path / "direct", manifest)
+    assert len(written) == len(expected) == shards
+    for i, (got, want) in enumerate(zip(written, expected)):
+        assert _roundtrip.diff(got, want) == [], (case, i)
+        assert got == want, (case, i)
+        assert all(e.key != "location" or e.value == f"stage_{i}.onnx.data"
+                   for t in onnx.load(str(tmp_path / "direct" / f"stage_{i}.onnx"),
+                                      load_external_data=False).graph.initializer
+                   for e in t.external_data)  # fmt: skip
+    # Byte for byte what the stage-model path (ir.save of split()[i]) writes.
+    monkeypatch.setattr(split_module, "_direct_writable", lambda m: False)
+    reference = save_split(model, tmp_path / "models", shards, metadata=metadata)
+    assert reference == manifest
+    for entry in manifest["stages"]:
+        for name in (entry["file"], *entry["external_data"]):
+            assert (tmp_path / "direct" / name).read_bytes() == (
+                tmp_path / "models" / name
+            ).read_bytes(), (case, name)
+
+
+def _quantized_gpt() -> ir.Model:
+    model = zoo.gpt(layers=2)
+    next(iter(model.graph)).outputs[0].meta["quant_parameter_tensor_names"] = {"scale": "s"}
+    return model
+
+
+def _control_flow_with_body_weight() -> ir.Model:
+    model = zoo.control_flow()
+    loop = next(n for n in model.graph if n.op_type == "Loop")
+    body = loop.attributes["body"].as_graph()
+    weight = ir.Value(
+        name="body.big", type=ir.TensorType(FLOAT), shape=ir.Shape([64]),
+        const_value=ir.tensor(np.ones(64, dtype=np.float32), name="body.big"),
+    )  # fmt: skip
+    body.register_initializer(weight)
+    return model
+
+
+def _functions_below_ir10() -> ir.Model:
+    model = _with_extras(zoo.resnet(depth_blocks=2))
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize(
+    ("build", "cuts"),
+    [
+        (_quantized_gpt, ["layer.0.out"]),
+        (_control_flow_with_body_weight, ["proj", "branch"]),
+        (_functions_below_ir10, ["layer.0.out"]),
+    ],
+    ids=["quantization_annotation", "body_initializer", "functions_ir9"],
+)
+def test_save_split_falls_back_to_the_stage_models_where_direct_differs(tmp_path, build, cuts):
+    model = build()
+    metadata = _omny_cuts(cuts)
+    manifest = save_split(model, tmp_path / "out", len(cuts) + 1, metadata=metadata)
+    expected = [ir.to_proto(s) for s in split(model, len(cuts) + 1, metadata=metadata)]
+    for i, (got, want) in enumerate(zip(_loaded_protos(tmp_path / "out", manifest), expected)):
+        assert got == want, i
