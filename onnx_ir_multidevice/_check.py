@@ -51,7 +51,11 @@ from onnx_ir_multidevice._diagnostics import (
 )
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
-from onnx_ir_multidevice.analysis.stages import annotated_stage_list, assign_stages
+from onnx_ir_multidevice.analysis.stages import (
+    annotated_stage_list,
+    assign_stages,
+    precompute_stages,
+)
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.analysis.uses import (
     AnalysisError,
@@ -1234,6 +1238,11 @@ class _Checker:
     # -- OMNY3xx --
 
     def _check_pipeline(self, plan: list[_PlanConfiguration]) -> None:
+        cut_lists = [entry.cuts for entry in plan if entry.cuts is not None]
+        if len(cut_lists) > 1:
+            # Every configuration's stages in one graph walk (cached on the index).
+            with contextlib.suppress(AnalysisError):  # reported by _plan_stages
+                precompute_stages(self.graph, cut_lists, index=self.index)
         for entry in plan:
             if entry.cuts is not None:
                 self._plan_stages(entry)
@@ -1333,15 +1342,31 @@ class _Checker:
         if self._entries_list is None or len(self._entries_list) != len(nodes):
             self._entries_list = list(map(_ENTRIES, nodes))
         stage_list = annotated_stage_list(nodes, configuration, entries_list=self._entries_list)
-        stages = dict(zip(nodes, stage_list))
         has_none = None in stage_list
+        plan_stages = entry.stages if entry is not None else None
+        index = self._index
         if (
+            not has_none
+            and plan_stages is not None
+            and index is not None
+            and index.in_graph_order
+            and len(plan_stages) == len(stage_list)
+            and list(plan_stages.values()) == stage_list
+        ):
+            # The plan's stages (keyed in topological = graph order), as annotate() writes
+            # them: the same dict serves.
+            stages: dict[ir.Node, int | None] = plan_stages  # type: ignore[assignment]
+        else:
+            stages = dict(zip(nodes, stage_list))
+        if stages is plan_stages:
+            staged: dict[ir.Node, int] = plan_stages  # stages in range
+        elif (
             not has_none
             and stage_list
             and min(stage_list) >= 0  # type: ignore[type-var, operator]
             and max(stage_list) <= MAX_STAGE  # type: ignore[type-var, operator]
         ):
-            staged: dict[ir.Node, int] = stages  # type: ignore[assignment]
+            staged = stages  # type: ignore[assignment]
         else:
             staged = {n: s for n, s in stages.items() if s is not None and 0 <= s <= MAX_STAGE}
         if self.bodies:
@@ -1361,9 +1386,12 @@ class _Checker:
                 )
             )
         violations = 0
-        plan_stages = entry.stages if entry is not None else None
         # Same keys and equal stages (a dict comparison).
-        same_as_plan = not missing and plan_stages is not None and plan_stages == staged
+        same_as_plan = (
+            not missing
+            and plan_stages is not None
+            and (staged is plan_stages or plan_stages == staged)
+        )
         # The plan's stages never run backwards: only other stagings need the edge walk.
         edges = () if same_as_plan else self._edge_violations(staged)
         for producer, consumer, value in edges:

@@ -894,3 +894,26 @@ def test_graph_index_fast_path_matches_brute_force(graph):
         )
         assert index.reads[i] == expected
         assert all(p < i for p in expected if p < len(graph_order))  # topological
+
+
+@settings(max_examples=80, deadline=None)
+@given(random_graphs(), st.data())
+def test_precompute_stages_matches_assign_stages_one_by_one(rg, data):
+    from onnx_ir_multidevice.analysis import GraphIndex
+    from onnx_ir_multidevice.analysis.stages import _stage_list, _validate_cuts, precompute_stages
+
+    produced = [v for node in rg.graph for v in node.outputs]
+    cut_lists = data.draw(
+        st.lists(st.lists(st.sampled_from(produced), max_size=4, unique=True), max_size=3)
+    )
+    index = GraphIndex.build(rg.graph)
+    precompute_stages(rg.graph, cut_lists, index=index)
+    for cuts in cut_lists:
+        fresh = GraphIndex.build(rg.graph)
+        try:
+            expected = _stage_list(fresh, cuts, _validate_cuts(rg.graph, cuts), None)
+        except StageAssignmentError:
+            with pytest.raises(StageAssignmentError, match="pipeline order"):
+                assign_stages(rg.graph, cuts, index=index)
+            continue
+        assert assign_stages(rg.graph, cuts, index=index) == dict(zip(fresh.nodes, expected))

@@ -28,6 +28,7 @@ from __future__ import annotations
 __all__ = [
     "StageAssignmentError",
     "assign_stages",
+    "precompute_stages",
     "stages_from_annotations",
 ]
 
@@ -36,7 +37,12 @@ from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, slot_classes
+from onnx_ir_multidevice.analysis.tensor_classes import (
+    MARK_SHIFT,
+    TensorClass,
+    propagate_marks,
+    slot_classes,
+)
 from onnx_ir_multidevice.analysis.uses import AnalysisError, GraphIndex
 
 _ENTRIES = operator.attrgetter("device_configurations")
@@ -121,13 +127,107 @@ def assign_stages(
         index.check_graph(graph)
     if classes is None or classes is index._cache.get("classes"):
         # Same cuts, same index, default classes: the same stages (cached on the index).
-        key = ("stages", *map(id, cuts))
+        key = _stages_key(cuts)
         cached = index._cache.get(key)
+        if cached is None or cached[0] != list(cuts):
+            _fused_stages(index, [(key, cuts, cut_positions)])
+            cached = index._cache.get(key)
         if cached is None or cached[0] != list(cuts):
             stage = _stage_list(index, cuts, cut_positions, None)
             index._cache[key] = cached = (list(cuts), dict(zip(index.nodes, stage)))
         return cached[1].copy()
     return dict(zip(index.nodes, _stage_list(index, cuts, cut_positions, classes)))
+
+
+def _stages_key(cuts: Sequence[ir.Value]) -> tuple:
+    return ("stages", *map(id, cuts))
+
+
+def precompute_stages(
+    graph: ir.Graph, cut_lists: Sequence[Sequence[ir.Value]], *, index: GraphIndex
+) -> None:
+    """Compute the default :func:`assign_stages` of several cut lists in one graph walk.
+
+    The results are cached on ``index``, so that ``assign_stages(graph, cuts, index=index)``
+    of each list is then a lookup; the default tensor classes are computed in the same walk
+    when not computed yet. Lists that are invalid (see :func:`assign_stages`) are skipped:
+    :func:`assign_stages` reports them.
+
+    Raises:
+        ValueError: If ``index`` was built for another graph.
+    """
+    index.check_graph(graph)
+    todo = []
+    for cuts in cut_lists:
+        key = _stages_key(cuts)
+        cached = index._cache.get(key)
+        if cached is not None and cached[0] == list(cuts):
+            continue
+        try:
+            cut_positions = _validate_cuts(graph, cuts)
+        except StageAssignmentError:
+            continue
+        todo.append((key, cuts, cut_positions))
+    if todo:
+        _fused_stages(index, todo)
+
+
+def _fused_stages(
+    index: GraphIndex, todo: Sequence[tuple[tuple, Sequence[ir.Value], Mapping[ir.Value, int]]]
+) -> None:
+    """Stages of validated cut lists (``(cache key, cuts, positions)``), cached on ``index``.
+
+    Each distinct cut tensor gets a mark bit that
+    :func:`~onnx_ir_multidevice.analysis.tensor_classes.propagate_marks` ORs down the graph
+    (with the tensor classes, when not computed yet): a node's marks are the cuts it depends
+    on, and its stage in a configuration is ``j + 1`` for the last cut ``j`` of that
+    configuration among them (the stages of :func:`_stage_list` before sinking). Needs
+    single-output cut producers (then a read of the producer is a read of the cut); leaves
+    the cache untouched otherwise, or for cuts out of pipeline order.
+    """
+    nodes = index.nodes
+    position = index.position
+    n = len(nodes)
+    bit_of: dict[ir.Value, int] = {}
+    marks_at: dict[int, int] = {}
+    for _, cuts, _ in todo:
+        for value in cuts:
+            if value in bit_of:
+                continue
+            p = position.get(value.producer())  # type: ignore[arg-type]
+            if p is None or len(nodes[p].outputs) != 1:
+                return
+            bit = bit_of[value] = 1 << (MARK_SHIFT + len(bit_of))
+            marks_at[p] = bit
+    marks = [0] * n
+    for p, bit in marks_at.items():
+        marks[p] = bit
+    flags = propagate_marks(index, marks)
+    del flags[n:]
+    distinct = set(flags)
+    for key, cuts, cut_positions in todo:
+        bits = [bit_of[value] for value in cuts]
+        mask = sum(bits)
+
+        def stage_of(marked: int, bits: list[int] = bits) -> int:
+            for j in range(len(bits) - 1, -1, -1):
+                if marked & bits[j]:
+                    return j + 1
+            return 0
+
+        table = {f: stage_of(f & mask) for f in distinct}
+        stage = list(map(table.__getitem__, flags))
+        in_order = True
+        for value, j in cut_positions.items():
+            p = position[value.producer()]  # type: ignore[index]
+            # The producer's own mark is what its readers get, not a read of its own.
+            stage[p] = stage_of(flags[p] & mask & ~bit_of[value])
+            if stage[p] > j:
+                in_order = False
+        if not in_order:
+            continue  # _stage_list names the offending cuts
+        _sink_replicable(index, stage, cut_positions, None, len(cuts))
+        index._cache[key] = (list(cuts), dict(zip(nodes, stage)))
 
 
 def _stage_list(

@@ -45,7 +45,7 @@ __all__ = [
 import enum
 import math
 import operator
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import compress, islice, repeat
 
 import onnx_ir as ir
@@ -314,7 +314,7 @@ def _external_flags(index: GraphIndex, judge: _Judge, *, sized: bool = True) -> 
     return flags
 
 
-def slot_flags(index: GraphIndex, judge: _Judge) -> list[int]:
+def slot_flags(index: GraphIndex, judge: _Judge, extra: Sequence[int] | None = None) -> list[int]:
     """Cone flags of every slot of ``index`` (node positions, then external values).
 
     The graph's constants are first left unsized (:data:`_UNSIZED`): their size only matters
@@ -322,17 +322,26 @@ def slot_flags(index: GraphIndex, judge: _Judge) -> list[int]:
     ``Constant`` or non-deterministic op. Only when such a node exists are the sizes read and
     the flags computed again. Flags are meant for :data:`_CLASS_BY_FLAGS`: a node's class is
     the same either way (its flags may keep :data:`_UNSIZED`).
+
+    ``extra`` (by node position) is OR-ed into each node's own flags and propagates with
+    them: bits above the 4 cone flags let a caller propagate its own marks (cut tensors) in
+    the same walk; mask them off (``& 15``) before :data:`_CLASS_BY_FLAGS`.
     """
-    flags = _propagate(index, judge, _external_flags(index, judge, sized=False))
+    flags = _propagate(index, judge, _external_flags(index, judge, sized=False), extra)
     ambiguous = _INPUT | _UNSIZED
     decided = _COSTLY | _PINNED
     n = len(index.nodes)
     if any(f & ambiguous == ambiguous and not f & decided for f in islice(flags, n)):
-        flags = _propagate(index, judge, _external_flags(index, judge))
+        flags = _propagate(index, judge, _external_flags(index, judge), extra)
     return flags
 
 
-def _propagate(index: GraphIndex, judge: _Judge, external_flags: list[int]) -> list[int]:
+def _propagate(
+    index: GraphIndex,
+    judge: _Judge,
+    external_flags: list[int],
+    extra: Sequence[int] | None = None,
+) -> list[int]:
     """OR each node's own flags with those of everything it reads, in topological order."""
     nodes = index.nodes
     n = len(nodes)
@@ -352,6 +361,8 @@ def _propagate(index: GraphIndex, judge: _Judge, external_flags: list[int]) -> l
                 own = own_flags(node)
                 if not (key[1] == "Constant" and key[0] == "") and node not in with_bodies:
                     memo[key] = own
+            if extra is not None:
+                own |= extra[i]
             for p in reads[i]:
                 own |= flags[p]
             flags[i] = own
@@ -366,6 +377,8 @@ def _propagate(index: GraphIndex, judge: _Judge, external_flags: list[int]) -> l
     special = with_bodies or "Constant" in op_types or -1 in by_type.values()
     if not special:
         own_list = list(map(by_type.__getitem__, op_types))
+        if extra is not None:
+            own_list = list(map(operator.or_, own_list, extra))
         for i, slots in enumerate(reads):
             own = own_list[i]
             for p in slots:
@@ -376,6 +389,8 @@ def _propagate(index: GraphIndex, judge: _Judge, external_flags: list[int]) -> l
         own = by_type.get(op_types[i], -1)
         if own == -1 or (with_bodies and nodes[i] in with_bodies):
             own = own_flags(nodes[i])
+        if extra is not None:
+            own |= extra[i]
         for p in slots:
             own |= flags[p]
         flags[i] = own
@@ -460,3 +475,41 @@ def slot_classes(index: GraphIndex) -> list[TensorClass]:
         by_flags = _CLASS_BY_FLAGS
         cached = index._cache["slot_classes"] = [by_flags[f] for f in flags[: len(index.nodes)]]
     return cached
+
+
+#: Cone flags occupy the low 4 bits; callers' marks (see :func:`propagate_marks`) go above.
+MARK_SHIFT = 4
+_CONE_MASK = (1 << MARK_SHIFT) - 1
+
+
+def propagate_marks(index: GraphIndex, marks: Sequence[int]) -> list[int]:
+    """OR caller marks down the graph: each node gets the marks of everything it reads.
+
+    ``marks[i]`` (by node position; multiples of ``1 << MARK_SHIFT``) is node ``i``'s own
+    mark. When the default tensor classes of ``index`` are not computed yet, they are
+    computed in the same walk (and cached for :func:`slot_classes`).
+
+    Returns:
+        By slot (node positions, then external values): the node's own marks OR-ed with
+        those of every slot it reads, transitively. Bits below ``1 << MARK_SHIFT`` are not
+        marks (mask them off).
+    """
+    n = len(index.nodes)
+    if index._cache.get("slot_classes") is None and index._cache.get("slot_flags") is None:
+        judge = _Judge(
+            HEAVY_OPS, NONDETERMINISTIC_OPS, DEFAULT_LARGE_CONSTANT_BYTES, index.functions
+        )
+        flags = slot_flags(index, judge, marks)
+        by_flags = _CLASS_BY_FLAGS
+        index._cache["slot_classes"] = list(
+            map(by_flags.__getitem__, map(operator.and_, islice(flags, n), repeat(_CONE_MASK)))
+        )
+        return flags
+    flags = list(marks)
+    flags.extend(repeat(0, len(index.external)))
+    for i, slots in enumerate(index.reads):
+        own = flags[i]
+        for p in slots:
+            own |= flags[p]
+        flags[i] = own
+    return flags

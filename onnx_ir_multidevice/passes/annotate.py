@@ -43,7 +43,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._binding import bind
 from onnx_ir_multidevice._errors import BindingError
-from onnx_ir_multidevice.analysis.stages import assign_stages
+from onnx_ir_multidevice.analysis.stages import assign_stages, precompute_stages
 from onnx_ir_multidevice.analysis.uses import AnalysisError, GraphIndex
 
 #: Name prefix of the configurations this package creates (and :mod:`.strip` removes).
@@ -306,55 +306,72 @@ def _annotate(
     """Annotate ``model`` for the selected configurations; return whether it changed."""
     modified = _raise_ir_version(model)
     graph = model.graph
+    if len(selected) > 1:
+        # Every configuration's stages in one graph walk (cached on the index).
+        precompute_stages(graph, [entry.cuts for entry in selected], index=index)
+    plans: list[tuple[ir.ModelConfiguration, dict[ir.Node, int], dict]] = []
     for entry in selected:
         names = _names_for(device_names, entry.num_shards)
         configuration, changed = ensure_configuration(model, entry.name, entry.num_shards, names)
         modified |= changed
         node_stages = _stages(model, entry, index)
         wanted = _cut_specs(graph, entry.cuts, node_stages) if sharding else {}
-        # The nodes with cut specs first (a few), then every other node in one walk.
-        for node, specs in wanted.items():
+        plans.append((configuration, node_stages, wanted))
+    if not plans:
+        return modified
+    # Specs are only touched (stale ones cleared) when annotating the sharding.
+    no_specs = () if sharding else None
+    # The nodes with cut specs first (a few), configuration by configuration...
+    special: dict[ir.Node, None] = {}
+    for _, _, wanted in plans:
+        special.update(dict.fromkeys(wanted))
+    for node in special:
+        for configuration, node_stages, wanted in plans:
+            specs = wanted.get(node)
             modified |= _upsert(
                 node,
                 configuration,
                 stage=node_stages[node] if stages else None,
-                specs=tuple(specs),
+                specs=tuple(specs) if specs is not None else no_specs,
             )
-        # Specs are only touched (stale ones cleared) when annotating the sharding.
-        modified |= _upsert_all(
-            node_stages, wanted, configuration, () if sharding else None, stages=stages
-        )
+    # ... then every other node in one walk for all configurations.
+    modified |= _upsert_all_configurations(plans, special, no_specs, stages=stages)
     return modified
 
 
-def _upsert_all(
-    node_stages: Mapping[ir.Node, int],
+def _upsert_all_configurations(
+    plans: Sequence[tuple[ir.ModelConfiguration, Mapping[ir.Node, int], object]],
     skip: Mapping[ir.Node, object],
-    configuration: ir.ModelConfiguration,
     specs: tuple[()] | None,
     *,
     stages: bool,
 ) -> bool:
-    """:func:`_upsert` every node of ``node_stages`` not in ``skip``; return whether any changed.
+    """:func:`_upsert` every node not in ``skip`` for each configuration of ``plans``.
 
-    What :class:`_SharedUpserts` does, in one loop: nodes with the same entry tuple and stage
-    get the very same new tuple (one :func:`_upsert` per distinct case).
+    ``plans`` holds ``(configuration, node stages, _)``, the node stages of every
+    configuration keyed by the same nodes in the same order. In one
+    walk for all configurations: nodes with the same entry tuple and stages get the very same
+    new tuple (the upserts run once per distinct case). Returns whether any node changed.
     """
     modified = False
-    # (id(entries), stage) -> (entries, new entries); entries kept alive for the id.
-    memo: dict[tuple[int, int | None], tuple[tuple, tuple]] = {}
+    configurations = [plan[0] for plan in plans]
+    nodes = plans[0][1].keys()
+    if stages:
+        per_node = zip(*(plan[1].values() for plan in plans))
+    else:
+        per_node = repeat((None,) * len(plans))
+    memo: dict[tuple[int, tuple], tuple[tuple, tuple]] = {}
     memo_get = memo.get
-    items = node_stages.items() if stages else zip(node_stages, repeat(None))
-    for node, stage in items:
+    for node, node_stages in zip(nodes, per_node):
         if node in skip:
             continue
         entries = node.device_configurations
-        key = (id(entries), stage)
+        key = (id(entries), node_stages)
         hit = memo_get(key)
         if hit is None or hit[0] is not entries:
-            changed = _upsert(node, configuration, stage=stage, specs=specs)
+            for configuration, stage in zip(configurations, node_stages):
+                modified |= _upsert(node, configuration, stage=stage, specs=specs)
             memo[key] = (entries, node.device_configurations)
-            modified |= changed
             continue
         new = hit[1]
         if new is not entries:
