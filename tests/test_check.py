@@ -678,4 +678,5 @@ def test_check_is_near_linear():
         return best / n
 
     small, large = per_node(1000), per_node(4000)
-    assert large < 2.0 * small, (small, large)
+    # 2x per node (8x in all for 4x the nodes) plus 50 ms for scheduling noise.
+    assert large * 4000 < 2.0 * small * 4000 + 0.05, (small, large)

@@ -437,7 +437,7 @@ def test_close_with_requests_in_flight_is_prompt_and_wakes_receivers():
     elapsed = time.perf_counter() - start
     receiver.join(5)
     assert not receiver.is_alive()
-    assert elapsed < max(0.5, 2 * one_request)  # far less than the 8 requests would take
+    assert elapsed < max(1.0, 2 * one_request)  # far less than the 8 requests would take
     assert len(errors) == 1 and isinstance(errors[0], PipelineError)
     assert "closed" in str(errors[0])
     assert stage_threads() == []

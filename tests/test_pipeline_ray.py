@@ -94,7 +94,7 @@ def test_close_while_in_flight():
     receiver.start()
     start = time.perf_counter()
     pipe.close()
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 5.0
     receiver.join(5)
     assert not receiver.is_alive() and len(errors) == 1 and "closed" in str(errors[0])
 

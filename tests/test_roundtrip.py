@@ -586,11 +586,14 @@ def test_from_proto_is_linear_in_annotated_nodes():
 
     def best(proto: onnx.ModelProto) -> float:
         times = []
-        for _ in range(2):
-            start = time.perf_counter()
+        for _ in range(3):
+            start = time.process_time()  # this process's CPU time: other processes don't count
             from_proto(proto)
-            times.append(time.perf_counter() - start)
+            times.append(time.process_time() - start)
         return min(times)
 
-    small, large = build(500), build(2000)
-    assert best(large) < 4 * best(small) * 2.0  # linear with generous noise margin
+    small, large = build(1000), build(4000)
+    t_small, t_large = best(small), best(large)
+    # 4x the nodes: about 4x the time when linear; onnx-ir's own quadratic scope merge costs
+    # about 0.4 s at 4000 annotated nodes, far above this bound.
+    assert t_large < 8 * t_small + 0.05, (t_small, t_large)
