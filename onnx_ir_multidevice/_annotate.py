@@ -17,6 +17,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice import _check
 from onnx_ir_multidevice._diagnostics import Diagnostic, Severity
 from onnx_ir_multidevice._errors import CheckError
+from onnx_ir_multidevice._gc import gc_paused
 from onnx_ir_multidevice.analysis.uses import GraphIndex
 from onnx_ir_multidevice.passes.annotate import (
     OMNY_CONFIGURATION_PREFIX,
@@ -80,7 +81,7 @@ def annotate(
     .. versionadded:: 0.1
     """
     ir_model = _as_model(model)
-    with _check.gc_paused():
+    with gc_paused():
         if index is None:
             index = GraphIndex.for_model(ir_model)
         else:

@@ -31,10 +31,9 @@ __all__ = ["CheckReport", "check", "check_device_configurations"]
 
 import contextlib
 import dataclasses
-import gc
 import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 
 import numpy as np
@@ -50,6 +49,7 @@ from onnx_ir_multidevice._diagnostics import (
     value_location,
 )
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
+from onnx_ir_multidevice._gc import gc_paused
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
 from onnx_ir_multidevice.analysis.stages import (
     annotated_stage_list,
@@ -159,23 +159,6 @@ def run_check(
             _Checker(ir_model, relaxed_cuts, diagnostics, index, entries_list).run()
     diagnostics.sort(key=Diagnostic.sort_key)
     return CheckReport(tuple(diagnostics), ir_model)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the duration of the block.
-
-    The analyses allocate many small dicts and tuples and no reference cycles; on graphs of
-    tens of thousands of nodes the collector's repeated full scans of the (large, long-lived)
-    model make the run superlinear. Reference counting still frees everything.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,20 +60,19 @@ __all__ = [
     "TensorInfo",
 ]
 
-import contextlib
 import dataclasses
-import gc
 import itertools
 import json
 import math
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any
 
 from onnx_ir_multidevice._errors import OmnyFormatError
+from onnx_ir_multidevice._gc import gc_paused
 
 OMNY_VERSION_KEY = "omnynet_version"
 """Key of the ``metadata_props`` entry that holds the format version."""
@@ -715,23 +714,6 @@ def _loads(text: str) -> Any:
         ) from None
     except RecursionError:  # pragma: no cover - prevented by _check_text
         raise OmnyFormatError("", "document is nested too deeply") from None
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while many acyclic objects are built.
-
-    Without it, building a large document (or a large IR graph, or its proto) spends most of
-    its time in collections that find nothing, and the time grows faster than linearly.
-    Reference counting still frees everything. Used by :mod:`onnx_ir_multidevice._io` too.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _join(path: str, key: str) -> str:

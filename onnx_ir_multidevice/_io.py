@@ -42,7 +42,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnx_ir_multidevice._errors import OmnyIOError
-from onnx_ir_multidevice._format import gc_paused
+from onnx_ir_multidevice._gc import gc_paused
 from onnx_ir_multidevice._roundtrip import from_proto, to_proto
 
 #: Initializers at least this large (in total) force external data: protobuf's 2 GiB limit.

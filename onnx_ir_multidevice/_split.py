@@ -60,8 +60,10 @@ import onnx
 import onnx_ir as ir
 from onnx_ir import _cloner
 
+from onnx_ir_multidevice._arguments import require_model
 from onnx_ir_multidevice._errors import OmnyIOError, SplitError
-from onnx_ir_multidevice._format import OmnyMetadata, ShardConfiguration, gc_paused
+from onnx_ir_multidevice._format import OmnyMetadata, ShardConfiguration
+from onnx_ir_multidevice._gc import gc_paused
 from onnx_ir_multidevice.analysis.stages import assign_stages, stages_from_annotations
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.analysis.uses import AnalysisError, GraphIndex, holds_subgraphs
@@ -86,16 +88,6 @@ Configuration = int | str | ir.ModelConfiguration | ShardConfiguration | None
 
 # ---------------------------------------------------------------------------------------------
 # Graph indexes
-
-
-def _require_model(model: object, function: str) -> None:
-    """Raise a ``TypeError`` that says how to get a model when ``model`` is not one."""
-    if not isinstance(model, ir.Model):
-        raise TypeError(
-            f"{function}() takes an onnx_ir.Model, not {type(model).__name__}; load a file "
-            "with onnx_ir_multidevice.load(path) (an onnx.ModelProto with "
-            "onnx_ir.from_proto(proto))"
-        )
 
 
 def _node_label(node: ir.Node) -> str:
@@ -319,7 +311,7 @@ def resolve_stages(
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
         SplitError: No such configuration, or its cut points do not resolve.
     """
-    _require_model(model, "resolve_stages")
+    require_model(model, "resolve_stages")
     with gc_paused():
         return _resolve(_GraphIndex.build(model.graph), model, shards, configuration, metadata)
 
@@ -658,7 +650,7 @@ def split_by_stages(
         SplitError: A node has no stage or reads a later stage, a stage is empty or produces
             nothing, or a value crossing a boundary has no name or type.
     """
-    _require_model(model, "split_by_stages")
+    require_model(model, "split_by_stages")
     with gc_paused():
         return _split_with_index(_GraphIndex.build(model.graph), model, stages, num_stages)
 
@@ -716,7 +708,7 @@ def split(
         SplitError: No configuration for ``shards``, unresolved cut points, or a graph that
             cannot be split at those cuts.
     """
-    _require_model(model, "split")
+    require_model(model, "split")
     with gc_paused():
         index = _GraphIndex.build(model.graph)
         stages = _resolve(index, model, shards, configuration, metadata)
@@ -737,7 +729,7 @@ def split_at(model: ir.Model, cuts: Sequence[ir.Value | str]) -> list[ir.Model]:
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
         SplitError: A name does not resolve or the cuts do not split the graph.
     """
-    _require_model(model, "split_at")
+    require_model(model, "split_at")
     with gc_paused():
         return _split_at(model, cuts)
 
@@ -917,7 +909,7 @@ def save_split(
         OmnyIOError: ``outdir`` is a file, is not empty (without ``force``), its parent
             folder does not exist, or it cannot be written.
     """
-    _require_model(model, "save_split")
+    require_model(model, "save_split")
     target = Path(outdir).absolute()
     _check_outdir(target, force)
     # The stage graphs and their protos are large acyclic object graphs: without the pause

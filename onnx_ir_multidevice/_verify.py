@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice._arguments import require_model
 from onnx_ir_multidevice._errors import VerifyError
 
 # Ops through which an index input keeps its values (so a Gather further on bounds it).
@@ -176,14 +177,6 @@ def _concrete_shape(value: ir.Value, dims: Mapping[str, int]) -> tuple[int, ...]
     return tuple(shape)
 
 
-def _require_model(model: object, function: str) -> None:
-    if not isinstance(model, ir.Model):
-        raise TypeError(
-            f"{function}() takes an onnx_ir.Model, not {type(model).__name__}; load a file "
-            "with onnx_ir_multidevice.load(path)"
-        )
-
-
 def _checked_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
     """``dims`` as a dict, after checking that every value is a positive integer."""
     checked = dict(dims or {})
@@ -231,7 +224,7 @@ def make_inputs(
             float8...); pass such inputs explicitly. Or a value of ``dims`` is not a
             positive integer.
     """
-    _require_model(model, "make_inputs")
+    require_model(model, "make_inputs")
     dims = _checked_dims(dims)
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
@@ -496,7 +489,7 @@ def verify(
     """
     from onnx_ir_multidevice._split import split
 
-    _require_model(model, "verify")
+    require_model(model, "verify")
     _check_tolerances(rtol, atol)
     _checked_dims(dims)
     stages = split(model, shards, configuration=configuration, metadata=metadata)

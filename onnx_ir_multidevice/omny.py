@@ -18,6 +18,7 @@ __all__ = ["read", "write"]
 
 import onnx_ir as ir
 
+from onnx_ir_multidevice._arguments import require_model
 from onnx_ir_multidevice._errors import OmnyFormatError
 from onnx_ir_multidevice._format import (
     OMNY_METADATA_KEY,
@@ -31,14 +32,6 @@ PRODUCER_NAME = "onnx-ir-multidevice"
 
 def _prop_path(key: str) -> str:
     return f"metadata_props[{key}]"
-
-
-def _require_model(model: object, function: str) -> None:
-    if not isinstance(model, ir.Model):
-        raise TypeError(
-            f"omny.{function}() takes an onnx_ir.Model, not {type(model).__name__}; load a "
-            "file with onnx_ir_multidevice.load(path)"
-        )
 
 
 def read(model: ir.Model) -> OmnyMetadata | None:
@@ -58,7 +51,7 @@ def read(model: ir.Model) -> OmnyMetadata | None:
             read), or the JSON ``version`` differs from ``omnynet_version``.
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
     """
-    _require_model(model, "read")
+    require_model(model, "omny.read")
     props = model.metadata_props
     version = props.get(OMNY_VERSION_KEY)
     text = props.get(OMNY_METADATA_KEY)
@@ -116,7 +109,7 @@ def write(model: ir.Model, metadata: OmnyMetadata, *, set_producer: bool = False
         TypeError: ``model`` is not an :class:`onnx_ir.Model` or ``metadata`` not an
             :class:`~onnx_ir_multidevice._format.OmnyMetadata`.
     """
-    _require_model(model, "write")
+    require_model(model, "omny.write")
     if not isinstance(metadata, OmnyMetadata):
         raise TypeError(
             f"omny.write() takes an OmnyMetadata, not {type(metadata).__name__}; parse JSON "

@@ -332,7 +332,7 @@ def test_gc_is_restored_after_a_split_even_when_it_fails():
 
     from onnx_ir_multidevice import _split
 
-    assert not hasattr(_split, "_gc_paused")  # the shared _format.gc_paused is used
+    assert not hasattr(_split, "_gc_paused")  # the shared _gc.gc_paused is used
     model = zoo.resnet(depth_blocks=2)
     _annotate(model, ["layer.0.out"])
     assert gc.isenabled()

@@ -22,7 +22,6 @@ __all__ = [
 ]
 
 import dataclasses
-import gc
 import operator
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -32,6 +31,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyError
+from onnx_ir_multidevice._gc import gc_paused
 
 
 class AnalysisError(OmnyError, ValueError):
@@ -371,13 +371,8 @@ class GraphIndex:
         """
         # The index allocates many small tuples and no cycles: pause the cyclic collector,
         # whose full scans of a large model would make the build superlinear.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             return cls._build(graph, functions)
-        finally:
-            if enabled:
-                gc.enable()
 
     @classmethod
     def _build(

@@ -38,7 +38,6 @@ __all__ = [
 
 import dataclasses
 import datetime
-import gc
 import math
 import numbers
 import warnings
@@ -48,6 +47,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import onnx
 import onnx_ir as ir
 
+from onnx_ir_multidevice._arguments import require_model
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._format import (
     CutPoint,
@@ -58,6 +58,7 @@ from onnx_ir_multidevice._format import (
     Sharding,
     TensorInfo,
 )
+from onnx_ir_multidevice._gc import gc_paused
 from onnx_ir_multidevice.analysis.cut_points import (
     DEFAULT_SIDE_LIMIT_BYTES,
     CutAnalysis,
@@ -138,7 +139,7 @@ def plan(
 
     .. versionadded:: 0.1
     """
-    _require_model(model, "plan")
+    require_model(model, "plan")
     return plan_model(
         model,
         devices=devices,
@@ -204,10 +205,8 @@ def plan_model(
 
     .. versionadded:: 0.1
     """
-    _require_model(model, "plan_model")
-    enabled = gc.isenabled()
-    gc.disable()  # the analysis allocates many small objects and frees them itself
-    try:
+    require_model(model, "plan_model")
+    with gc_paused():  # the analysis allocates many small objects and no cycles
         return _plan_model(
             model,
             devices=devices,
@@ -221,9 +220,6 @@ def plan_model(
             assign_names=assign_names,
             progress=progress or (lambda message: None),
         )
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _plan_model(
@@ -322,15 +318,6 @@ def _capacities(devices: Sequence[int | str] | None) -> tuple[int, ...] | None:
     if not result:
         raise PlanError("devices is empty; give one memory size per device, e.g. ['24GiB', '8GiB']")
     return tuple(result)
-
-
-def _require_model(model: object, function: str) -> None:
-    if not isinstance(model, ir.Model):
-        raise TypeError(
-            f"{function}() takes an onnx_ir.Model, not {type(model).__name__}; load a file "
-            "with onnx_ir_multidevice.load(path) (an onnx.ModelProto with "
-            "onnx_ir.from_proto(proto))"
-        )
 
 
 def _is_count(n: object) -> bool:
