@@ -436,10 +436,6 @@ class MemoryModel:
             unknown=tuple(unknown),
         )
 
-    def segment_nodes(self, s: int) -> tuple[ir.Node, ...]:
-        """The nodes of segment ``s`` in planning order."""
-        return self.analysis.order[self.starts[s] : self.ends[s]]
-
     def whole(self) -> StageMemory:
         """The memory of the whole model run as one stage."""
         return self.stage(0, self.num_segments)
