@@ -26,10 +26,10 @@ from pathlib import Path
 import onnx_ir as ir
 
 from onnx_ir_multidevice import omny, zoo
-from onnx_ir_multidevice._annotate import annotate
-from onnx_ir_multidevice._check import check
-from onnx_ir_multidevice._format import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 from onnx_ir_multidevice.analysis import GraphIndex
+from onnx_ir_multidevice.checker.core import check
+from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
+from onnx_ir_multidevice.passes.api import annotate
 
 
 def add_plan(model: ir.Model) -> None:

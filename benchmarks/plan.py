@@ -21,7 +21,7 @@ from pathlib import Path
 import onnx_ir as ir
 
 from onnx_ir_multidevice import zoo
-from onnx_ir_multidevice.planner.plan import plan_model
+from onnx_ir_multidevice.planner.planning import plan_model
 
 
 def best_of(repeat, func):

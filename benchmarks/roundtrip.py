@@ -3,7 +3,7 @@
 Builds a synthetic chain model (default 50 000 nodes, see ``_synthetic.py``), saves it to a
 temporary folder, then times, interleaved over several repeats:
 
-* ours:     ``onnx_ir_multidevice._io.load`` + ``onnx_ir_multidevice._io.save``
+* ours:     ``onnx_ir_multidevice._proto.files.load`` + ``onnx_ir_multidevice._proto.files.save``
 * baseline: ``onnx_ir.load`` + ``onnx_ir.save``
 
 and prints min and median of each, the ratio of medians and PASS/MISS against the target
@@ -27,7 +27,7 @@ import onnx_ir as ir
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _synthetic import make_chain_model  # noqa: E402
 
-from onnx_ir_multidevice import _io  # noqa: E402
+from onnx_ir_multidevice._proto import files as _io  # noqa: E402
 
 TARGET_RATIO = 1.10
 

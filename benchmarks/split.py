@@ -40,8 +40,8 @@ import tracemalloc
 import onnx_ir as ir
 
 from onnx_ir_multidevice import zoo
-from onnx_ir_multidevice._format import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 from onnx_ir_multidevice._split import save_split, split
+from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 
 MB = 1 << 20
 
@@ -109,7 +109,7 @@ _CHILD = textwrap.dedent(
     """
     import resource, sys, time
     import onnx_ir as ir
-    from onnx_ir_multidevice._io import load
+    from onnx_ir_multidevice._proto.files import load
     from onnx_ir_multidevice._split import save_split, split
     path, out, shards, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -144,7 +144,7 @@ TARGET_RATIO = 1.5
 def _graph_heavy(nodes: int, shards: int, tmp: str, repeat: int) -> dict[str, float]:
     """``ir.save`` vs ``save_split`` (min / median seconds) on a ``nodes``-node planned chain."""
     from onnx_ir_multidevice import omny
-    from onnx_ir_multidevice.planner.plan import plan
+    from onnx_ir_multidevice.planner.planning import plan
 
     model = zoo.synthetic_chain(nodes)
     omny.write(model, plan(model, shards=[shards]))

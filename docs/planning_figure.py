@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from onnx_ir_multidevice import zoo  # noqa: E402
 from onnx_ir_multidevice.planner.memory import MIB  # noqa: E402
-from onnx_ir_multidevice.planner.plan import PlanResult, plan_model  # noqa: E402
+from onnx_ir_multidevice.planner.planning import PlanResult, plan_model  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "_static" / "planning_memory.png"
 

@@ -11,52 +11,59 @@ The public API, grouped by layer (see the docs for a guide to each):
   :func:`check` (located :class:`Diagnostic` s), and the onnx-ir passes in
   :mod:`~onnx_ir_multidevice.passes`;
 * **Planning, splitting, running** -- :func:`plan`, :func:`split`, :func:`verify`,
-  :class:`Pipeline`.
+  :class:`Pipeline`;
 
-Nothing here imports onnxruntime until a function that runs a model is called.
+The names are imported on first use (:pep:`562`), so ``import onnx_ir_multidevice`` and the
+``omny`` command line start fast; nothing imports onnxruntime until a function that runs a
+model is called.
 """
 
-from onnx_ir_multidevice import omny, passes
-from onnx_ir_multidevice._annotate import annotate
-from onnx_ir_multidevice._binding import (
-    BoundConfiguration,
-    BoundCutPoint,
-    BoundPlan,
-    UnresolvedReference,
-    bind,
-)
-from onnx_ir_multidevice._check import check
-from onnx_ir_multidevice._diagnostics import Diagnostic, Severity
-from onnx_ir_multidevice._errors import (
-    BindingError,
-    CheckError,
-    OmnyError,
-    OmnyFormatError,
-    OmnyIOError,
-    PipelineError,
-    PlanError,
-    SplitError,
-    VerifyError,
-)
-from onnx_ir_multidevice._format import (
-    CutPoint,
-    ExportInfo,
-    ModelInfo,
-    OmnyMetadata,
-    ShardConfiguration,
-    Sharding,
-    TensorInfo,
-)
-from onnx_ir_multidevice._io import load, save
-from onnx_ir_multidevice._roundtrip import diff, roundtrip
-from onnx_ir_multidevice._split import save_split, split
-from onnx_ir_multidevice._verify import VerifyReport, verify
-from onnx_ir_multidevice.planner import plan
-from onnx_ir_multidevice.runtime import Pipeline
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from onnx_ir_multidevice._version import __version__
+
+if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and IDEs
+    from onnx_ir_multidevice import omny, passes, testing
+    from onnx_ir_multidevice._errors import (
+        BindingError,
+        CheckError,
+        OmnyError,
+        OmnyFormatError,
+        OmnyIOError,
+        PipelineError,
+        PlanError,
+        SplitError,
+        VerifyError,
+    )
+    from onnx_ir_multidevice._proto.convert import diff, roundtrip
+    from onnx_ir_multidevice._proto.files import load, save
+    from onnx_ir_multidevice._split import save_split, split
+    from onnx_ir_multidevice.binding import (
+        BoundConfiguration,
+        BoundCutPoint,
+        BoundPlan,
+        UnresolvedReference,
+        bind,
+    )
+    from onnx_ir_multidevice.checker import Diagnostic, Severity, check
+    from onnx_ir_multidevice.omny import (
+        CutPoint,
+        ExportInfo,
+        ModelInfo,
+        OmnyMetadata,
+        ShardConfiguration,
+        Sharding,
+        TensorInfo,
+    )
+    from onnx_ir_multidevice.passes import annotate
+    from onnx_ir_multidevice.planner import plan
+    from onnx_ir_multidevice.runtime import Pipeline, VerifyReport, verify
 
 __all__ = [
+    "__version__",
     # Format
     "CutPoint",
     "ExportInfo",
@@ -90,6 +97,8 @@ __all__ = [
     "save_split",
     "split",
     "verify",
+    # Test models
+    "testing",
     # Errors
     "BindingError",
     "CheckError",
@@ -101,3 +110,69 @@ __all__ = [
     "SplitError",
     "VerifyError",
 ]
+
+_P = "onnx_ir_multidevice"
+#: Where each public name lives: ``name -> module`` (a module of its own when the two agree).
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(
+        ("CutPoint", "ExportInfo", "ModelInfo", "OmnyMetadata", "ShardConfiguration"),
+        f"{_P}.omny",
+    ),
+    **dict.fromkeys(("Sharding", "TensorInfo"), f"{_P}.omny"),
+    **dict.fromkeys(("load", "save"), f"{_P}._proto.files"),
+    **dict.fromkeys(("diff", "roundtrip"), f"{_P}._proto.convert"),
+    **dict.fromkeys(
+        ("BoundConfiguration", "BoundCutPoint", "BoundPlan", "UnresolvedReference", "bind"),
+        f"{_P}.binding",
+    ),
+    **dict.fromkeys(("Diagnostic", "Severity", "check"), f"{_P}.checker"),
+    "annotate": f"{_P}.passes",
+    "plan": f"{_P}.planner",
+    **dict.fromkeys(("save_split", "split"), f"{_P}._split"),
+    **dict.fromkeys(("Pipeline", "VerifyReport", "verify"), f"{_P}.runtime"),
+    **dict.fromkeys(
+        (
+            "BindingError",
+            "CheckError",
+            "OmnyError",
+            "OmnyFormatError",
+            "OmnyIOError",
+            "PipelineError",
+            "PlanError",
+            "SplitError",
+            "VerifyError",
+        ),
+        f"{_P}._errors",
+    ),
+}
+_SUBMODULES = frozenset(
+    {
+        "analysis",
+        "binding",
+        "checker",
+        "examples",
+        "graph",
+        "omny",
+        "passes",
+        "planner",
+        "runtime",
+        "testing",
+        "zoo",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use and keep it (:pep:`562`)."""
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{_P}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_SUBMODULES})

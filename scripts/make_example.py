@@ -1,14 +1,14 @@
 """Generate the bundled examples in ``onnx_ir_multidevice/examples/``.
 
 ``bert_tiny.omny`` (the default example, run by ``omny demo``) is
-:func:`onnx_ir_multidevice.zoo.bert` (6 layers, hidden 96, 4 heads, sequence 32, vocabulary
-512, seed 0) planned by :func:`onnx_ir_multidevice.planner.plan` for 2, 3 and 4 shards with
+:func:`onnx_ir_multidevice.testing.zoo.bert` (6 layers, hidden 96, 4 heads, sequence 32, vocabulary
+512, seed 0) planned by :func:`onnx_ir_multidevice.planner.planning` for 2, 3 and 4 shards with
 strict cuts (only the cut tensor crosses each cut), so ``omny check`` passes it with no error.
 Everything in its metadata is what ``plan()`` computes, except ``export_info``, whose
 timestamp and versions are fixed so that the bytes do not depend on the day or the installed
 onnx.
 
-``gpt_tiny.omny`` is :func:`onnx_ir_multidevice.zoo.gpt` (4 layers, hidden 64, 4 heads,
+``gpt_tiny.omny`` is :func:`onnx_ir_multidevice.testing.zoo.gpt` (4 layers, hidden 64, 4 heads,
 sequence 32, vocabulary 512, tied embeddings, seed 0) with hand-placed *relaxed* cuts: one cut
 point after each of the first three layers (the residual sum ``layer.<i>.out``) and two shard
 configurations (2 shards cut after layer 1; 4 shards cut after every layer). The causal mask
@@ -37,7 +37,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice import __version__, omny, zoo
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice._proto.convert import to_proto
+from onnx_ir_multidevice.analysis import assign_stages, graph_uses
+from onnx_ir_multidevice.examples import BERT_TINY, GPT_TINY
+from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     ExportInfo,
     ModelInfo,
@@ -46,9 +49,6 @@ from onnx_ir_multidevice._format import (
     Sharding,
     TensorInfo,
 )
-from onnx_ir_multidevice._roundtrip import to_proto
-from onnx_ir_multidevice.analysis import assign_stages, graph_uses
-from onnx_ir_multidevice.examples import BERT_TINY, GPT_TINY
 from onnx_ir_multidevice.planner import plan
 
 BERT_ARGS = {"layers": 6, "hidden": 96, "heads": 4, "seq": 32, "vocab": 512, "seed": 0}

@@ -731,7 +731,7 @@ def test_boundaries_and_violations_match_brute_force(rg, data):
 
 
 def test_zoo_gpt_has_side_activations_and_resnet_strict_cuts():
-    zoo = pytest.importorskip("onnx_ir_multidevice.zoo")
+    zoo = pytest.importorskip("onnx_ir_multidevice.testing.zoo")
     gpt = zoo.gpt()
     graph = gpt.graph
     classes = classify_values(graph, functions=gpt.functions)
@@ -759,7 +759,7 @@ def _analysis_cpu_seconds(graph: ir.Graph) -> float:
 
 
 def test_analysis_scales_linearly():
-    zoo = pytest.importorskip("onnx_ir_multidevice.zoo")
+    zoo = pytest.importorskip("onnx_ir_multidevice.testing.zoo")
     small, large = zoo.synthetic_chain(3_000).graph, zoo.synthetic_chain(12_000).graph
     t_small = min(_analysis_cpu_seconds(small) for _ in range(2))
     t_large = min(_analysis_cpu_seconds(large) for _ in range(2))
@@ -804,15 +804,15 @@ def test_graph_index_shared_results_match_unindexed() -> None:
 
 def test_check_and_annotate_accept_a_shared_index() -> None:
     from onnx_ir_multidevice import omny, zoo
-    from onnx_ir_multidevice._annotate import annotate
-    from onnx_ir_multidevice._check import check
-    from onnx_ir_multidevice._format import (
+    from onnx_ir_multidevice.analysis import GraphIndex
+    from onnx_ir_multidevice.checker.core import check
+    from onnx_ir_multidevice.omny._schema import (
         CutPoint,
         OmnyMetadata,
         ShardConfiguration,
         Sharding,
     )
-    from onnx_ir_multidevice.analysis import GraphIndex
+    from onnx_ir_multidevice.passes.api import annotate
 
     def planned() -> ir.Model:
         model = zoo.synthetic_chain(24)

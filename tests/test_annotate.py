@@ -10,9 +10,9 @@ import pytest
 from test_check import DATA, chain, configuration, node, plan
 
 from onnx_ir_multidevice import omny, zoo
-from onnx_ir_multidevice._annotate import annotate
 from onnx_ir_multidevice._errors import BindingError, CheckError, OmnyIOError
-from onnx_ir_multidevice._io import save
+from onnx_ir_multidevice._proto.files import save
+from onnx_ir_multidevice.passes.api import annotate
 
 
 def _planned() -> ir.Model:

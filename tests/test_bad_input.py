@@ -32,7 +32,9 @@ from onnx_ir_multidevice._errors import (
     PipelineError,
     VerifyError,
 )
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice._proto.convert import diff, roundtrip
+from onnx_ir_multidevice._proto.files import load, save
+from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     ModelInfo,
     OmnyMetadata,
@@ -40,10 +42,8 @@ from onnx_ir_multidevice._format import (
     Sharding,
     TensorInfo,
 )
-from onnx_ir_multidevice._io import load, save
-from onnx_ir_multidevice._roundtrip import diff, roundtrip
-from onnx_ir_multidevice._verify import make_inputs, verify
 from onnx_ir_multidevice.runtime import Pipeline
+from onnx_ir_multidevice.runtime.verification import make_inputs, verify
 
 F32 = ir.DataType.FLOAT
 LINUX_ONLY = pytest.mark.skipif(

@@ -10,16 +10,16 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice._binding import BoundPlan, UnresolvedReference, bind
 from onnx_ir_multidevice._errors import BindingError
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice.analysis import assign_stages, boundary_crossings
+from onnx_ir_multidevice.binding.bind import BoundPlan, UnresolvedReference, bind
+from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     OmnyMetadata,
     ShardConfiguration,
     Sharding,
     TensorInfo,
 )
-from onnx_ir_multidevice.analysis import assign_stages, boundary_crossings
 
 SPEC_EXAMPLE = pathlib.Path(__file__).parent / "data" / "spec_example.json"
 FLOAT = ir.DataType.FLOAT

@@ -14,17 +14,17 @@ import onnx_ir as ir
 import pytest
 
 from onnx_ir_multidevice import omny, zoo
-from onnx_ir_multidevice._annotate import annotate
-from onnx_ir_multidevice._check import check, check_device_configurations, run_check
-from onnx_ir_multidevice._diagnostics import CODES, Diagnostic, Severity
 from onnx_ir_multidevice._errors import OmnyIOError
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice.checker.core import check, check_device_configurations, run_check
+from onnx_ir_multidevice.checker.diagnostics import CODES, Diagnostic, Severity
+from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     OmnyMetadata,
     ShardConfiguration,
     Sharding,
     TensorInfo,
 )
+from onnx_ir_multidevice.passes.api import annotate
 
 DATA = Path(__file__).parent / "data"
 F32 = ir.DataType.FLOAT

@@ -10,8 +10,8 @@ import pytest
 from test_check import DATA, chain, plan, planned
 
 from onnx_ir_multidevice._cli import main
-from onnx_ir_multidevice._diagnostics import CODES
-from onnx_ir_multidevice._io import load, save
+from onnx_ir_multidevice._proto.files import load, save
+from onnx_ir_multidevice.checker.diagnostics import CODES
 
 
 @pytest.fixture

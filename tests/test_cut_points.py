@@ -244,7 +244,7 @@ def _summary(analysis) -> tuple:
 
 @pytest.mark.parametrize("relaxed", [False, True])
 def test_shared_index_gives_the_same_analysis(relaxed):
-    from onnx_ir_multidevice.analysis.uses import GraphIndex
+    from onnx_ir_multidevice.graph.index import GraphIndex
 
     model = zoo.gpt(layers=2)
     plain = analyse_cut_points(model.graph, relaxed=relaxed)
@@ -257,7 +257,7 @@ def test_shared_index_gives_the_same_analysis(relaxed):
 
 
 def test_index_of_another_graph_is_refused():
-    from onnx_ir_multidevice.analysis.uses import GraphIndex
+    from onnx_ir_multidevice.graph.index import GraphIndex
 
     other = GraphIndex.build(zoo.gpt(layers=1).graph)
     with pytest.raises(ValueError, match="GraphIndex"):

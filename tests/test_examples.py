@@ -12,10 +12,9 @@ import onnxruntime as ort
 import pytest
 
 from onnx_ir_multidevice import omny, zoo
-from onnx_ir_multidevice._binding import bind
-from onnx_ir_multidevice._check import check
-from onnx_ir_multidevice._format import OmnyMetadata
-from onnx_ir_multidevice._io import load
+from onnx_ir_multidevice._proto.files import load
+from onnx_ir_multidevice.binding.bind import bind
+from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.examples import (
     BERT_TINY,
     EXAMPLE,
@@ -23,6 +22,7 @@ from onnx_ir_multidevice.examples import (
     SPEC_EXAMPLE_JSON,
     example_path,
 )
+from onnx_ir_multidevice.omny._schema import OmnyMetadata
 from onnx_ir_multidevice.planner import plan
 
 ROOT = Path(__file__).resolve().parent.parent

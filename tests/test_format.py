@@ -1,4 +1,4 @@
-"""Tests of the .omny metadata format layer (onnx_ir_multidevice._format)."""
+"""Tests of the .omny metadata format layer (onnx_ir_multidevice.omny._schema)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from onnx_ir_multidevice import _format
 from onnx_ir_multidevice._errors import OmnyFormatError
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice.omny import _schema as _format
+from onnx_ir_multidevice.omny._schema import (
     MAX_DOCUMENT_SIZE,
     MAX_NESTING_DEPTH,
     OMNY_FORMAT_VERSION,

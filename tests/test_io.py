@@ -13,8 +13,8 @@ import pytest
 from test_roundtrip import make_annotated_model
 
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
-from onnx_ir_multidevice._io import load, save
-from onnx_ir_multidevice._roundtrip import diff, multi_device_messages, to_proto
+from onnx_ir_multidevice._proto.convert import diff, multi_device_messages, to_proto
+from onnx_ir_multidevice._proto.files import load, save
 
 FLOAT = ir.TensorType(ir.DataType.FLOAT)
 

@@ -13,14 +13,14 @@ import pytest
 import onnx_ir_multidevice
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import OmnyFormatError
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice._proto.files import load, save
+from onnx_ir_multidevice.omny._schema import (
     OMNY_METADATA_KEY,
     OMNY_VERSION_KEY,
     CutPoint,
     ModelInfo,
     OmnyMetadata,
 )
-from onnx_ir_multidevice._io import load, save
 
 SPEC_EXAMPLE = (Path(__file__).parent / "data" / "spec_example.json").read_text()
 

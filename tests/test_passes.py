@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from test_check import _value, annotated, chain, configuration, node, plan
 
 from onnx_ir_multidevice import omny, zoo
-from onnx_ir_multidevice._check import check
 from onnx_ir_multidevice._errors import BindingError, CheckError
 from onnx_ir_multidevice.analysis.stages import assign_stages
+from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.passes import (
     AnnotatePass,
     AnnotateShardingPass,

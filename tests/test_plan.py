@@ -12,12 +12,12 @@ import onnx_ir as ir
 import pytest
 
 from onnx_ir_multidevice import omny, zoo
-from onnx_ir_multidevice._check import check
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import PlanError
-from onnx_ir_multidevice._format import OmnyMetadata
+from onnx_ir_multidevice.checker.core import check
+from onnx_ir_multidevice.omny._schema import OmnyMetadata
 from onnx_ir_multidevice.planner.devices import parse_devices, parse_dims, parse_size
-from onnx_ir_multidevice.planner.plan import describe, guess_architecture, plan, plan_model
+from onnx_ir_multidevice.planner.planning import describe, guess_architecture, plan, plan_model
 
 SPEC_EXAMPLE = json.loads((Path(__file__).parent / "data" / "spec_example.json").read_text())
 

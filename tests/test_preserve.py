@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._preserve import move_sharding, replace_all_uses_preserving
+from onnx_ir_multidevice.graph.preserve import move_sharding, replace_all_uses_preserving
 
 F32 = ir.TensorType(ir.DataType.FLOAT)
 

@@ -17,11 +17,11 @@ import pytest
 
 from onnx_ir_multidevice import omny, zoo
 from onnx_ir_multidevice._cli import main
-from onnx_ir_multidevice._format import OmnyMetadata
-from onnx_ir_multidevice._io import save
+from onnx_ir_multidevice._proto.files import save
 from onnx_ir_multidevice._split import split
-from onnx_ir_multidevice._verify import verify
-from onnx_ir_multidevice.planner.plan import plan
+from onnx_ir_multidevice.omny._schema import OmnyMetadata
+from onnx_ir_multidevice.planner.planning import plan
+from onnx_ir_multidevice.runtime.verification import verify
 
 SHARDS = (2, 3, 4)
 
@@ -116,7 +116,7 @@ def test_control_flow_nodes_stay_whole(shards: int):
 
 @pytest.mark.parametrize("network", ["bert", "control_flow"])
 def test_annotation_split_equals_omny_split(network: str):
-    from onnx_ir_multidevice._annotate import annotate
+    from onnx_ir_multidevice.passes.api import annotate
 
     planned = _planned(network)
     model = ir.from_proto(onnx.ModelProto.FromString(planned.proto))

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from onnx_ir_multidevice._errors import OmnyFormatError
-from onnx_ir_multidevice._roundtrip import (
+from onnx_ir_multidevice._proto.convert import (
     diff,
     from_proto,
     multi_device_messages,

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._errors import OmnyIOError, SplitError
-from onnx_ir_multidevice._format import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 from onnx_ir_multidevice._split import (
     MANIFEST_FORMAT,
     NUM_STAGES_KEY,
@@ -28,6 +27,7 @@ from onnx_ir_multidevice._split import (
     split_by_stages,
 )
 from onnx_ir_multidevice.analysis import assign_stages
+from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 
 FLOAT = ir.DataType.FLOAT
 
@@ -330,9 +330,6 @@ def test_error_model_not_loaded_says_how_to_load(tmp_path, call, kind):
 def test_gc_is_restored_after_a_split_even_when_it_fails():
     import gc
 
-    from onnx_ir_multidevice import _split
-
-    assert not hasattr(_split, "_gc_paused")  # the shared _gc.gc_paused is used
     model = zoo.resnet(depth_blocks=2)
     _annotate(model, ["layer.0.out"])
     assert gc.isenabled()
@@ -620,7 +617,12 @@ def test_random_graphs_split_compute_what_the_oracle_computes(case):
 
 
 def _omny_metadata(cuts: dict[str, str], configurations: list[tuple[str, ...]]):
-    from onnx_ir_multidevice._format import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
+    from onnx_ir_multidevice.omny._schema import (
+        CutPoint,
+        OmnyMetadata,
+        ShardConfiguration,
+        Sharding,
+    )
 
     return OmnyMetadata(
         cut_points=tuple(CutPoint(cid, name, name, (1, 64)) for cid, name in cuts.items()),
@@ -681,7 +683,7 @@ def test_fast_node_clone_matches_the_onnx_ir_cloner():
     """_clone_node's direct path gives what onnx_ir's Cloner gives, proto for proto."""
     from onnx_ir import _cloner
 
-    from onnx_ir_multidevice._split import _clone_node
+    from onnx_ir_multidevice._split.build import _clone_node
 
     model = zoo.gpt(layers=2)
     for i, node in enumerate(model.graph):
@@ -820,8 +822,8 @@ def _loaded_protos(outdir, manifest) -> list[onnx.ModelProto]:
 
 @pytest.mark.parametrize("case", sorted(_DIRECT_CASES))
 def test_save_split_direct_writer_equals_the_split_models(tmp_path, case, monkeypatch):
-    from onnx_ir_multidevice import _roundtrip
-    from onnx_ir_multidevice import _split as split_module
+    from onnx_ir_multidevice._proto import convert as _roundtrip
+    from onnx_ir_multidevice._split import write as split_module
 
     build, metadata, shards = _DIRECT_CASES[case]
     model = build()

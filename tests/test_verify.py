@@ -1,4 +1,4 @@
-"""Tests of onnx_ir_multidevice._verify and the `omny split` / `omny verify` commands."""
+"""Tests of runtime.verification and the `omny split` / `omny verify` commands."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from onnx_ir_multidevice import omny, zoo
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import SplitError, VerifyError
-from onnx_ir_multidevice._format import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
-from onnx_ir_multidevice._io import save
+from onnx_ir_multidevice._proto.files import save
 from onnx_ir_multidevice._split import split_at
-from onnx_ir_multidevice._verify import make_inputs, verify, verify_stages
+from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
+from onnx_ir_multidevice.runtime.verification import make_inputs, verify, verify_stages
 
 FLOAT = ir.DataType.FLOAT
 
@@ -160,7 +160,7 @@ def test_verify_without_configuration_is_a_split_error():
 
 
 def test_verify_nan_and_integer_outputs_compare_exactly():
-    from onnx_ir_multidevice._verify import _compare
+    from onnx_ir_multidevice.runtime.verification import _compare
 
     nan = np.array([np.nan, 1.0], np.float32)
     assert _compare("a", nan, nan.copy(), 1e-4, 1e-4).ok

@@ -58,8 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Annotate ``args.input`` into ``args.output``."""
-    from onnx_ir_multidevice._annotate import annotate
-    from onnx_ir_multidevice._io import load, save
+    from onnx_ir_multidevice._proto.files import load, save
+    from onnx_ir_multidevice.passes.api import annotate
 
     model = load(args.input)
     try:

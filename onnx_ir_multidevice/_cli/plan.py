@@ -76,9 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Plan ``args.input`` and write ``args.output``."""
     from onnx_ir_multidevice import omny
-    from onnx_ir_multidevice._io import load, save
+    from onnx_ir_multidevice._proto.files import load, save
     from onnx_ir_multidevice.planner.devices import parse_devices, parse_dims
-    from onnx_ir_multidevice.planner.plan import describe, plan_model
+    from onnx_ir_multidevice.planner.planning import describe, plan_model
 
     try:
         shards = None if args.shards is None else _counts(args.shards)

@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Split ``args.input`` into ``args.outdir``."""
-    from onnx_ir_multidevice._io import load
+    from onnx_ir_multidevice._proto.files import load
     from onnx_ir_multidevice._split import save_split
 
     model = load(args.input)

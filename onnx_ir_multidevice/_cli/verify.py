@@ -14,8 +14,6 @@ __all__ = ["register", "run"]
 import argparse
 from pathlib import Path
 
-import onnx_ir as ir
-
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -70,8 +68,8 @@ def _shard_counts(model: object) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     """Verify ``args.file``; print a table or JSON; 1 on a mismatch."""
-    from onnx_ir_multidevice._io import load
-    from onnx_ir_multidevice._verify import verify
+    from onnx_ir_multidevice._proto.files import load
+    from onnx_ir_multidevice.runtime.verification import verify
 
     model = load(args.file)
     declared = (
@@ -79,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         for value in model.graph.inputs
         if value.shape is not None
         for dim in value.shape
-        if isinstance(dim, ir.SymbolicDim) and dim.value is not None
+        if not isinstance(dim, int) and dim.value is not None
     )
     problem = check_dim_names(args.file, dict(args.dim), declared)
     if problem is not None:

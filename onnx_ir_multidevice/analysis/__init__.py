@@ -50,7 +50,7 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
     TensorClass,
     classify_values,
 )
-from onnx_ir_multidevice.analysis.uses import (
+from onnx_ir_multidevice.graph.index import (
     AnalysisError,
     GraphIndex,
     graph_uses,

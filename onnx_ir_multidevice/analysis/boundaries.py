@@ -29,7 +29,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.stages import StageAssignmentError
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, slot_classes
-from onnx_ir_multidevice.analysis.uses import GraphIndex, graph_uses
+from onnx_ir_multidevice.graph.index import GraphIndex, graph_uses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +91,7 @@ def boundary_crossings(
             Default: the classes of ``index`` (computed once per index).
         num_stages: Number of stages; defaults to the largest stage plus one. Must be larger
             than every stage.
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``, when
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``graph``, when
             already built (built here otherwise).
 
     Returns:
@@ -184,7 +184,7 @@ def edge_violations(
     Args:
         graph: The main graph.
         stages: The stage of the nodes directly in ``graph``.
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``, when
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``graph``, when
             already built. Without one the graph's uses are walked directly (which also
             works on a graph with a cycle).
 

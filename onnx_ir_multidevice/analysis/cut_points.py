@@ -63,7 +63,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
-from onnx_ir_multidevice.analysis.uses import GraphIndex
+from onnx_ir_multidevice.graph.index import GraphIndex
 
 _PRODUCER = operator.methodcaller("producer")
 
@@ -90,7 +90,7 @@ class CutCandidate:
 
     position: int
     """Index of :attr:`node` in the topological order of the main graph
-    (:func:`~onnx_ir_multidevice.analysis.uses.topological_order`)."""
+    (:func:`~onnx_ir_multidevice.graph.index.topological_order`)."""
 
     side: tuple[ir.Value, ...] = ()
     """Other activations crossing with :attr:`value` (empty for a strict cut)."""
@@ -122,7 +122,7 @@ class CutAnalysis:
     """Shapes and bytes at the planning dims."""
 
     uses: Mapping[ir.Node, tuple[ir.Value, ...]]
-    """:func:`~onnx_ir_multidevice.analysis.uses.graph_uses` of the graph."""
+    """:func:`~onnx_ir_multidevice.graph.index.graph_uses` of the graph."""
 
     candidates: tuple[CutCandidate, ...]
     """Every cut, sorted by :attr:`CutCandidate.position`."""
@@ -140,7 +140,7 @@ class CutAnalysis:
     """Nodes whose outputs are all replicable (recomputed by each stage that needs them)."""
 
     index: GraphIndex | None = None
-    """The :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of :attr:`graph` the
+    """The :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of :attr:`graph` the
     analysis used (shared with the memory model)."""
 
 
@@ -268,7 +268,7 @@ def analyse_cut_points(
         dims: Planning dims (ignored when ``sizes`` is given).
         sizes: Precomputed sizes at the planning dims.
         classes: Precomputed tensor classes of ``graph``.
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``, when
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``graph``, when
             already built. Without ``classes``, the classes are computed without the model's
             local functions (``classify_values(graph)``), as before, whatever the index's
             ``functions``.

@@ -43,7 +43,7 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
     propagate_marks,
     slot_classes,
 )
-from onnx_ir_multidevice.analysis.uses import AnalysisError, GraphIndex
+from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 
 _ENTRIES = operator.attrgetter("device_configurations")
 
@@ -107,7 +107,7 @@ def assign_stages(
         classes: The :func:`~onnx_ir_multidevice.analysis.tensor_classes.classify_values` of
             ``graph`` when already computed (a value missing from it counts as an activation).
             Default: the classes of ``index`` (computed once per index).
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``, when
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``graph``, when
             already built (built here otherwise).
 
     Returns:
@@ -336,7 +336,7 @@ def stages_from_annotations(
     Args:
         graph: The main graph.
         configuration: One of the model's ``device_configurations``.
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph`` (only
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``graph`` (only
             its node list is used).
 
     Returns:

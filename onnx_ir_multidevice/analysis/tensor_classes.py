@@ -50,7 +50,7 @@ from itertools import compress, islice, repeat
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice.analysis.uses import (
+from onnx_ir_multidevice.graph.index import (
     OP_TYPE_OF,
     GraphIndex,
     graph_uses,
@@ -417,7 +417,7 @@ def classify_values(
             bytes are large: an input-derived value reading one is an activation.
         functions: The model's local functions (``model.functions``), so that a call is
             judged from the function body. Without it a call is judged by its op type only.
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``graph``,
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``graph``,
             when already built (its ``functions`` are ignored here: ``functions`` counts).
 
     Returns:

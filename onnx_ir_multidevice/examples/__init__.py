@@ -1,10 +1,10 @@
 """Example files bundled with the package.
 
 * ``bert_tiny.omny`` (:data:`EXAMPLE`, the default of ``omny demo``) -- a 6-layer BERT encoder
-  (:func:`onnx_ir_multidevice.zoo.bert`, hidden size 96, sequence 32, about 3 MB) planned by
-  :func:`onnx_ir_multidevice.planner.plan` for 2, 3 and 4 shards. Its cuts are strict (only the
+  (:func:`onnx_ir_multidevice.testing.zoo.bert`, hidden size 96, sequence 32, about 3 MB) planned by
+  :func:`onnx_ir_multidevice.planner.planning` for 2, 3 and 4 shards. Its cuts are strict (only the
   cut tensor crosses each one), so ``omny check`` reports no error.
-* ``gpt_tiny.omny`` -- a 4-layer GPT (:func:`onnx_ir_multidevice.zoo.gpt`, hidden size 64,
+* ``gpt_tiny.omny`` -- a 4-layer GPT (:func:`onnx_ir_multidevice.testing.zoo.gpt`, hidden size 64,
   tied embeddings, about 1 MB) with three hand-placed *relaxed* cut points at the layer
   boundaries (the causal mask and two shape vectors cross them too) and 2- and 4-shard
   configurations: it checks clean only with ``omny check --relaxed``, and the documentation

@@ -1,7 +1,8 @@
 """onnx-ir passes of onnx-ir-multidevice: annotate, reverse, strip and check.
 
 Each is an :class:`onnx_ir.passes.InPlacePass` usable on its own or in an
-:class:`onnx_ir.passes.PassManager`, and reports ``modified`` exactly.
+:class:`onnx_ir.passes.PassManager`, and reports ``modified`` exactly. :func:`annotate` is the
+function interface: it loads a file or converts a proto, checks, and runs :class:`AnnotatePass`.
 
 .. versionadded:: 0.1
 """
@@ -16,16 +17,18 @@ __all__ = [
     "CheckPass",
     "StagesToOmnyPass",
     "StripAnnotationsPass",
+    "annotate",
     "configuration_names",
 ]
 
-from onnx_ir_multidevice.passes.annotate import (
+from onnx_ir_multidevice.passes.annotation import (
     OMNY_CONFIGURATION_PREFIX,
     AnnotatePass,
     AnnotateShardingPass,
     AnnotateStagesPass,
     configuration_names,
 )
+from onnx_ir_multidevice.passes.api import annotate
 from onnx_ir_multidevice.passes.check import CheckPass
 from onnx_ir_multidevice.passes.reverse import StagesToOmnyPass
 from onnx_ir_multidevice.passes.strip import StripAnnotationsPass

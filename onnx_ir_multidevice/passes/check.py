@@ -9,13 +9,13 @@ __all__ = ["CheckPass"]
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice import _check
-from onnx_ir_multidevice._diagnostics import Severity
 from onnx_ir_multidevice._errors import CheckError
+from onnx_ir_multidevice.checker import core as _check
+from onnx_ir_multidevice.checker.diagnostics import Severity
 
 
 class CheckPass(ir.passes.InPlacePass):
-    """Run :func:`~onnx_ir_multidevice._check.check`; raise :class:`CheckError` on errors.
+    """Run :func:`~onnx_ir_multidevice.checker.core.check`; raise :class:`CheckError` on errors.
 
     Never modifies the model (``modified`` is always ``False``). Inside a
     :class:`~onnx_ir.passes.PassManager` the error arrives wrapped in a

@@ -1,6 +1,6 @@
 """Pass that turns pipeline stages set by hand into ``.omny`` cut points and configurations.
 
-The reverse of :class:`~onnx_ir_multidevice.passes.annotate.AnnotatePass`. Rules:
+The reverse of :class:`~onnx_ir_multidevice.passes.annotation.AnnotatePass`. Rules:
 
 * Every model configuration whose main-graph nodes carry pipeline stages becomes one
   ``.omny`` shard configuration with ``num_shards = num_devices``, in
@@ -38,9 +38,13 @@ from collections.abc import Collection, Mapping, Sequence
 import onnx_ir as ir
 
 from onnx_ir_multidevice import omny
-from onnx_ir_multidevice._check import dtype_name
 from onnx_ir_multidevice._errors import BindingError
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
+from onnx_ir_multidevice.analysis.stages import stages_from_annotations
+from onnx_ir_multidevice.analysis.tensor_classes import classify_values
+from onnx_ir_multidevice.checker.core import dtype_name
+from onnx_ir_multidevice.graph.index import graph_uses, node_subgraphs, topological_order
+from onnx_ir_multidevice.omny._schema import (
     OMNY_METADATA_KEY,
     OMNY_VERSION_KEY,
     CutPoint,
@@ -51,10 +55,6 @@ from onnx_ir_multidevice._format import (
     Sharding,
     TensorInfo,
 )
-from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
-from onnx_ir_multidevice.analysis.stages import stages_from_annotations
-from onnx_ir_multidevice.analysis.tensor_classes import classify_values
-from onnx_ir_multidevice.analysis.uses import graph_uses, node_subgraphs, topological_order
 
 _MIB = 1 << 20
 

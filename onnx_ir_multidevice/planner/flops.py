@@ -25,7 +25,7 @@ import math
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
-from onnx_ir_multidevice.analysis.uses import node_subgraphs
+from onnx_ir_multidevice.graph.index import node_subgraphs
 
 _MATMUL_OPS = frozenset(
     {"MatMul", "MatMulInteger", "QLinearMatMul", "FusedMatMul", "MatMulIntegerToFloat"}

@@ -54,7 +54,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
-from onnx_ir_multidevice.analysis.uses import node_subgraphs
+from onnx_ir_multidevice.graph.index import node_subgraphs
 from onnx_ir_multidevice.planner.flops import node_flops
 
 MIB = 1 << 20

@@ -16,13 +16,20 @@ __all__ = [
     "TensorSpec",
     "load_plan",
     "parse_device",
+    # Verification
+    "OutputComparison",
+    "VerifyReport",
+    "make_inputs",
+    "verify",
+    "verify_stages",
     # Timing
     "BusyPeriod",
     "PipelineStats",
     "StageStats",
 ]
 
-from onnx_ir_multidevice.runtime._stage import (
+from onnx_ir_multidevice.runtime.pipeline import Pipeline, PipelineTimeoutError
+from onnx_ir_multidevice.runtime.stages import (
     Device,
     StageModel,
     StagePlan,
@@ -30,5 +37,11 @@ from onnx_ir_multidevice.runtime._stage import (
     load_plan,
     parse_device,
 )
-from onnx_ir_multidevice.runtime._stats import BusyPeriod, PipelineStats, StageStats
-from onnx_ir_multidevice.runtime.pipeline import Pipeline, PipelineTimeoutError
+from onnx_ir_multidevice.runtime.stats import BusyPeriod, PipelineStats, StageStats
+from onnx_ir_multidevice.runtime.verification import (
+    OutputComparison,
+    VerifyReport,
+    make_inputs,
+    verify,
+    verify_stages,
+)

@@ -1,10 +1,10 @@
 """Pipelined execution of a split model: one onnxruntime session per stage, run concurrently.
 
-:class:`Pipeline` runs the stages of a model (see :mod:`onnx_ir_multidevice.runtime._stage`
+:class:`Pipeline` runs the stages of a model (see :mod:`onnx_ir_multidevice.runtime.stages`
 for where they come from) as a pipeline: while stage 1 runs request ``k``, stage 0 already
 runs request ``k + 1``. The in-process backend gives each stage one worker thread (onnxruntime
 releases the GIL while it runs, so stages run in parallel); the Ray backend
-(:mod:`onnx_ir_multidevice.runtime.ray_backend`) gives each stage one actor.
+(:mod:`onnx_ir_multidevice.runtime.engines.ray`) gives each stage one actor.
 
 Guarantees, on both backends:
 
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from onnx_ir_multidevice._errors import PipelineError
-from onnx_ir_multidevice.runtime._stage import (
+from onnx_ir_multidevice.runtime.stages import (
     Device,
     StageFailure,
     StagePlan,
@@ -48,7 +48,7 @@ from onnx_ir_multidevice.runtime._stage import (
     load_plan,
     parse_device,
 )
-from onnx_ir_multidevice.runtime._stats import PipelineStats, StatsRecorder
+from onnx_ir_multidevice.runtime.stats import PipelineStats, StatsRecorder
 
 _BACKENDS = ("thread", "ray")
 _STOP = object()
@@ -409,7 +409,7 @@ class Pipeline:
             else:
                 actor_options = _per_stage("ray_actor_options", list(ray_actor_options), n, dict)
             try:
-                from onnx_ir_multidevice.runtime.ray_backend import RayEngine  # noqa: PLC0415
+                from onnx_ir_multidevice.runtime.engines.ray import RayEngine  # noqa: PLC0415
             except ImportError as exc:
                 raise PipelineError(
                     f"backend='ray' needs Ray ({exc}); install it with "

@@ -41,10 +41,10 @@ from itertools import repeat
 import onnx_ir as ir
 
 from onnx_ir_multidevice import omny
-from onnx_ir_multidevice._binding import bind
 from onnx_ir_multidevice._errors import BindingError
 from onnx_ir_multidevice.analysis.stages import assign_stages, precompute_stages
-from onnx_ir_multidevice.analysis.uses import AnalysisError, GraphIndex
+from onnx_ir_multidevice.binding.bind import bind
+from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 
 #: Name prefix of the configurations this package creates (and :mod:`.strip` removes).
 OMNY_CONFIGURATION_PREFIX = "omny/"
@@ -279,7 +279,7 @@ class _PlanPass(ir.passes.InPlacePass):
             device_names: Device names for the configurations: a sequence (an ``n``-shard
                 configuration takes the first ``n`` names) or a mapping from shard count to
                 names. ``None`` keeps existing names (none on a new configuration).
-            index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of the main graph
+            index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of the main graph
                 of the model the pass will run on (``GraphIndex.for_model(model)``), to share
                 with other analyses; ignored for another graph (one is built then).
         """

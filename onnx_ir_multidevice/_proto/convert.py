@@ -48,6 +48,7 @@ import onnx_ir as ir
 from google.protobuf import message as _message
 
 from onnx_ir_multidevice._errors import OmnyFormatError
+from onnx_ir_multidevice._util import gc_paused
 
 _MULTI_DEVICE_IR_VERSION = 11
 _INT32 = (-(2**31), 2**31 - 1)
@@ -385,6 +386,13 @@ def from_proto(proto: onnx.ModelProto) -> ir.Model:
             (onnx-ir would keep only the last), or the proto has ``training_info`` or main-graph
             ``sparse_initializer`` (onnx-ir drops them). The error's ``path`` names the field.
     """
+    # onnx-ir builds many small acyclic objects: without the pause, the collector's full
+    # scans of everything else the process holds make loading superlinear.
+    with gc_paused():
+        return _from_proto(proto)
+
+
+def _from_proto(proto: onnx.ModelProto) -> ir.Model:
     _check_unique_functions(proto)
     _check_supported(proto)
     held: list[tuple[onnx.NodeProto, list[onnx.NodeDeviceConfigurationProto]]] = []

@@ -5,7 +5,7 @@ An ``.omny`` file is an ONNX model with two entries in ``ModelProto.metadata_pro
 ``omnynet_version``
     The format version (``"1.0"``). It equals the ``version`` field of the JSON document.
 ``omnynet_metadata``
-    The JSON document (:class:`~onnx_ir_multidevice._format.OmnyMetadata`).
+    The JSON document (:class:`~onnx_ir_multidevice.omny._schema.OmnyMetadata`).
 
 :func:`write` replaces existing entries where they are, or appends version then JSON (the
 reference exporter's order); every other property and its position is left alone. It does
@@ -18,9 +18,9 @@ __all__ = ["read", "write"]
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._arguments import require_model
 from onnx_ir_multidevice._errors import OmnyFormatError
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice._util import require_model
+from onnx_ir_multidevice.omny._schema import (
     OMNY_METADATA_KEY,
     OMNY_VERSION_KEY,
     OmnyMetadata,
@@ -107,7 +107,7 @@ def write(model: ir.Model, metadata: OmnyMetadata, *, set_producer: bool = False
 
     Raises:
         TypeError: ``model`` is not an :class:`onnx_ir.Model` or ``metadata`` not an
-            :class:`~onnx_ir_multidevice._format.OmnyMetadata`.
+            :class:`~onnx_ir_multidevice.omny._schema.OmnyMetadata`.
     """
     require_model(model, "omny.write")
     if not isinstance(metadata, OmnyMetadata):
@@ -119,7 +119,7 @@ def write(model: ir.Model, metadata: OmnyMetadata, *, set_producer: bool = False
     props[OMNY_VERSION_KEY] = metadata.version
     props[OMNY_METADATA_KEY] = metadata.to_json()
     if set_producer:
-        from onnx_ir_multidevice import __version__
+        from onnx_ir_multidevice._version import __version__
 
         model.producer_name = PRODUCER_NAME
         model.producer_version = __version__

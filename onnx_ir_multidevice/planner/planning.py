@@ -47,9 +47,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice._arguments import require_model
 from onnx_ir_multidevice._errors import PlanError
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice._util import gc_paused, require_model
+from onnx_ir_multidevice.analysis.cut_points import (
+    DEFAULT_SIDE_LIMIT_BYTES,
+    CutAnalysis,
+    CutCandidate,
+    analyse_cut_points,
+)
+from onnx_ir_multidevice.analysis.sizes import ValueSizes, dtype_name
+from onnx_ir_multidevice.graph.index import GraphIndex, node_subgraphs
+from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     ExportInfo,
     ModelInfo,
@@ -58,15 +66,6 @@ from onnx_ir_multidevice._format import (
     Sharding,
     TensorInfo,
 )
-from onnx_ir_multidevice._gc import gc_paused
-from onnx_ir_multidevice.analysis.cut_points import (
-    DEFAULT_SIDE_LIMIT_BYTES,
-    CutAnalysis,
-    CutCandidate,
-    analyse_cut_points,
-)
-from onnx_ir_multidevice.analysis.sizes import ValueSizes, dtype_name
-from onnx_ir_multidevice.analysis.uses import GraphIndex, node_subgraphs
 from onnx_ir_multidevice.planner.devices import parse_size
 from onnx_ir_multidevice.planner.memory import (
     DEFAULT_HEADROOM,
@@ -529,7 +528,7 @@ def guess_architecture(graph: ir.Graph) -> str:
 
 
 def _package_version() -> str:
-    from onnx_ir_multidevice import __version__
+    from onnx_ir_multidevice._version import __version__
 
     return __version__
 

@@ -4,7 +4,7 @@ A :class:`StagePlan` is what every backend of :class:`~onnx_ir_multidevice.runti
 executes. It is built from one of three sources:
 
 * a planned model (``.omny`` metadata or pipeline annotations), split with
-  :func:`onnx_ir_multidevice._split.split`;
+  :func:`onnx_ir_multidevice._split.build.split`;
 * a directory written by ``omny split`` (``manifest.json`` plus ``stage_<i>.onnx``);
 * a list of stage models whose input and output names chain.
 
@@ -45,7 +45,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyIOError, PipelineError
-from onnx_ir_multidevice._io import load as load_model
+from onnx_ir_multidevice._proto.files import load as load_model
 from onnx_ir_multidevice._split import MANIFEST_FORMAT, MANIFEST_VERSION, split
 
 MANIFEST_NAME = "manifest.json"
@@ -470,7 +470,7 @@ def load_plan(
     Args:
         source: One of: a planned model (:class:`onnx_ir.Model`, :class:`onnx.ModelProto`, or
             the path of a ``.onnx`` / ``.omny`` file), split into ``shards`` stages with
-            :func:`onnx_ir_multidevice._split.split` (``shards=1`` runs the whole model as one
+            :func:`onnx_ir_multidevice._split.build.split` (``shards=1`` runs the whole model as one
             stage); a directory written by ``omny split``; a list of stage models (IR models,
             protos or paths) whose names chain; or a :class:`StagePlan`.
         shards: Number of stages. Required for a single model; for a directory or a list it

@@ -14,12 +14,12 @@ from collections.abc import Collection, Sequence
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice import _check
-from onnx_ir_multidevice._diagnostics import Diagnostic, Severity
 from onnx_ir_multidevice._errors import CheckError
-from onnx_ir_multidevice._gc import gc_paused
-from onnx_ir_multidevice.analysis.uses import GraphIndex
-from onnx_ir_multidevice.passes.annotate import (
+from onnx_ir_multidevice._util import gc_paused
+from onnx_ir_multidevice.checker import core as _check
+from onnx_ir_multidevice.checker.diagnostics import Diagnostic, Severity
+from onnx_ir_multidevice.graph.index import GraphIndex
+from onnx_ir_multidevice.passes.annotation import (
     OMNY_CONFIGURATION_PREFIX,
     AnnotatePass,
     DeviceNames,
@@ -45,7 +45,7 @@ def annotate(
     Each selected ``.omny`` shard configuration becomes an :class:`onnx_ir.ModelConfiguration`
     named ``omny/<n>-shards`` (``omny/<n>-shards#1`` for a second one with ``n`` shards...),
     every main-graph node gets its ``pipeline_stage``, and each cut tensor gets placement-only
-    sharding specs (see :mod:`onnx_ir_multidevice.passes.annotate`). Annotating twice changes
+    sharding specs (see :mod:`onnx_ir_multidevice.passes.annotation`). Annotating twice changes
     nothing the second time. ``ir_version`` is raised to 11 when lower.
 
     Args:
@@ -63,9 +63,9 @@ def annotate(
             selected do not block, nor do those of an earlier ``omny/`` annotation that this
             call rewrites.
         relaxed_cuts: Accept cuts that several activations cross (see ``OMNY320``).
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of the model's main
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of the model's main
             graph (``GraphIndex.for_model(model)``), to share the graph analysis with a later
-            :func:`~onnx_ir_multidevice._check.check` of the same model (annotating does not
+            :func:`~onnx_ir_multidevice.checker.core.check` of the same model (annotating does not
             change the graph, so the index stays valid). Built here when not given.
 
     Returns:
@@ -113,11 +113,11 @@ def _as_model(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> ir.Model
     if isinstance(model, ir.Model):
         return model
     if isinstance(model, onnx.ModelProto):
-        from onnx_ir_multidevice._roundtrip import from_proto
+        from onnx_ir_multidevice._proto.convert import from_proto
 
         return from_proto(model)
     if isinstance(model, (str, os.PathLike)):
-        from onnx_ir_multidevice._io import load
+        from onnx_ir_multidevice._proto.files import load
 
         return load(model)
     raise TypeError(
@@ -132,7 +132,7 @@ def _blocking_errors(
     configurations: Collection[int] | None,
 ) -> list[Diagnostic]:
     """Keep the errors that concern the selected configurations (see :func:`annotate`)."""
-    from onnx_ir_multidevice._format import OMNY_METADATA_KEY, OmnyMetadata
+    from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OmnyMetadata
 
     selected_indexes: set[int] | None = None
     used_cuts: set[int] | None = None

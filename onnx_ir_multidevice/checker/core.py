@@ -1,6 +1,6 @@
 """The checker: every rule of the ``.omny`` spec, the IR v11 device fields, and the pipeline.
 
-:func:`check` returns a list of :class:`~onnx_ir_multidevice._diagnostics.Diagnostic`
+:func:`check` returns a list of :class:`~onnx_ir_multidevice.checker.diagnostics.Diagnostic`
 (errors first) and never raises because of what a model contains. Rules, by family:
 
 * ``OMNY1xx`` -- the ``.omny`` format: valid ONNX, ``omnynet_version`` and
@@ -40,16 +40,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice._diagnostics import (
-    Diagnostic,
-    Severity,
-    configuration_location,
-    make,
-    node_location,
-    value_location,
-)
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
-from onnx_ir_multidevice._gc import gc_paused
+from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
 from onnx_ir_multidevice.analysis.stages import (
     annotated_stage_list,
@@ -57,7 +49,15 @@ from onnx_ir_multidevice.analysis.stages import (
     precompute_stages,
 )
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
-from onnx_ir_multidevice.analysis.uses import (
+from onnx_ir_multidevice.checker.diagnostics import (
+    Diagnostic,
+    Severity,
+    configuration_location,
+    make,
+    node_location,
+    value_location,
+)
+from onnx_ir_multidevice.graph.index import (
     AnalysisError,
     GraphIndex,
     holds_subgraphs,
@@ -112,9 +112,9 @@ def check(
         onnx_checker: Run :func:`onnx.checker.check_model` (``OMNY101``). By default it
             runs for a path or a proto, and not for an :class:`onnx_ir.Model` (that would
             need a full serialisation).
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of the model's main
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of the model's main
             graph (``GraphIndex.for_model(model)``), shared with other analyses of the same
-            model (:func:`~onnx_ir_multidevice._annotate.annotate` takes one too). Ignored
+            model (:func:`~onnx_ir_multidevice.passes.api.annotate` takes one too). Ignored
             when it was built for another graph (a path or proto gives a new model).
 
     Returns:
@@ -207,7 +207,7 @@ def _as_model(
 def _load_path(
     path: str, onnx_checker: bool | None, diagnostics: list[Diagnostic]
 ) -> ir.Model | None:
-    from onnx_ir_multidevice import _io
+    from onnx_ir_multidevice._proto import files as _io
 
     if os.path.isdir(path):
         raise OmnyIOError(
@@ -278,7 +278,7 @@ def check_device_configurations(
 
     Args:
         model: The model (not modified).
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``model.graph``
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``model.graph``
             (its node list and subgraph holders are used), when already built.
 
     Returns:
@@ -766,7 +766,7 @@ class _Checker:
     # -- OMNY1xx --
 
     def _check_metadata(self) -> list[_PlanConfiguration]:
-        from onnx_ir_multidevice._format import (
+        from onnx_ir_multidevice.omny._schema import (
             OMNY_FORMAT_VERSION,
             OMNY_METADATA_KEY,
             OMNY_VERSION_KEY,
@@ -1056,7 +1056,7 @@ class _Checker:
             )
 
     def _check_sharding(self, metadata, usable: Mapping[str, ir.Value]) -> list[_PlanConfiguration]:
-        from onnx_ir_multidevice.passes.annotate import configuration_names
+        from onnx_ir_multidevice.passes.annotation import configuration_names
 
         sharding = metadata.sharding
         self._check_limits(sharding)
@@ -1230,7 +1230,7 @@ class _Checker:
             if entry.cuts is not None:
                 self._plan_stages(entry)
         by_name = {entry.name: entry for entry in plan}
-        from onnx_ir_multidevice.passes.annotate import OMNY_CONFIGURATION_PREFIX
+        from onnx_ir_multidevice.passes.annotation import OMNY_CONFIGURATION_PREFIX
 
         annotated: set[str] = set()
         seen_names: set[str] = set()

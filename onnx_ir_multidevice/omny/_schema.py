@@ -72,7 +72,7 @@ from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any
 
 from onnx_ir_multidevice._errors import OmnyFormatError
-from onnx_ir_multidevice._gc import gc_paused
+from onnx_ir_multidevice._util import gc_paused
 
 OMNY_VERSION_KEY = "omnynet_version"
 """Key of the ``metadata_props`` entry that holds the format version."""

@@ -9,7 +9,7 @@ resolves every such name once, against dict indexes of the main graph, and retur
 As in onnx-ir's multi-device metadata, the objects are the source of truth:
 :meth:`BoundPlan.to_metadata` derives the names back from ``node.name`` and ``value.name``,
 so a rename in the IR follows into the metadata. When nothing was renamed it returns the
-very same objects (the original :class:`~onnx_ir_multidevice._format.OmnyMetadata` itself),
+very same objects (the original :class:`~onnx_ir_multidevice.omny._schema.OmnyMetadata` itself),
 so the JSON is written back byte for byte.
 
 A reference that does not resolve is never dropped: the spec entry keeps its names (written
@@ -44,13 +44,13 @@ from collections.abc import Iterable, Mapping
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import BindingError
-from onnx_ir_multidevice._format import (
+from onnx_ir_multidevice.graph.index import GraphIndex
+from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     OmnyMetadata,
     ShardConfiguration,
     TensorInfo,
 )
-from onnx_ir_multidevice.analysis.uses import GraphIndex
 
 
 @dataclasses.dataclass(frozen=True)
@@ -457,9 +457,9 @@ def bind(model: ir.Model, metadata: OmnyMetadata, *, index: GraphIndex | None = 
         model: The model the metadata describes, an :class:`onnx_ir.Model` (load a file with
             :func:`onnx_ir_multidevice.load`).
         metadata: The parsed metadata, an
-            :class:`~onnx_ir_multidevice._format.OmnyMetadata` (from
+            :class:`~onnx_ir_multidevice.omny._schema.OmnyMetadata` (from
             :func:`onnx_ir_multidevice.omny.read` or ``OmnyMetadata.from_json``).
-        index: A :class:`~onnx_ir_multidevice.analysis.uses.GraphIndex` of ``model.graph``
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``model.graph``
             to take the name indexes from (built when not given or for another graph).
 
     Returns:

@@ -1,7 +1,7 @@
 """Check numerically that a split model computes what the whole model computes.
 
 :func:`verify` runs the whole model and the chain of its stage models (from
-:func:`~onnx_ir_multidevice._split.split`) on onnxruntime with the same inputs and compares
+:func:`~onnx_ir_multidevice._split.build.split`) on onnxruntime with the same inputs and compares
 every graph output. Inputs not given are generated from the input types by
 :func:`make_inputs`.
 """
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_ir_multidevice._arguments import require_model
 from onnx_ir_multidevice._errors import VerifyError
+from onnx_ir_multidevice._util import require_model
 
 # Ops through which an index input keeps its values (so a Gather further on bounds it).
 _VALUE_PRESERVING_OPS = frozenset(
@@ -472,7 +472,7 @@ def verify(
         rtol: Relative tolerance.
         atol: Absolute tolerance.
         configuration: Which configuration to split by (see
-            :func:`~onnx_ir_multidevice._split.split`).
+            :func:`~onnx_ir_multidevice._split.build.split`).
         metadata: ``.omny`` metadata to use instead of the model's.
         dims: Values of symbolic dimensions for generated inputs (others are 1).
         seed: Seed for generated inputs.

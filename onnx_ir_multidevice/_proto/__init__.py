@@ -1,0 +1,13 @@
+"""Model files and protos: atomic load/save with external data, and the lossless round trip.
+
+* :mod:`~onnx_ir_multidevice._proto.files` -- :func:`load` / :func:`save`;
+* :mod:`~onnx_ir_multidevice._proto.convert` -- :func:`from_proto` / :func:`to_proto`
+  (onnx-ir's conversion with its multi-device gaps fixed), :func:`roundtrip`, :func:`diff`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["diff", "from_proto", "load", "roundtrip", "save", "to_proto"]
+
+from onnx_ir_multidevice._proto.convert import diff, from_proto, roundtrip, to_proto
+from onnx_ir_multidevice._proto.files import load, save

@@ -1,0 +1,38 @@
+"""Split a planned model into one runnable ONNX model per pipeline stage, and write it.
+
+* :mod:`~onnx_ir_multidevice._split.select` -- the stage of every node (from a ``.omny``
+  configuration or an IR v11 annotation);
+* :mod:`~onnx_ir_multidevice._split.build` -- the stage models (:func:`split`);
+* :mod:`~onnx_ir_multidevice._split.manifest` -- ``manifest.json``, built and parsed;
+* :mod:`~onnx_ir_multidevice._split.write` -- a split directory, written atomically
+  (:func:`save_split`).
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_VERSION",
+    "NUM_STAGES_KEY",
+    "STAGE_INDEX_KEY",
+    "build_manifest",
+    "pipeline_configurations",
+    "resolve_stages",
+    "save_split",
+    "split",
+    "split_at",
+    "split_by_stages",
+]
+
+from onnx_ir_multidevice._split.build import (
+    NUM_STAGES_KEY,
+    STAGE_INDEX_KEY,
+    split,
+    split_at,
+    split_by_stages,
+)
+from onnx_ir_multidevice._split.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, build_manifest
+from onnx_ir_multidevice._split.select import pipeline_configurations, resolve_stages
+from onnx_ir_multidevice._split.write import save_split

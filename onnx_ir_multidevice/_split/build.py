@@ -1,0 +1,451 @@
+"""Split a model into one runnable single-device ONNX model per pipeline stage.
+
+Rules (see ``docs/splitting.md``):
+
+* The stages come from a ``.omny`` shard configuration (its cut tensors, through
+  :func:`onnx_ir_multidevice.analysis.stages.assign_stages`) or from an IR v11 annotation
+  (``Node.device_configurations`` with a pipeline stage per node).
+* Stage ``k`` holds the main-graph nodes of stage ``k``. A value it reads is
+
+  - a *graph input* (forwarded): it becomes a stage input of the same name;
+  - an *initializer*: it becomes an initializer of the stage, sharing the tensor object of the
+    input model (no copy in memory), so a tied weight is held by every stage that reads it;
+  - *replicable* (:class:`~onnx_ir_multidevice.analysis.tensor_classes.TensorClass`): its
+    producer and that producer's own replicable cone are duplicated into the stage;
+  - an *activation* of an earlier stage: it becomes a stage input of the same name, and an
+    output of the stage that produces it.
+
+* A stage's outputs are the activations later stages read and the graph outputs it produces,
+  under their original names, so a runtime chains stages by name:
+  ``env = dict(graph inputs); for each stage: env.update(stage.run({n: env[n] ...}))``.
+* An ``If``/``Loop``/``Scan`` node is never cut: it runs whole in its stage, and the
+  outer-scope values its bodies read count as values its stage reads.
+* Opset imports, functions, IR version, producer and metadata are kept; the ``.omny`` metadata
+  and the pipeline configurations used for the split are stripped (a stage is single-device).
+  Two metadata entries say which stage a model is: ``onnx_ir_multidevice.stage`` and
+  ``onnx_ir_multidevice.num_stages``.
+* The input model is never modified: stage graphs are built from clones of its nodes.
+  :func:`save_split` does not clone: it serializes the input nodes straight into each
+  stage's proto, byte for byte what ``onnx_ir.save`` writes for the stage model (models
+  with quantization annotations, initializers or configurations inside bodies, or
+  functions below IR v10 are written through the stage models).
+"""
+
+from __future__ import annotations
+
+__all__ = ["NUM_STAGES_KEY", "STAGE_INDEX_KEY", "split", "split_at", "split_by_stages"]
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import onnx_ir as ir
+from onnx_ir import _cloner
+
+from onnx_ir_multidevice._errors import SplitError
+from onnx_ir_multidevice._split.select import (
+    Configuration,
+    _GraphIndex,
+    _node_label,
+    _resolve,
+    _stages_from_cuts,
+    _value_label,
+    pipeline_configurations,
+)
+from onnx_ir_multidevice._util import gc_paused, require_model
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
+from onnx_ir_multidevice.graph.index import holds_subgraphs
+from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY, OmnyMetadata
+
+STAGE_INDEX_KEY = "onnx_ir_multidevice.stage"
+"""``metadata_props`` key of a stage model: its 0-based stage index."""
+
+NUM_STAGES_KEY = "onnx_ir_multidevice.num_stages"
+"""``metadata_props`` key of a stage model: the number of stages of its split."""
+
+_OMNY_KEYS = (OMNY_VERSION_KEY, OMNY_METADATA_KEY)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the stage models
+
+
+@dataclasses.dataclass
+class _StagePlan:
+    nodes: list[ir.Node] = dataclasses.field(default_factory=list)
+    inputs: dict[ir.Value, None] = dataclasses.field(default_factory=dict)
+    initializers: dict[ir.Value, None] = dataclasses.field(default_factory=dict)
+    outputs: dict[ir.Value, None] = dataclasses.field(default_factory=dict)
+
+
+def _plan_stages(
+    index: _GraphIndex, stage_of: Mapping[ir.Node, int], num_stages: int
+) -> list[_StagePlan]:
+    """Decide the nodes, inputs, initializers and outputs of every stage."""
+    graph = index.graph
+    for node in index.order:
+        stage = stage_of.get(node)
+        if stage is None:
+            raise SplitError(f"Node {_node_label(node)} has no stage.")
+        if not 0 <= stage < num_stages:
+            raise SplitError(
+                f"Node {_node_label(node)} is in stage {stage}, outside 0..{num_stages - 1}."
+            )
+    replicable = {v for v, c in index.classes.items() if c is TensorClass.REPLICABLE}
+    plans = [_StagePlan() for _ in range(num_stages)]
+    home_nodes: list[list[ir.Node]] = [[] for _ in range(num_stages)]
+    for node in index.order:
+        home_nodes[stage_of[node]].append(node)
+    for stage, nodes in enumerate(home_nodes):
+        if not nodes:
+            raise SplitError(
+                f"Stage {stage} of {num_stages} would have no node: two cut points coincide or "
+                "a cut is placed before the first computation. Choose other cut points."
+            )
+
+    # Graph outputs are produced by the stage of their producer.
+    for value in graph.outputs:
+        producer = value.producer()
+        if producer is not None and producer.graph is graph:
+            plans[stage_of[producer]].outputs[value] = None
+        elif value in index.initializers and value not in index.graph_inputs:
+            last = plans[-1]
+            last.initializers[value] = None
+            last.outputs[value] = None
+
+    for stage, plan in enumerate(plans):
+        members: set[ir.Node] = set(home_nodes[stage])
+        pending: list[tuple[ir.Node, ir.Value]] = [
+            (node, v) for node in home_nodes[stage] for v in index.reads[node]
+        ]
+        while pending:
+            reader, value = pending.pop()
+            if value in index.graph_inputs:
+                plan.inputs[value] = None
+                if value in index.initializers:
+                    plan.initializers[value] = None
+                continue
+            producer = value.producer()
+            if producer is None:
+                if value in index.initializers:
+                    plan.initializers[value] = None
+                    continue
+                raise SplitError(
+                    f"Node {_node_label(reader)} reads {_value_label(value)}, which is neither "
+                    "a graph input, an initializer nor produced by a node."
+                )
+            if producer in members:
+                continue
+            home = stage_of[producer]
+            if value in replicable and home != stage:
+                members.add(producer)
+                pending.extend((producer, v) for v in index.reads[producer])
+            elif home < stage:
+                plan.inputs[value] = None
+                plans[home].outputs[value] = None
+            else:
+                raise SplitError(
+                    f"Node {_node_label(reader)} (stage {stage}) reads {_value_label(value)} "
+                    f"produced by node {_node_label(producer)} in the later stage {home}; "
+                    "stages must only read earlier stages."
+                )
+        plan.nodes = sorted(members, key=index.position.__getitem__)
+
+    # Deterministic orders: graph inputs as in the graph, then activations in production order.
+    for plan in plans:
+        plan.inputs = dict.fromkeys(sorted(plan.inputs, key=lambda v: _value_order(index, v)), None)
+        plan.outputs = dict.fromkeys(
+            sorted(plan.outputs, key=lambda v: _value_order(index, v)), None
+        )
+    for stage, plan in enumerate(plans):
+        if not plan.outputs:
+            raise SplitError(
+                f"Stage {stage} produces nothing that a later stage or the graph outputs read; "
+                "its nodes are dead code or the cut points are misplaced."
+            )
+        for value in (*plan.inputs, *plan.outputs):
+            if not value.name:
+                raise SplitError(
+                    f"A value crossing into or out of stage {stage} has no name (produced by "
+                    f"{_node_label(value.producer()) if value.producer() else 'nobody'}); "
+                    "name every value (onnx_ir.passes.common.NameFixPass) before splitting."
+                )
+            if value.type is None:
+                raise SplitError(
+                    f"Value {_value_label(value)} crosses a stage boundary but has no type; run "
+                    "shape inference (onnx_ir.passes.common.ShapeInferencePass) before "
+                    "splitting."
+                )
+    return plans
+
+
+def _value_order(index: _GraphIndex, value: ir.Value) -> tuple[int, int]:
+    producer = value.producer()
+    if producer is None or producer not in index.position:
+        return (-1, index.graph_inputs.get(value, len(index.graph_inputs)))
+    return (index.position[producer], value.index() or 0)
+
+
+def _copy_value(value: ir.Value, *, const: bool) -> ir.Value:
+    new = ir.Value(
+        name=value.name,
+        type=value.type,
+        shape=value.shape.copy() if value.shape is not None else None,
+        doc_string=value.doc_string,
+        const_value=value.const_value if const else None,
+    )
+    if value.metadata_props:
+        new.metadata_props.update(value.metadata_props)
+    return new
+
+
+def _strip_configurations(node: ir.Node, stripped: set[int]) -> None:
+    if node.device_configurations:
+        node.device_configurations = tuple(
+            c
+            for c in node.device_configurations
+            if c.configuration is None or id(c.configuration) not in stripped
+        )
+
+
+def _clone_node(
+    node: ir.Node, value_map: dict[ir.Value, ir.Value | None], cloner: _cloner.Cloner
+) -> ir.Node:
+    """Clone ``node`` as ``cloner.clone_node`` does, without its overheads for a plain node.
+
+    A plain node (no subgraph, no ``meta``, no device configuration, every input already
+    cloned) is rebuilt directly; its non-graph attributes are shared, as the cloner shares
+    them. Any other node goes through ``cloner``.
+    """
+    if node.device_configurations or holds_subgraphs(node) or node.meta:
+        return cloner.clone_node(node)
+    try:
+        inputs = [value_map[v] if v is not None else None for v in node.inputs]
+    except KeyError:
+        return cloner.clone_node(node)  # an outer-scope value: the cloner says so
+    outputs = []
+    for output in node.outputs:
+        shape = output.shape
+        new = ir.Value(
+            name=output.name,
+            type=output.type,
+            shape=shape.copy() if shape is not None else None,
+            doc_string=output.doc_string,
+            const_value=output.const_value,
+        )
+        if output.metadata_props:
+            new.metadata_props.update(output.metadata_props)
+        if output.meta:
+            cloner.clone_meta(output.meta, new.meta)
+        value_map[output] = new
+        outputs.append(new)
+    return ir.Node(
+        node.domain,
+        node.op_type,
+        inputs,
+        node.attributes.values(),
+        overload=node.overload,
+        outputs=outputs,
+        version=node.version,
+        name=node.name,
+        doc_string=node.doc_string,
+        metadata_props=dict(node.metadata_props) if node.metadata_props else None,
+    )
+
+
+def _build_stage_model(
+    model: ir.Model,
+    plan: _StagePlan,
+    stage: int,
+    num_stages: int,
+    stripped: set[int],
+    *,
+    with_nodes: bool = True,
+) -> ir.Model:
+    """Build the model of one stage.
+
+    With ``with_nodes=False`` the stage graph has no node (a *skeleton*): its inputs,
+    initializers, outputs (fresh values standing for the node outputs), functions and
+    metadata are those of the stage; :func:`_write_stage_direct` serializes the nodes.
+    """
+    graph = model.graph
+    value_map: dict[ir.Value, ir.Value | None] = {}
+    inputs: list[ir.Value] = []
+    for value in plan.inputs:
+        new = _copy_value(value, const=value in plan.initializers)
+        value_map[value] = new
+        inputs.append(new)
+    initializers: list[ir.Value] = []
+    for value in plan.initializers:
+        new = value_map.get(value)
+        if new is None:
+            new = _copy_value(value, const=True)
+            value_map[value] = new
+        initializers.append(new)
+    cloner = _cloner.Cloner(
+        attr_map={},
+        value_map=value_map,
+        metadata_props={},
+        post_process=lambda n: _strip_configurations(n, stripped),
+    )
+    nodes = [_clone_node(node, value_map, cloner) for node in plan.nodes] if with_nodes else []
+    outputs = []
+    for value in plan.outputs:
+        new = value_map.get(value)
+        if new is None:
+            assert not with_nodes
+            new = _copy_value(value, const=False)
+            value_map[value] = new
+        outputs.append(new)
+    stage_graph = ir.Graph(
+        inputs,
+        outputs,
+        nodes=nodes,
+        initializers=initializers,
+        doc_string=graph.doc_string,
+        opset_imports=dict(graph.opset_imports),
+        name=graph.name,
+    )
+    if graph.metadata_props:
+        stage_graph.metadata_props.update(graph.metadata_props)
+    metadata_props = {k: v for k, v in model.metadata_props.items() if k not in _OMNY_KEYS}
+    metadata_props[STAGE_INDEX_KEY] = str(stage)
+    metadata_props[NUM_STAGES_KEY] = str(num_stages)
+    functions = []
+    for function in model.functions.values():
+        clone = function.clone()
+        for node in ir.traversal.RecursiveGraphIterator(clone):
+            _strip_configurations(node, stripped)
+        functions.append(clone)
+    return ir.Model(
+        stage_graph,
+        ir_version=model.ir_version,
+        producer_name=model.producer_name,
+        producer_version=model.producer_version,
+        domain=model.domain,
+        model_version=model.model_version,
+        doc_string=model.doc_string,
+        functions=functions,
+        metadata_props=metadata_props,
+        device_configurations=tuple(
+            c for c in model.device_configurations if id(c) not in stripped
+        ),
+    )
+
+
+def split_by_stages(
+    model: ir.Model, stages: Mapping[ir.Node, int], num_stages: int | None = None
+) -> list[ir.Model]:
+    """Split ``model`` given the stage of every main-graph node.
+
+    Args:
+        model: The model (not modified).
+        stages: The 0-based stage of every node of ``model.graph``; a stage may only read
+            values of earlier stages (replicable values excepted: they are recomputed).
+        num_stages: Number of stages; defaults to ``max(stages) + 1``.
+
+    Returns:
+        One model per stage.
+
+    Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
+        SplitError: A node has no stage or reads a later stage, a stage is empty or produces
+            nothing, or a value crossing a boundary has no name or type.
+    """
+    require_model(model, "split_by_stages")
+    with gc_paused():
+        return _split_with_index(_GraphIndex.build(model.graph), model, stages, num_stages)
+
+
+def _split_with_index(
+    index: _GraphIndex,
+    model: ir.Model,
+    stages: Mapping[ir.Node, int],
+    num_stages: int | None,
+) -> list[ir.Model]:
+    if num_stages is None:
+        num_stages = max(stages.values(), default=0) + 1
+    plans = _plan_stages(index, stages, num_stages)
+    stripped = {id(c) for c in pipeline_configurations(model.graph)}
+    return [
+        _build_stage_model(model, plan, i, num_stages, stripped) for i, plan in enumerate(plans)
+    ]
+
+
+def split(
+    model: ir.Model,
+    shards: int,
+    *,
+    configuration: Configuration = None,
+    metadata: OmnyMetadata | None = None,
+) -> list[ir.Model]:
+    """Split ``model`` into ``shards`` runnable single-device models, one per pipeline stage.
+
+    Stage ``i``'s inputs are names resolved against the original graph inputs and the outputs
+    of earlier stages; stage outputs keep the original tensor names. A ``.omny`` cut point
+    is located by its ``tensor_name`` (its ``after_node`` is checked by ``omny check``).
+    Weights are shared with ``model`` in memory (not copied); a weight read by several
+    stages is an initializer of each. Replicable values (masks, shape arithmetic, transposed
+    weights) are recomputed in every stage that reads them.
+
+    .. versionadded:: 0.1
+
+    Args:
+        model: The model to split, an :class:`onnx_ir.Model`; it is not modified. ``split``
+            does not load files (as :func:`~onnx_ir_multidevice.verify`): pass
+            ``onnx_ir_multidevice.load(path)``; a path or an ``onnx.ModelProto`` raises
+            ``TypeError``. :func:`save_split` writes the stages to files.
+        shards: Number of stages.
+        configuration: Which configuration to split by; see :func:`resolve_stages`. By
+            default the ``.omny`` shard configuration with ``num_shards == shards``, else an IR
+            v11 pipeline annotation with ``num_devices == shards``.
+        metadata: ``.omny`` metadata to use instead of the one stored in ``model``, for
+            example the result of the planner.
+
+    Returns:
+        The stage models, in pipeline order.
+
+    Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
+        SplitError: No configuration for ``shards``, unresolved cut points, or a graph that
+            cannot be split at those cuts.
+    """
+    require_model(model, "split")
+    with gc_paused():
+        index = _GraphIndex.build(model.graph)
+        stages = _resolve(index, model, shards, configuration, metadata)
+        return _split_with_index(index, model, stages, shards)
+
+
+def split_at(model: ir.Model, cuts: Sequence[ir.Value | str]) -> list[ir.Model]:
+    """Split ``model`` at the given cut tensors (``len(cuts) + 1`` stages).
+
+    Args:
+        model: The model (not modified).
+        cuts: Cut tensors (values of the main graph, or their names); sorted into graph order.
+
+    Returns:
+        The stage models.
+
+    Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
+        SplitError: A name does not resolve or the cuts do not split the graph.
+    """
+    require_model(model, "split_at")
+    with gc_paused():
+        return _split_at(model, cuts)
+
+
+def _split_at(model: ir.Model, cuts: Sequence[ir.Value | str]) -> list[ir.Model]:
+    index = _GraphIndex.build(model.graph)
+    by_name = index.values_named([cut for cut in cuts if isinstance(cut, str)])
+    values: list[ir.Value] = []
+    for cut in cuts:
+        if isinstance(cut, str):
+            value = by_name.get(cut)
+            if value is None:
+                raise SplitError(f"Cut tensor {cut!r} is not a value of the main graph.")
+            values.append(value)
+        else:
+            values.append(cut)
+    stages = _stages_from_cuts(index, values)
+    return _split_with_index(index, model, stages, len(values) + 1)

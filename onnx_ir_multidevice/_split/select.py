@@ -1,0 +1,307 @@
+"""Which stage each node runs in.
+
+The stages come from a ``.omny`` shard configuration's cut points or from an IR v11 pipeline
+annotation.
+"""
+
+from __future__ import annotations
+
+__all__ = ["pipeline_configurations", "resolve_stages"]
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import onnx_ir as ir
+
+from onnx_ir_multidevice._errors import SplitError
+from onnx_ir_multidevice._util import gc_paused, require_model
+from onnx_ir_multidevice.analysis.stages import assign_stages, stages_from_annotations
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
+from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
+from onnx_ir_multidevice.omny._schema import (
+    OMNY_METADATA_KEY,
+    OMNY_VERSION_KEY,
+    OmnyMetadata,
+    ShardConfiguration,
+)
+
+Configuration = int | str | ir.ModelConfiguration | ShardConfiguration | None
+"""What ``configuration=`` accepts: see :func:`resolve_stages`."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph indexes
+
+
+def _node_label(node: ir.Node) -> str:
+    return repr(node.name) if node.name else f"<anonymous {node.op_type}>"
+
+
+def _value_label(value: ir.Value) -> str:
+    return repr(value.name) if value.name else "<unnamed value>"
+
+
+@dataclasses.dataclass
+class _GraphIndex:
+    """Indexes of a main graph computed once per split (all linear in the graph size).
+
+    A thin view of one shared :class:`~onnx_ir_multidevice.graph.index.GraphIndex`
+    (:attr:`shared`): its topological order, uses and tensor classes are computed once and
+    passed as ``index=`` to the analyses, which then reuse them instead of recomputing.
+    """
+
+    graph: ir.Graph
+    shared: GraphIndex
+    """The analysis index of :attr:`graph`, passed to the analyses as ``index=``."""
+    order: Sequence[ir.Node]
+    """Main-graph nodes in a topological order (captured values count as inputs)."""
+    position: dict[ir.Node, int]
+    reads: Mapping[ir.Node, Sequence[ir.Value]]
+    """Main-graph values each node reads: its inputs, then values captured by its bodies."""
+    graph_inputs: dict[ir.Value, int]
+    """Graph inputs and their positions."""
+    initializers: set[ir.Value]
+
+    @classmethod
+    def build(cls, graph: ir.Graph) -> _GraphIndex:
+        try:
+            shared = GraphIndex.build(graph)
+        except AnalysisError as error:
+            raise SplitError(f"The main graph cannot be split: {error}") from error
+        return cls(
+            graph=graph,
+            shared=shared,
+            order=shared.nodes,
+            position=shared.position,
+            reads=dict(zip(shared.nodes, shared.uses)),
+            graph_inputs={v: i for i, v in enumerate(graph.inputs)},
+            initializers=set(graph.initializers.values()),
+        )
+
+    @property
+    def classes(self) -> dict[ir.Value, TensorClass]:
+        """``classify_values(graph)``, computed once (cached on :attr:`shared`)."""
+        return self.shared.classes
+
+    def values_named(self, names: Sequence[str]) -> dict[str, ir.Value]:
+        """The first main-graph value of each name in ``names``.
+
+        Inputs first, then initializers, then node outputs; only ``names`` are looked up.
+        """
+        return {name: found[0] for name, found in self.shared.values_named(names).items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage assignment: from .omny cut points or from IR v11 annotations
+
+
+def pipeline_configurations(graph: ir.Graph) -> list[ir.ModelConfiguration]:
+    """Return the configurations that give a pipeline stage to a main-graph node.
+
+    These are the configurations a split can use, and the ones stripped from stage models.
+
+    Args:
+        graph: The main graph.
+
+    Returns:
+        The configurations, in order of first use.
+    """
+    found: dict[int, ir.ModelConfiguration] = {}
+    for node in graph:
+        for entry in node.device_configurations:
+            if entry.pipeline_stage is not None and entry.configuration is not None:
+                found.setdefault(id(entry.configuration), entry.configuration)
+    return list(found.values())
+
+
+def _stages_from_annotations(
+    index: _GraphIndex, configuration: ir.ModelConfiguration
+) -> dict[ir.Node, int]:
+    stages: dict[ir.Node, int] = {}
+    for node, stage in stages_from_annotations(
+        index.graph, configuration, index=index.shared
+    ).items():
+        if stage is None:
+            raise SplitError(
+                f"Node {_node_label(node)} has no pipeline stage in configuration "
+                f"{configuration.name!r}; annotate every main-graph node (annotate()) "
+                "before splitting."
+            )
+        if stage >= configuration.num_devices:
+            raise SplitError(
+                f"Node {_node_label(node)} is in pipeline stage {stage} but configuration "
+                f"{configuration.name!r} has only {configuration.num_devices} devices."
+            )
+        stages[node] = stage
+    return stages
+
+
+def _read_metadata(model: ir.Model) -> OmnyMetadata | None:
+    if not any(key in model.metadata_props for key in (OMNY_VERSION_KEY, OMNY_METADATA_KEY)):
+        return None
+    from onnx_ir_multidevice import omny
+
+    return omny.read(model)
+
+
+def _cuts_from_metadata(
+    index: _GraphIndex,
+    metadata: OmnyMetadata,
+    shards: int,
+    configuration: int | ShardConfiguration | None,
+) -> list[ir.Value]:
+    """Resolve the cut tensors of the chosen ``.omny`` shard configuration."""
+    configurations = tuple(metadata.sharding.configurations)
+    if configuration is None:
+        matches = [i for i, c in enumerate(configurations) if c.num_shards == shards]
+        if not matches:
+            available = sorted({c.num_shards for c in configurations})
+            raise SplitError(
+                f"The .omny metadata has no shard configuration with num_shards={shards} "
+                f"(available: {available or 'none'}); plan one with `omny plan --shards "
+                f"{shards}` or pass another shard count."
+            )
+        position = matches[0]
+    elif isinstance(configuration, int):
+        if not 0 <= configuration < len(configurations):
+            raise SplitError(
+                f"sharding.configurations[{configuration}] does not exist: the .omny metadata "
+                f"has {len(configurations)} configuration(s)."
+            )
+        position = configuration
+    else:
+        position = next((i for i, c in enumerate(configurations) if c is configuration), -1)
+        if position < 0:
+            position = next((i for i, c in enumerate(configurations) if c == configuration), -1)
+        if position < 0:
+            raise SplitError("The shard configuration given is not one of the .omny metadata.")
+    chosen = configurations[position]
+    path = f"sharding.configurations[{position}]"
+    if chosen.num_shards != shards:
+        raise SplitError(f"{path} has num_shards={chosen.num_shards}, not {shards}.")
+    if len(chosen.cut_point_ids) != shards - 1:
+        raise SplitError(
+            f"{path} lists {len(chosen.cut_point_ids)} cut point(s); {shards} shards need "
+            f"{shards - 1}."
+        )
+    cut_points = {c.id: c for c in metadata.cut_points}
+    by_name = index.values_named(
+        [cut_points[i].tensor_name for i in chosen.cut_point_ids if i in cut_points]
+    )
+    cuts: list[ir.Value] = []
+    for j, cut_id in enumerate(chosen.cut_point_ids):
+        cut_point = cut_points.get(cut_id)
+        if cut_point is None:
+            raise SplitError(
+                f"{path}.cut_point_ids[{j}]: cut point {cut_id!r} is not defined in cut_points."
+            )
+        value = by_name.get(cut_point.tensor_name)
+        if value is None:
+            raise SplitError(
+                f"{path}.cut_point_ids[{j}]: cut point {cut_id!r} names tensor "
+                f"{cut_point.tensor_name!r}, which is not a value of the main graph."
+            )
+        cuts.append(value)
+    return cuts
+
+
+def _sort_cuts(index: _GraphIndex, cuts: Sequence[ir.Value]) -> list[ir.Value]:
+    def key(value: ir.Value) -> int:
+        producer = value.producer()
+        return index.position.get(producer, -1) if producer is not None else -1
+
+    return sorted(cuts, key=key)
+
+
+def _stages_from_cuts(index: _GraphIndex, cuts: Sequence[ir.Value]) -> dict[ir.Node, int]:
+    for cut in cuts:
+        if cut.graph is not index.graph:
+            raise SplitError(f"Cut tensor {_value_label(cut)} is not a value of the main graph.")
+    try:
+        return assign_stages(index.graph, _sort_cuts(index, cuts), index=index.shared)
+    except SplitError:
+        raise
+    except ValueError as error:
+        names = ", ".join(_value_label(c) for c in cuts)
+        raise SplitError(f"Cannot assign stages for cuts [{names}]: {error}") from error
+
+
+def resolve_stages(
+    model: ir.Model,
+    shards: int,
+    *,
+    configuration: Configuration = None,
+    metadata: OmnyMetadata | None = None,
+) -> dict[ir.Node, int]:
+    """Return the pipeline stage of every main-graph node for a split into ``shards`` stages.
+
+    Args:
+        model: The model (not modified).
+        shards: Number of stages.
+        configuration: Which configuration to use. ``None``: the first ``.omny`` shard
+            configuration with ``num_shards == shards``, else the first IR v11 configuration
+            with ``num_devices == shards`` that gives nodes pipeline stages. An ``int``: the
+            index of a ``.omny`` configuration (``sharding.configurations[i]``). A ``str``: the
+            name of an IR v11 :class:`~onnx_ir.ModelConfiguration`. A
+            :class:`~onnx_ir.ModelConfiguration` or ``ShardConfiguration`` object.
+        metadata: ``.omny`` metadata (:class:`~onnx_ir_multidevice.omny._schema.OmnyMetadata`) to
+            use instead of the one stored in the model.
+
+    Returns:
+        The stage (0-based) of every main-graph node.
+
+    Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
+        SplitError: No such configuration, or its cut points do not resolve.
+    """
+    require_model(model, "resolve_stages")
+    with gc_paused():
+        return _resolve(_GraphIndex.build(model.graph), model, shards, configuration, metadata)
+
+
+def _resolve(
+    index: _GraphIndex,
+    model: ir.Model,
+    shards: int,
+    configuration: Configuration,
+    metadata: OmnyMetadata | None,
+) -> dict[ir.Node, int]:
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise SplitError(f"shards must be a positive integer, got {shards!r}.")
+    if isinstance(configuration, ir.ModelConfiguration):
+        if configuration.num_devices != shards:
+            raise SplitError(
+                f"Configuration {configuration.name!r} has {configuration.num_devices} devices, "
+                f"not {shards}."
+            )
+        return _stages_from_annotations(index, configuration)
+    if isinstance(configuration, str):
+        named = [c for c in model.device_configurations if c.name == configuration]
+        if not named:
+            names = [c.name for c in model.device_configurations]
+            raise SplitError(
+                f"The model has no device configuration named {configuration!r} "
+                f"(it has: {names or 'none'})."
+            )
+        return _resolve(index, model, shards, named[0], metadata)
+    if metadata is None:
+        metadata = _read_metadata(model)
+    if configuration is not None:
+        if metadata is None:
+            raise SplitError("The model has no .omny metadata to take the configuration from.")
+        return _stages_from_cuts(index, _cuts_from_metadata(index, metadata, shards, configuration))
+    if metadata is not None and any(
+        c.num_shards == shards for c in metadata.sharding.configurations
+    ):
+        return _stages_from_cuts(index, _cuts_from_metadata(index, metadata, shards, None))
+    annotated = [c for c in pipeline_configurations(index.graph) if c.num_devices == shards]
+    if annotated:
+        return _stages_from_annotations(index, annotated[0])
+    if shards == 1:
+        return dict.fromkeys(index.order, 0)
+    available = sorted({c.num_shards for c in metadata.sharding.configurations}) if metadata else []
+    raise SplitError(
+        f"No configuration for {shards} shards: the model's .omny metadata offers "
+        f"{available or 'none'} and it has no pipeline annotation with {shards} devices. "
+        f"Plan one first (`omny plan --shards {shards}`)."
+    )

@@ -1,0 +1,318 @@
+"""Writing a split to a directory, atomically.
+
+The directory holds the stage files, their external data and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["save_split"]
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._split.build import _build_stage_model, _plan_stages, _StagePlan
+from onnx_ir_multidevice._split.manifest import _stage_file, build_manifest
+from onnx_ir_multidevice._split.select import (
+    Configuration,
+    _GraphIndex,
+    _resolve,
+    pipeline_configurations,
+)
+from onnx_ir_multidevice._util import gc_paused, require_model
+from onnx_ir_multidevice.graph.index import holds_subgraphs
+from onnx_ir_multidevice.omny._schema import OmnyMetadata
+
+
+def _has_weights(stage: ir.Model) -> bool:
+    """Whether ``stage`` holds a weight of at least one byte.
+
+    The main graph is checked first, so a stage with weights is answered without walking
+    its nodes.
+    """
+    for value in stage.graph.initializers.values():
+        if value.const_value is not None and value.const_value.nbytes > 0:
+            return True
+    for graph in stage.graphs():
+        for value in graph.initializers.values():
+            if value.const_value is not None and value.const_value.nbytes > 0:
+                return True
+    return False
+
+
+def _check_outdir(outdir: Path, force: bool) -> None:
+    """Refuse an ``outdir`` that cannot take the split, saying what to pass instead."""
+    if outdir.exists():
+        if not outdir.is_dir():
+            raise OmnyIOError(
+                f"{outdir}: exists and is not a directory; the split is a directory of stage "
+                "files: pass a directory that does not exist yet or is empty, e.g. "
+                f"{outdir.with_name(outdir.stem + '_split')}"
+            )
+        if not force and any(outdir.iterdir()):
+            raise OmnyIOError(
+                f"{outdir}: directory is not empty; choose another one or pass --force "
+                "(force=True) to replace it."
+            )
+    else:
+        parent = outdir.parent
+        if not parent.is_dir():
+            raise OmnyIOError(
+                f"{outdir}: the folder {parent} "
+                f"{'is not a directory' if parent.exists() else 'does not exist'}; create it "
+                "first (only the output directory itself is created)"
+            )
+
+
+def save_split(
+    model: ir.Model,
+    outdir: str | os.PathLike,
+    shards: int,
+    *,
+    configuration: Configuration = None,
+    metadata: OmnyMetadata | None = None,
+    force: bool = False,
+    external_data_threshold: int = 1024,
+) -> dict[str, Any]:
+    """Split ``model`` and write ``stage_<i>.onnx`` files and ``manifest.json`` to ``outdir``.
+
+    Every stage is self-contained: its weights larger than ``external_data_threshold`` bytes
+    go to ``stage_<i>.onnx.data`` next to it, so a weight read by two stages (a tied
+    embedding) is written once per stage. Weights the model holds as external data are
+    copied file to file by the kernel (``copy_file_range``: no user-space buffer, a reflink
+    on copy-on-write file systems); weights in memory are written from their buffers.
+    Referencing the model's own data file instead is not possible: onnxruntime and onnx-ir
+    refuse external data outside the model's folder or reached through a link.
+
+    The files are written into a temporary sibling directory which is then renamed to
+    ``outdir``, so ``outdir`` never holds a half-written split.
+
+    Args:
+        model: The model to split (not modified).
+        outdir: Directory to create. It must not exist or be empty unless ``force``; its
+            parent folder must exist (it is not created, as in
+            :func:`~onnx_ir_multidevice.save`).
+        shards: Number of stages.
+        configuration: See :func:`split`.
+        metadata: See :func:`split`.
+        force: Replace a non-empty ``outdir``.
+        external_data_threshold: Size in bytes above which a weight goes to the stage's
+            external data file; smaller ones are embedded in the stage file.
+
+    Returns:
+        The manifest that was written.
+
+    Raises:
+        TypeError: ``model`` is not an :class:`onnx_ir.Model`.
+        SplitError: The model cannot be split so.
+        OmnyIOError: ``outdir`` is a file, is not empty (without ``force``), its parent
+            folder does not exist, or it cannot be written.
+    """
+    require_model(model, "save_split")
+    target = Path(outdir).absolute()
+    _check_outdir(target, force)
+    # The stage graphs and their protos are large acyclic object graphs: without the pause
+    # the first save after the split pays a full collection of every cloned node.
+    with gc_paused():
+        return _save_split(model, target, shards, configuration, metadata, external_data_threshold)
+
+
+class _NotDirect(Exception):
+    """A stage uses a feature :func:`_write_stage_direct` does not write as ``ir.save`` does."""
+
+
+_QUANTIZATION_KEY = "quant_parameter_tensor_names"
+"""``Value.meta`` key onnx-ir serializes as a ``quantization_annotation`` of the graph."""
+
+_FUNCTION_VALUE_INFO_IR_VERSION = 10
+"""Below this IR version onnx-ir writes function value infos into the main graph."""
+
+
+def _direct_writable(model: ir.Model) -> bool:
+    """Whether the stages of ``model`` can be written without cloning their nodes.
+
+    Models whose function value infos go into the main graph (IR version < 10) are written
+    through the stage models; the per-node conditions are checked while writing.
+    """
+    return not model.functions or model.ir_version >= _FUNCTION_VALUE_INFO_IR_VERSION
+
+
+def _plain_subgraphs(node: ir.Node) -> bool:
+    """Whether the bodies of ``node`` hold no initializer and no device configuration.
+
+    Such a node serializes as its clone does (``ir.save`` would move body initializers to
+    external data, and a split strips pipeline configurations inside bodies).
+    """
+    for attribute in node.attributes.values():
+        if attribute.type == ir.AttributeType.GRAPH:
+            graphs = [attribute.as_graph()]
+        elif attribute.type == ir.AttributeType.GRAPHS:
+            graphs = list(attribute.as_graphs())
+        else:
+            continue
+        for graph in graphs:
+            if graph.initializers:
+                return False
+            for inner in ir.traversal.RecursiveGraphIterator(graph):
+                if inner.device_configurations or not _plain_subgraphs(inner):
+                    return False
+    return True
+
+
+def _write_stage_direct(
+    model: ir.Model,
+    skeleton: ir.Model,
+    plan: _StagePlan,
+    path: Path,
+    data: str | None,
+    external_data_threshold: int,
+    stripped: set[int],
+) -> None:
+    """Write one stage as ``ir.save(stage_model, ...)`` would, serializing the input nodes.
+
+    ``skeleton`` is the stage model without nodes (:func:`_build_stage_model` with
+    ``with_nodes=False``): its weights go to ``data`` exactly as ``ir.save`` moves them, then
+    the nodes of the plan are serialized from the input model straight into the graph proto
+    (no clone), with the value infos of their outputs that are not stage outputs, as
+    ``onnx_ir.serde`` writes the cloned nodes, and the split's pipeline configurations
+    stripped.
+
+    Raises:
+        _NotDirect: A node carries a quantization annotation or a body this writer does not
+            reproduce; the caller writes the stage model instead.
+    """
+    if data is not None:
+        skeleton = ir.external_data.unload_from_model(
+            skeleton, path.parent, data, size_threshold_bytes=external_data_threshold
+        )
+    proto = ir.serde.serialize_model(skeleton)
+    graph_proto = proto.graph
+    node_protos = graph_proto.node
+    value_infos = graph_proto.value_info
+    outputs = plan.outputs
+    ir_version = model.ir_version
+    serialize_node_into = ir.serde.serialize_node_into
+    serialize_value_into = ir.serde.serialize_value_into
+    keep_configurations = ir_version >= 11
+    for node in plan.nodes:
+        if holds_subgraphs(node) and not _plain_subgraphs(node):
+            raise _NotDirect
+        node_proto = node_protos.add()
+        serialize_node_into(node_proto, from_=node, model_ir_version=ir_version)
+        if node.device_configurations:
+            del node_proto.device_configurations[:]
+            if keep_configurations:
+                for entry in node.device_configurations:
+                    if entry.configuration is None or id(entry.configuration) not in stripped:
+                        node_proto.device_configurations.add().CopyFrom(
+                            ir.serde.serialize_node_device_configuration(entry)
+                        )
+        for output in node.outputs:
+            if output.meta.get(_QUANTIZATION_KEY):
+                raise _NotDirect
+            if output in outputs or not output.name:
+                continue
+            if (
+                output.type is None
+                and output.shape is None
+                and not output.metadata_props
+                and not output.doc_string
+            ):
+                continue
+            serialize_value_into(value_infos.add(), output)
+    onnx.save(proto, path)
+
+
+def _save_split(
+    model: ir.Model,
+    target: Path,
+    shards: int,
+    configuration: Configuration,
+    metadata: OmnyMetadata | None,
+    external_data_threshold: int,
+) -> dict[str, Any]:
+    index = _GraphIndex.build(model.graph)
+    stage_of = _resolve(index, model, shards, configuration, metadata)
+    plans = _plan_stages(index, stage_of, shards)
+    stripped = {id(c) for c in pipeline_configurations(model.graph)}
+    direct = _direct_writable(model)
+    # Without nodes when writing directly: build_manifest reads only the stage inputs/outputs.
+    stages = [
+        _build_stage_model(model, plan, i, shards, stripped, with_nodes=not direct)
+        for i, plan in enumerate(plans)
+    ]
+    files = [_stage_file(i) for i in range(len(stages))]
+    manifest = build_manifest(model, stages, files=files)
+    try:
+        temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as error:
+        raise OmnyIOError(f"{target}: cannot create the output directory: {error}") from error
+    try:
+        for i, (entry, stage, file) in enumerate(zip(manifest["stages"], stages, files)):
+            path = temporary / file
+            data = f"{file}.data" if _has_weights(stage) else None
+            if direct:
+                try:
+                    _write_stage_direct(
+                        model, stage, plans[i], path, data, external_data_threshold, stripped
+                    )
+                except _NotDirect:
+                    direct = False
+            if not direct:
+                if stage.graph.num_nodes() < len(plans[i].nodes):  # a skeleton
+                    stage = _build_stage_model(model, plans[i], i, shards, stripped)
+                    data = f"{file}.data" if _has_weights(stage) else None
+                if data is not None:
+                    ir.save(
+                        stage,
+                        path,
+                        external_data=data,
+                        size_threshold_bytes=external_data_threshold,
+                    )
+                else:
+                    ir.save(stage, path)
+            data_files: list[str] = []
+            if data is not None and (temporary / data).exists():
+                if (temporary / data).stat().st_size == 0:
+                    (temporary / data).unlink()
+                else:
+                    data_files.append(data)
+            entry["external_data"] = data_files
+        with open(temporary / "manifest.json", "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2)
+            f.write("\n")
+        _replace_directory(temporary, target)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _replace_directory(source: Path, target: Path) -> None:
+    """Rename ``source`` to ``target``, replacing ``target`` (a directory) if it exists."""
+    try:
+        if not target.exists():
+            os.rename(source, target)
+            return
+        if not any(target.iterdir()):
+            target.rmdir()
+            os.rename(source, target)
+            return
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+        old.rmdir()
+        os.rename(target, old)
+        try:
+            os.rename(source, target)
+        except OSError:
+            os.rename(old, target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as error:
+        raise OmnyIOError(f"{target}: cannot move the split into place: {error}") from error

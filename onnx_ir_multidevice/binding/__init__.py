@@ -1,0 +1,28 @@
+"""The ``.omny`` plan bound to the IR objects it names, and the one cut resolver.
+
+:func:`bind` resolves every name of a plan once; the checker, :func:`~onnx_ir_multidevice.split`
+and :func:`~onnx_ir_multidevice.annotate` all take their cut points from it, so they give one
+verdict on every file.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BoundConfiguration",
+    "BoundCutPoint",
+    "BoundPlan",
+    "BoundTensorInfo",
+    "UnresolvedReference",
+    "bind",
+]
+
+from onnx_ir_multidevice.binding.bind import (
+    BoundConfiguration,
+    BoundCutPoint,
+    BoundPlan,
+    BoundTensorInfo,
+    UnresolvedReference,
+    bind,
+)

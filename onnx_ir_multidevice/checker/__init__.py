@@ -1,0 +1,15 @@
+"""The checker: located diagnostics for a model's multi-device metadata and ``.omny`` plan.
+
+* :func:`check` -- every rule on a model, a proto or a file;
+* :mod:`~onnx_ir_multidevice.checker.diagnostics` -- :class:`Diagnostic`, :class:`Severity`
+  and the registry of codes.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = ["CODES", "CheckReport", "CodeInfo", "Diagnostic", "Severity", "check", "run_check"]
+
+from onnx_ir_multidevice.checker.core import CheckReport, check, run_check
+from onnx_ir_multidevice.checker.diagnostics import CODES, CodeInfo, Diagnostic, Severity

@@ -1,0 +1,38 @@
+"""Graph infrastructure every analysis stands on.
+
+* :class:`GraphIndex` -- the per-graph index (topological order, uses, value slots, name
+  lookups) built once in O(N + E) and shared by binding, analysis, checker, passes and split;
+* :mod:`~onnx_ir_multidevice.graph.index` -- what a node reads (outer-scope captures of
+  its bodies included);
+* :mod:`~onnx_ir_multidevice.graph.preserve` -- replacing a value without losing its
+  sharding specs (onnx-ir drops them).
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AnalysisError",
+    "GraphIndex",
+    "graph_uses",
+    "holds_subgraphs",
+    "move_sharding",
+    "node_subgraphs",
+    "node_uses",
+    "replace_all_uses_preserving",
+    "topological_order",
+    "value_consumers",
+]
+
+from onnx_ir_multidevice.graph.index import (
+    AnalysisError,
+    GraphIndex,
+    graph_uses,
+    holds_subgraphs,
+    node_subgraphs,
+    node_uses,
+    topological_order,
+    value_consumers,
+)
+from onnx_ir_multidevice.graph.preserve import move_sharding, replace_all_uses_preserving

@@ -1,0 +1,712 @@
+"""Which values a node reads, outer-scope captures of its subgraphs included.
+
+A node with subgraph attributes (``If``, ``Loop``, ``Scan``...) reads more than its
+:attr:`~onnx_ir.Node.inputs`: its bodies may read values of the enclosing graphs directly
+(outer-scope captures), and a body's output may even *be* an outer value. For stage
+assignment and boundary analysis such a read is a use of the parent node, because a body
+runs with its parent. The helpers here list those reads once per node, in
+O(size of the node and its bodies), so a whole graph costs O(N + E).
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AnalysisError",
+    "holds_subgraphs",
+    "GraphIndex",
+    "graph_uses",
+    "node_subgraphs",
+    "node_uses",
+    "topological_order",
+    "value_consumers",
+]
+
+import dataclasses
+import operator
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain, compress, islice, repeat
+from typing import Any
+
+import onnx_ir as ir
+
+from onnx_ir_multidevice._errors import OmnyError
+from onnx_ir_multidevice._util import gc_paused
+
+
+class AnalysisError(OmnyError, ValueError):
+    """A graph cannot be analysed as given (a cycle, a value read before it exists...)."""
+
+
+_ATTRIBUTES = operator.attrgetter("attributes")
+_PRODUCER = operator.methodcaller("producer")
+_OUTPUTS = operator.attrgetter("outputs")
+_INPUTS = operator.attrgetter("inputs")
+_IO_ATTRIBUTES = operator.attrgetter("inputs", "outputs", "attributes.data")
+_FIRST = operator.itemgetter(0)
+_NAME = operator.attrgetter("name")
+
+
+def _fast_name_getter() -> operator.attrgetter:
+    """A getter of node and value names that skips the ``name`` property where it can.
+
+    onnx-ir's :attr:`~onnx_ir.Node.name` and :attr:`~onnx_ir.Value.name` getters return the
+    ``_name`` slot; reading the slot directly is several times faster on large graphs. Falls
+    back to the property when a probe shows otherwise.
+    """
+    try:
+        node = ir.Node("", "Identity", [], name="probe_node")
+        value = ir.Value(name="probe_value")
+        if node._name == node.name and value._name == value.name:  # type: ignore[attr-defined]
+            return operator.attrgetter("_name")
+    except Exception:  # noqa: BLE001 (any change in onnx-ir: use the property)
+        pass
+    return _NAME
+
+
+#: ``name`` of a node or a value (see :func:`_fast_name_getter`).
+_NAME_OF = _fast_name_getter()
+
+
+def _fast_node_getter(*names: str) -> operator.attrgetter:
+    """``attrgetter(*names)`` for nodes, reading the slots behind the properties where it can.
+
+    onnx-ir's ``Node.inputs``, ``outputs``, ``attributes`` and ``op_type`` return the
+    ``_inputs``... slots; a probe checks that before the slots are used.
+    """
+    public = operator.attrgetter(*names)
+    try:
+        private = operator.attrgetter(*("_" + name for name in names))
+        probe = ir.Node("", "Identity", [ir.Value(name="probe_in")], name="probe_node")
+        mine, theirs = private(probe), public(probe)
+        if len(names) == 1:
+            mine, theirs = (mine,), (theirs,)
+        if all(a is b for a, b in zip(mine, theirs)):
+            return private
+    except Exception:  # noqa: BLE001 (any change in onnx-ir: use the properties)
+        pass
+    return public
+
+
+_FAST_IO_ATTRIBUTES = _fast_node_getter("inputs", "outputs", "attributes.data")
+#: ``op_type`` of a node (see :func:`_fast_node_getter`).
+OP_TYPE_OF = _fast_node_getter("op_type")
+_GRAPH = ir.AttributeType.GRAPH
+_GRAPHS = ir.AttributeType.GRAPHS
+
+
+def _data(mapping: Any) -> Any:
+    """The plain ``dict`` behind a :class:`collections.UserDict` (the mapping itself otherwise)."""
+    return getattr(mapping, "data", mapping)
+
+
+def holds_subgraphs(node: ir.Node) -> bool:
+    """Whether ``node`` has a graph-valued attribute, without walking anything.
+
+    Cheap for the common node with no attributes (one length test).
+    """
+    attributes = _data(node.attributes)
+    if not attributes:
+        return False
+    for attr in attributes.values():
+        if (
+            isinstance(attr, ir.Attr)
+            and (attr.type is _GRAPH or attr.type is _GRAPHS)
+            and attr.value is not None
+        ):
+            return True
+    return False
+
+
+def node_subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
+    """Yield the graphs held directly by ``node``'s attributes (not nested ones).
+
+    Reference attributes (:class:`~onnx_ir.RefAttr`, inside functions) hold no graph and
+    are skipped.
+    """
+    for attr in node.attributes.values():
+        if not isinstance(attr, ir.Attr):
+            continue
+        if attr.type == ir.AttributeType.GRAPH and attr.value is not None:
+            yield attr.value
+        elif attr.type == ir.AttributeType.GRAPHS and attr.value is not None:
+            yield from attr.value
+
+
+def _captures(node: ir.Node) -> list[ir.Value]:
+    """Return the values read inside ``node``'s bodies but defined outside them."""
+    defined: set[ir.Value] = set()
+    reads: list[ir.Value] = []
+    stack = list(node_subgraphs(node))
+    while stack:
+        body = stack.pop()
+        defined.update(body.inputs)
+        defined.update(body.initializers.values())
+        for inner in body:
+            defined.update(inner.outputs)
+            reads.extend(v for v in inner.inputs if v is not None)
+            stack.extend(node_subgraphs(inner))
+        reads.extend(body.outputs)
+    seen: set[ir.Value] = set()
+    result = []
+    for value in reads:
+        if value not in defined and value not in seen:
+            seen.add(value)
+            result.append(value)
+    return result
+
+
+def node_uses(node: ir.Node) -> tuple[ir.Value, ...]:
+    """Return the values of the enclosing scopes that ``node`` reads, without duplicates.
+
+    These are the node's non-empty inputs followed by every value its subgraph bodies
+    (recursively) read from outside themselves: outer-scope captures, including a body
+    output that is an outer value. For a node of the main graph these are main-graph values.
+
+    Args:
+        node: The node.
+
+    Returns:
+        The values in first-read order: inputs first, then captures.
+    """
+    result: dict[ir.Value, None] = {v: None for v in node.inputs if v is not None}
+    if holds_subgraphs(node):
+        for value in _captures(node):
+            result.setdefault(value, None)
+    return tuple(result)
+
+
+def _plain_uses(inputs: Sequence[ir.Value | None]) -> tuple[ir.Value, ...]:
+    """:func:`node_uses` of a node without subgraphs, from its inputs (fast paths first)."""
+    if len(inputs) == 1:
+        return tuple(inputs) if inputs[0] is not None else ()
+    if not inputs:
+        return ()
+    unique = tuple(dict.fromkeys(inputs))
+    if None in unique:
+        return tuple(v for v in unique if v is not None)
+    return unique
+
+
+def graph_uses(graph: ir.Graph) -> dict[ir.Node, tuple[ir.Value, ...]]:
+    """Return :func:`node_uses` for every node directly in ``graph``, in graph order.
+
+    Runs in O(N + E) over the graph and all its subgraphs (each body is walked once, for the
+    node that holds it).
+    """
+    return {node: node_uses(node) for node in graph}
+
+
+def _flat_reads(
+    nodes: list[ir.Node],
+    inputs_list: list[Sequence[ir.Value | None]],
+    outputs_list: list[Sequence[ir.Value]],
+) -> tuple[list, list, dict[ir.Value, int], bool] | None:
+    """Uses and slots of nodes without subgraphs, in C-level passes over flat lists.
+
+    Returns ``(uses, reads, external_slot, in_graph_order)``, or ``None`` when an input
+    tuple is not a plain tuple (then :func:`_node_reads` does the work). Same results as
+    :func:`_node_reads` for such nodes.
+    """
+    n = len(nodes)
+    if n and type(inputs_list[0]) is not tuple:  # onnx-ir keeps every node's inputs as a tuple
+        return None
+    # Slot of each node output: its producer's position.
+    out_counts = list(map(len, outputs_list))
+    if out_counts.count(1) == n:
+        slot_of = dict(zip(map(_FIRST, outputs_list), range(n)))
+    else:
+        slot_of = dict(
+            zip(
+                chain.from_iterable(outputs_list),
+                chain.from_iterable(map(repeat, range(n), out_counts)),
+            )
+        )
+    counts = list(map(len, inputs_list))
+    flat = list(chain.from_iterable(inputs_list))
+    has_none = None in flat
+    if has_none:
+        slot_of[None] = -2  # type: ignore[index]
+    slots = list(map(slot_of.get, flat, repeat(-1)))
+    # In graph order when every read of a node output comes from an earlier node.
+    owners = chain.from_iterable(map(repeat, range(n), counts))
+    in_order = not any(map(operator.ge, slots, owners))
+    # Values produced by no node of the graph, numbered in first-read order.
+    external = dict.fromkeys(compress(flat, map(operator.eq, slots, repeat(-1))))
+    external_slot = dict(zip(external, range(n, n + len(external))))
+    if external_slot:
+        slot_of.update(external_slot)
+        slots = list(map(slot_of.get, flat))
+    flat_iter = iter(slots)
+    reads: list = list(map(tuple, map(islice, repeat(flat_iter), counts)))
+    uses: list = inputs_list.copy()
+    # Nodes reading a value twice, or with an empty (None) input: drop repeats and Nones.
+    unique = list(map(len, map(set, reads)))
+    odd = [i for i in compress(range(n), map(operator.ne, unique, counts))]
+    if has_none:
+        odd = sorted({*odd, *compress(range(n), map(operator.contains, inputs_list, repeat(None)))})
+    for i in odd:
+        node_uses_ = _plain_uses(inputs_list[i])
+        uses[i] = node_uses_
+        reads[i] = tuple(map(slot_of.__getitem__, node_uses_))
+    return uses, reads, external_slot, in_order
+
+
+def _node_reads(
+    graph_nodes: list[ir.Node],
+    inputs_list: list[Sequence[ir.Value | None]],
+    position: dict[ir.Node, int],
+    holders: set[ir.Node],
+) -> tuple[list, list, dict[ir.Value, int], list, bool]:
+    """Uses and slots node by node (nodes with subgraphs read their bodies' captures)."""
+    n = len(graph_nodes)
+    pos_get = position.get
+    external_slot: dict[ir.Value, int] = {}
+    ext_get = external_slot.get
+    uses: list[tuple[ir.Value, ...]] = []
+    reads: list[tuple[int, ...]] = []
+    bodies: list[tuple[ir.Node, tuple[ir.Graph, ...]]] = []
+    in_order = True
+    for i, node in enumerate(graph_nodes):
+        inputs = inputs_list[i]
+        if holders and node in holders:
+            bodies.append((node, tuple(node_subgraphs(node))))
+            node_reads = node_uses(node)
+        elif len(inputs) == 1 and inputs[0] is not None and type(inputs) is tuple:
+            node_reads = inputs  # type: ignore[assignment]
+        else:
+            node_reads = _plain_uses(inputs)
+        uses.append(node_reads)
+        slots = tuple(map(pos_get, map(_PRODUCER, node_reads)))
+        if None in slots:
+            fixed = []
+            for value, slot in zip(node_reads, slots):
+                if slot is None:
+                    slot = ext_get(value)
+                    if slot is None:
+                        slot = external_slot[value] = n + len(external_slot)
+                fixed.append(slot)
+            slots = tuple(fixed)
+            if any(i <= p < n for p in slots):
+                in_order = False
+        elif slots and max(slots) >= i:
+            in_order = False
+        reads.append(slots)
+    return uses, reads, external_slot, bodies, in_order
+
+
+@dataclasses.dataclass(eq=False)
+class GraphIndex:
+    """Per-graph analysis index, built once in O(N + E) and shared by the analyses.
+
+    :func:`~onnx_ir_multidevice.analysis.stages.assign_stages`,
+    :func:`~onnx_ir_multidevice.analysis.boundaries.boundary_crossings`,
+    :func:`~onnx_ir_multidevice.analysis.boundaries.edge_violations`,
+    :func:`~onnx_ir_multidevice.analysis.tensor_classes.classify_values`, the checker and
+    the annotation passes accept it as ``index=`` so that the uses, the topological order and
+    the tensor classes of a graph are computed once instead of once per call.
+
+    Nodes are numbered by their position in the topological order. Every value a node reads
+    has a *slot*: the position of its producer for a value produced by a node of the graph,
+    or ``len(nodes) + k`` for the ``k``-th value read but produced by no node of the graph
+    (graph inputs, initializers, outer-scope values), listed in :attr:`external`.
+
+    The index describes the graph as it was when built: rebuild it after changing the graph's
+    nodes, inputs, outputs or initializers (annotations, names and metadata do not count).
+
+    Build it with :meth:`build` (or :meth:`for_model`).
+
+    .. versionadded:: 0.1
+    """
+
+    graph: ir.Graph
+    """The indexed graph."""
+
+    nodes: tuple[ir.Node, ...]
+    """The nodes directly in :attr:`graph`, in topological order (graph order when sorted)."""
+
+    position: dict[ir.Node, int]
+    """Position of each node in :attr:`nodes`."""
+
+    uses: tuple[tuple[ir.Value, ...], ...]
+    """:func:`node_uses` of each node, by position."""
+
+    reads: tuple[tuple[int, ...], ...]
+    """The slots each node reads, by position, one per entry of :attr:`uses`."""
+
+    external: tuple[ir.Value, ...]
+    """Values read by the nodes but produced by none of them; ``external[k]`` is slot
+    ``len(nodes) + k``."""
+
+    external_slot: dict[ir.Value, int]
+    """Slot of each value of :attr:`external`."""
+
+    bodies: tuple[tuple[ir.Node, tuple[ir.Graph, ...]], ...]
+    """The nodes that hold subgraphs, with their bodies (graph order)."""
+
+    in_graph_order: bool
+    """Whether :attr:`nodes` is the graph's own order (the graph is already sorted)."""
+
+    functions: Mapping[ir.OperatorIdentifier, ir.Function] | None = None
+    """The model-local functions used for :attr:`classes` (``None``: calls judged by op)."""
+
+    _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        graph: ir.Graph,
+        *,
+        functions: Mapping[ir.OperatorIdentifier, ir.Function] | None = None,
+    ) -> GraphIndex:
+        """Index ``graph`` in O(N + E) over the graph and its subgraphs.
+
+        Args:
+            graph: The graph (normally a model's main graph).
+            functions: The model's local functions, used by :attr:`classes` to judge calls
+                from their bodies.
+
+        Raises:
+            AnalysisError: If the nodes form a cycle.
+        """
+        # The index allocates many small tuples and no cycles: pause the cyclic collector,
+        # whose full scans of a large model would make the build superlinear.
+        with gc_paused():
+            return cls._build(graph, functions)
+
+    @classmethod
+    def _build(
+        cls,
+        graph: ir.Graph,
+        functions: Mapping[ir.OperatorIdentifier, ir.Function] | None,
+    ) -> GraphIndex:
+        graph_nodes = list(graph)
+        n = len(graph_nodes)
+        position = dict(zip(graph_nodes, range(n)))
+        # One pass over the nodes for their inputs, outputs and attributes.
+        if n and hasattr(graph_nodes[0].attributes, "data"):
+            inputs_list, outputs_list, attributes = map(
+                list, zip(*map(_FAST_IO_ATTRIBUTES, graph_nodes))
+            )
+        else:
+            inputs_list = list(map(_INPUTS, graph_nodes))
+            outputs_list = list(map(_OUTPUTS, graph_nodes))
+            attributes = list(map(_data, map(_ATTRIBUTES, graph_nodes)))
+        holders = (
+            {
+                graph_nodes[i]
+                for i in compress(range(n), attributes)
+                if holds_subgraphs(graph_nodes[i])
+            }
+            if any(attributes)
+            else set()
+        )
+        fast = None if holders else _flat_reads(graph_nodes, inputs_list, outputs_list)
+        if fast is not None:
+            uses, reads, external_slot, in_order = fast
+            bodies: list[tuple[ir.Node, tuple[ir.Graph, ...]]] = []
+        else:
+            uses, reads, external_slot, bodies, in_order = _node_reads(
+                graph_nodes, inputs_list, position, holders
+            )
+        index = cls(
+            graph=graph,
+            nodes=tuple(graph_nodes),
+            position=position,
+            uses=tuple(uses),
+            reads=tuple(reads),
+            external=tuple(external_slot),
+            external_slot=external_slot,
+            bodies=tuple(bodies),
+            in_graph_order=in_order,
+            functions=functions,
+        )
+        index._cache["graph_nodes"] = index.nodes
+        # Each node's outputs in graph order, for the name lookups.
+        index._cache["graph_outputs"] = outputs_list
+        if not in_order:
+            index._sort()
+        return index
+
+    @classmethod
+    def for_model(cls, model: ir.Model) -> GraphIndex:
+        """Index ``model.graph``, judging calls by ``model.functions``."""
+        return cls.build(model.graph, functions=model.functions)
+
+    def _sort(self) -> None:
+        """Reorder the index topologically (Kahn, first-in first-out, seeded in graph order)."""
+        n = len(self.nodes)
+        pending = [0] * n
+        successors: list[list[int]] = [[] for _ in range(n)]
+        for i, slots in enumerate(self.reads):
+            for p in set(slots):
+                if p < n:
+                    pending[i] += 1
+                    successors[p].append(i)
+        ready = deque(i for i in range(n) if pending[i] == 0)
+        order: list[int] = []
+        while ready:
+            i = ready.popleft()
+            order.append(i)
+            for successor in successors[i]:
+                pending[successor] -= 1
+                if pending[successor] == 0:
+                    ready.append(successor)
+        if len(order) != n:
+            stuck = self.nodes[next(i for i in range(n) if pending[i] > 0)]
+            raise AnalysisError(
+                f"graph {self.graph.name!r} has a cycle through node "
+                f"{stuck.name or stuck.op_type!r}; ONNX graphs must be acyclic"
+            )
+        new_of = [0] * n
+        for new, old in enumerate(order):
+            new_of[old] = new
+        self.nodes = tuple(self.nodes[old] for old in order)
+        self.position = dict(zip(self.nodes, range(n)))
+        self.uses = tuple(self.uses[old] for old in order)
+        self.reads = tuple(
+            tuple(new_of[p] if p < n else p for p in self.reads[old]) for old in order
+        )
+
+    def check_graph(self, graph: ir.Graph) -> None:
+        """Raise :class:`ValueError` when this index was built for another graph."""
+        if graph is not self.graph:
+            raise ValueError(
+                f"the GraphIndex was built for graph {self.graph.name!r}, not for graph "
+                f"{graph.name!r}; build one with GraphIndex.build(graph)"
+            )
+
+    @property
+    def graph_nodes(self) -> tuple[ir.Node, ...]:
+        """The nodes in graph order."""
+        cached = self._cache.get("graph_nodes")
+        if cached is None:
+            cached = self._cache["graph_nodes"] = tuple(self.graph)
+        return cached
+
+    def slot_of(self, value: ir.Value) -> int | None:
+        """The slot of ``value`` (see the class), or ``None`` when no node reads or makes it."""
+        slot = self.position.get(value.producer())  # type: ignore[arg-type]
+        return slot if slot is not None else self.external_slot.get(value)
+
+    @property
+    def consumers(self) -> list[list[int]]:
+        """Positions of the nodes reading each slot, in topological order (built once)."""
+        cached = self._cache.get("consumers")
+        if cached is None:
+            cached = [[] for _ in range(len(self.nodes) + len(self.external))]
+            for i, slots in enumerate(self.reads):
+                for p in slots:
+                    readers = cached[p]
+                    if not readers or readers[-1] != i:
+                        readers.append(i)
+            self._cache["consumers"] = cached
+        return cached
+
+    def value_readers(self, value: ir.Value) -> list[int]:
+        """Positions of the nodes whose :attr:`uses` include ``value``, in order."""
+        if "consumers" in self._cache:
+            slot = self.slot_of(value)
+            if slot is None:
+                return []
+            return [i for i in self.consumers[slot] if value in self.uses[i]]
+        position = self.position
+        readers = {position[c] for c in value.consumers() if c in position}
+        for node, _ in self.bodies:
+            i = position[node]
+            if value in self.uses[i]:
+                readers.add(i)
+        return sorted(readers)
+
+    @property
+    def output_slots(self) -> frozenset[int]:
+        """Positions of the nodes that produce a graph output."""
+        cached = self._cache.get("output_slots")
+        if cached is None:
+            pos_get = self.position.get
+            cached = frozenset(
+                p for p in (pos_get(v.producer()) for v in self.graph.outputs) if p is not None
+            )
+            self._cache["output_slots"] = cached
+        return cached
+
+    @property
+    def uses_by_node(self) -> dict[ir.Node, tuple[ir.Value, ...]]:
+        """:func:`graph_uses` of the graph (graph order), from the index."""
+        cached = self._cache.get("uses_by_node")
+        if cached is None:
+            by_node = dict(zip(self.nodes, self.uses))
+            if not self.in_graph_order:
+                by_node = {node: by_node[node] for node in self.graph_nodes}
+            cached = self._cache["uses_by_node"] = by_node
+        return cached
+
+    @property
+    def classes(self) -> dict[ir.Value, Any]:
+        """``classify_values(graph, functions=functions)``, computed once."""
+        cached = self._cache.get("classes")
+        if cached is None:
+            from onnx_ir_multidevice.analysis.tensor_classes import classify_values
+
+            cached = self._cache["classes"] = classify_values(
+                self.graph, functions=self.functions, index=self
+            )
+        return cached
+
+    @property
+    def node_names(self) -> dict[str, list[ir.Node]]:
+        """Nodes of the graph by name (graph order; unnamed nodes left out)."""
+        cached = self._cache.get("node_names")
+        if cached is None:
+            cached = {}
+            for node in self.graph_nodes:
+                name = node.name
+                if name:
+                    found = cached.get(name)
+                    if found is None:
+                        cached[name] = [node]
+                    else:
+                        found.append(node)
+            self._cache["node_names"] = cached
+        return cached
+
+    def nodes_named(self, names: Iterable[str]) -> dict[str, list[ir.Node]]:
+        """:attr:`node_names` restricted to ``names`` (a scan when the full index is not built)."""
+        full = self._cache.get("node_names")
+        wanted = frozenset(names)
+        if full is not None:
+            return {name: full[name] for name in wanted if name in full}
+        key = ("nodes_named", wanted)
+        found = self._cache.get(key)
+        if found is None:
+            found = {}
+            nodes = self.graph_nodes
+            for node in compress(nodes, map(wanted.__contains__, map(_NAME_OF, nodes))):
+                found.setdefault(node.name, []).append(node)
+            self._cache[key] = found
+        return {name: list(nodes) for name, nodes in found.items()}
+
+    def values_named(self, names: Iterable[str]) -> dict[str, list[ir.Value]]:
+        """:attr:`value_names` restricted to ``names`` (a scan when the full index is not built)."""
+        full = self._cache.get("value_names")
+        wanted = frozenset(names) - {""}
+        if full is not None:
+            return {name: full[name] for name in wanted if name in full}
+        key = ("values_named", wanted)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = self._scan_values(wanted)
+        return {name: list(values) for name, values in cached.items()}
+
+    def _scan_values(self, wanted: frozenset[str]) -> dict[str, list[ir.Value]]:
+        graph = self.graph
+        initializers = _data(graph.initializers)
+        candidates = [v for v in graph.inputs if v.name in wanted]
+        candidates.extend(value for value in map(initializers.get, wanted) if value is not None)
+        outputs = list(chain.from_iterable(self._graph_outputs()))
+        candidates.extend(compress(outputs, map(wanted.__contains__, map(_NAME_OF, outputs))))
+        found: dict[str, list[ir.Value]] = {}
+        for value in candidates:
+            same = found.setdefault(value.name, [])  # type: ignore[arg-type]
+            if value not in same:
+                same.append(value)
+        return found
+
+    def _graph_outputs(self) -> Sequence[Sequence[ir.Value]]:
+        """Each node's outputs, in graph order."""
+        cached = self._cache.get("graph_outputs")
+        if cached is None:
+            cached = self._cache["graph_outputs"] = list(map(_OUTPUTS, self.graph_nodes))
+        return cached
+
+    @property
+    def value_names(self) -> dict[str, list[ir.Value]]:
+        """Main-graph values by name: inputs, initializers, then node outputs (graph order)."""
+        cached = self._cache.get("value_names")
+        if cached is None:
+            graph = self.graph
+            values = [
+                *dict.fromkeys([*graph.inputs, *_data(graph.initializers).values()]),
+                *chain.from_iterable(self._graph_outputs()),
+            ]
+            names = list(map(_NAME_OF, values))
+            # First value of each name (reversed, so the first one wins), then the duplicates.
+            first = dict(zip(reversed(names), reversed(values)))
+            first.pop(None, None)  # type: ignore[call-overload]
+            first.pop("", None)
+            cached = {name: [value] for name, value in first.items()}
+            if len(first) != len(values) - names.count(None) - names.count(""):
+                for name, value in zip(names, values):
+                    if name:
+                        found = cached[name]
+                        if value not in found:
+                            found.append(value)
+            self._cache["value_names"] = cached
+        return cached
+
+
+def value_consumers(
+    uses: Mapping[ir.Node, Sequence[ir.Value]],
+) -> dict[ir.Value, list[ir.Node]]:
+    """Invert :func:`graph_uses`: map each read value to the nodes reading it, in node order."""
+    consumers: dict[ir.Value, list[ir.Node]] = {}
+    for node, values in uses.items():
+        for value in values:
+            consumers.setdefault(value, []).append(node)
+    return consumers
+
+
+def topological_order(
+    graph: ir.Graph, uses: Mapping[ir.Node, Sequence[ir.Value]] | None = None
+) -> list[ir.Node]:
+    """Return the nodes of ``graph`` in a topological order of their uses, in O(N + E).
+
+    A well-formed ONNX graph is already sorted; its order is then returned unchanged. An
+    unsorted graph is sorted with Kahn's algorithm (first-in first-out, seeded in graph
+    order), where a node depends on the producers of everything it reads, outer-scope
+    captures of its bodies included.
+
+    Args:
+        graph: The graph whose direct nodes are ordered.
+        uses: :func:`graph_uses` of the graph, when already computed.
+
+    Raises:
+        AnalysisError: If the nodes form a cycle.
+    """
+    if uses is None:
+        return list(GraphIndex.build(graph).nodes)
+    nodes = list(graph)
+    position = {node: i for i, node in enumerate(nodes)}
+
+    def producers(node: ir.Node) -> Iterator[ir.Node]:
+        for value in uses[node]:
+            producer = value.producer()
+            if producer is not None and producer in position:
+                yield producer
+
+    if all(position[producer] < position[node] for node in nodes for producer in producers(node)):
+        return nodes
+    pending = {node: 0 for node in nodes}
+    successors: dict[ir.Node, list[ir.Node]] = {node: [] for node in nodes}
+    for node in nodes:
+        for producer in set(producers(node)):
+            pending[node] += 1
+            successors[producer].append(node)
+    ready = deque(node for node in nodes if pending[node] == 0)
+    order: list[ir.Node] = []
+    while ready:
+        node = ready.popleft()
+        order.append(node)
+        for successor in successors[node]:
+            pending[successor] -= 1
+            if pending[successor] == 0:
+                ready.append(successor)
+    if len(order) != len(nodes):
+        stuck = next(node for node in nodes if pending[node] > 0)
+        raise AnalysisError(
+            f"graph {graph.name!r} has a cycle through node "
+            f"{stuck.name or stuck.op_type!r}; ONNX graphs must be acyclic"
+        )
+    return order

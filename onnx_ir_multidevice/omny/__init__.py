@@ -1,0 +1,50 @@
+"""The ``.omny`` format: its metadata as frozen dataclasses, read and written on a model.
+
+An ``.omny`` file is an ONNX model with two entries in ``ModelProto.metadata_props``:
+``omnynet_version`` and ``omnynet_metadata`` (the JSON document, :class:`OmnyMetadata`).
+This layer knows JSON and the ``metadata_props`` of a model, nothing about graphs.
+
+* :class:`OmnyMetadata` and its parts (:class:`CutPoint`, :class:`ShardConfiguration`...) --
+  the lossless JSON engine (:meth:`OmnyMetadata.from_json` / :meth:`OmnyMetadata.to_json`);
+* :func:`read` / :func:`write` -- the metadata on an :class:`onnx_ir.Model`.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    # Reading and writing on a model
+    "PRODUCER_NAME",
+    "read",
+    "write",
+    # The schema
+    "MAX_DOCUMENT_SIZE",
+    "MAX_NESTING_DEPTH",
+    "OMNY_FORMAT_VERSION",
+    "OMNY_METADATA_KEY",
+    "OMNY_VERSION_KEY",
+    "CutPoint",
+    "ExportInfo",
+    "ModelInfo",
+    "OmnyMetadata",
+    "ShardConfiguration",
+    "Sharding",
+    "TensorInfo",
+]
+
+from onnx_ir_multidevice.omny._props import PRODUCER_NAME, read, write
+from onnx_ir_multidevice.omny._schema import (
+    MAX_DOCUMENT_SIZE,
+    MAX_NESTING_DEPTH,
+    OMNY_FORMAT_VERSION,
+    OMNY_METADATA_KEY,
+    OMNY_VERSION_KEY,
+    CutPoint,
+    ExportInfo,
+    ModelInfo,
+    OmnyMetadata,
+    ShardConfiguration,
+    Sharding,
+    TensorInfo,
+)

@@ -1,0 +1,1 @@
+"""Execution engines of :class:`~onnx_ir_multidevice.runtime.Pipeline`."""

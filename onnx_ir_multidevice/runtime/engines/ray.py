@@ -1,0 +1,211 @@
+"""Ray backend of :class:`~onnx_ir_multidevice.runtime.Pipeline`: one actor per stage.
+
+Select it with ``Pipeline(..., backend="ray")`` (needs the ``ray`` extra). Each stage becomes
+one Ray actor holding the stage's onnxruntime session; its resource request is ``num_cpus`` =
+the stage's thread count (or 1) and ``num_gpus`` = 1 for a GPU device, so Ray places the
+stages on the machines that have those devices. Override with ``ray_actor_options``
+(``{"resources": {...}}``, ``scheduling_strategy``...).
+
+A request is a chain of actor calls: the :class:`ray.ObjectRef` returned by stage ``i`` is the
+argument of stage ``i + 1``, so activations go from actor to actor through Ray's object
+store and never through the driver; only the final outputs come back. Actor calls from one
+caller run in order, so while stage 1 works on request ``k``, stage 0 works on ``k + 1``.
+
+A stage that fails returns a :class:`~onnx_ir_multidevice.runtime.stages.StageFailure`, which
+the later stages pass on unchanged; the driver raises it as a
+:class:`~onnx_ir_multidevice.PipelineError` in the request's turn. GPU stages use device index
+0 inside their actor (Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPU it assigned).
+
+If Ray is not initialized, the backend calls ``ray.init()`` (a local instance); it never
+shuts Ray down. :meth:`Pipeline.close` kills the stage actors.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RayEngine"]
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+
+from onnx_ir_multidevice._errors import PipelineError
+from onnx_ir_multidevice.runtime.stages import (
+    Device,
+    StageFailure,
+    StageModel,
+    StagePlan,
+    StageRunner,
+    failure_message,
+)
+from onnx_ir_multidevice.runtime.stats import StatsRecorder
+
+Periods = list[tuple[int, float, float]]
+"""(stage, start, end) of each stage a request went through, on ``time.time``."""
+
+
+class _StageActor:
+    """Holds one stage's session; :meth:`run` takes and returns ``(env | failure, periods)``."""
+
+    def __init__(
+        self,
+        stage: StageModel,
+        device: Device,
+        threads: int | None,
+        spinning: bool,
+        keep: frozenset[str],
+        final_outputs: tuple[str, ...] | None,
+    ) -> None:
+        index = device.index
+        if device.is_gpu and ray.get_gpu_ids():
+            index = 0  # Ray narrowed CUDA_VISIBLE_DEVICES to the GPU it assigned
+        self._index = stage.index
+        self._runner = StageRunner(stage, device, threads, device_index=index, spinning=spinning)
+        self._keep = keep
+        self._final = final_outputs
+
+    def ready(self) -> bool:
+        return True
+
+    def run(
+        self, request: int, payload: tuple[dict[str, Any] | StageFailure, Periods]
+    ) -> tuple[dict[str, Any] | StageFailure, Periods]:
+        env, periods = payload
+        if isinstance(env, StageFailure):
+            return payload
+        start = time.time()
+        try:
+            produced = self._runner.run(env)
+        except Exception as exc:  # any failure of the stage belongs to this request
+            periods.append((self._index, start, time.time()))
+            return StageFailure(self._index, failure_message(exc)), periods
+        periods.append((self._index, start, time.time()))
+        merged = dict(env)
+        merged.update(produced)
+        if self._final is not None:
+            return {name: merged[name] for name in self._final}, periods
+        return {k: v for k, v in merged.items() if k in self._keep}, periods
+
+
+class RayEngine:
+    """Pipeline engine with one Ray actor per stage (see the module docstring).
+
+    Args:
+        plan: The stages.
+        devices: Device of each stage.
+        threads: onnxruntime intra-op threads of each stage.
+        recorder: Where busy periods go.
+        on_done: Called with each request's outputs or failure.
+        spinning: Whether onnxruntime's threads spin while idle.
+        actor_options: Options of each stage's actor, over the defaults.
+        start_timeout: Seconds to wait for every actor to start (Ray waits forever for
+            resources the cluster does not have).
+
+    Raises:
+        PipelineError: An actor cannot be placed in time or its session fails to load.
+    """
+
+    name = "ray"
+    clock = staticmethod(time.time)
+
+    def __init__(
+        self,
+        plan: StagePlan,
+        devices: Sequence[Device],
+        threads: Sequence[int | None],
+        recorder: StatsRecorder,
+        on_done: Any,
+        *,
+        spinning: bool,
+        actor_options: Sequence[Mapping[str, Any]],
+        start_timeout: float = 60.0,
+    ) -> None:
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False)
+        self._recorder = recorder
+        self._on_done = on_done
+        self._closed = False
+        actor_cls = ray.remote(_StageActor)
+        last = plan.num_stages - 1
+        self._actors = []
+        requested = []
+        for i, stage in enumerate(plan.stages):
+            options = {
+                "num_cpus": threads[i] or 1,
+                "num_gpus": 1 if devices[i].is_gpu else 0,
+                "max_concurrency": 1,
+            }
+            options.update(actor_options[i])
+            requested.append(options)
+            final = plan.graph_outputs if i == last else None
+            self._actors.append(
+                actor_cls.options(**options).remote(
+                    stage, devices[i], threads[i], spinning, plan.keep_after[i], final
+                )
+            )
+        self._check_resources(requested)
+        ready = [actor.ready.remote() for actor in self._actors]
+        done, _ = ray.wait(ready, num_returns=len(ready), timeout=start_timeout)
+        if len(done) < len(ready):
+            waiting = [i for i, ref in enumerate(ready) if ref not in done]
+            self.close(0)
+            raise PipelineError(
+                f"the Ray actors of stages {waiting} did not start within {start_timeout} s; "
+                f"they ask for {[requested[i] for i in waiting]} and the cluster has "
+                f"{ray.available_resources()} free; lower intra_op_num_threads or pass "
+                "ray_actor_options",
+                stage=waiting[0],
+            )
+        for i, ref in enumerate(ready):
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                self.close(0)
+                cause = getattr(exc, "cause", None) or exc
+                raise PipelineError(
+                    f"the stage's Ray actor failed to start: {cause}", stage=i
+                ) from exc
+
+    def _check_resources(self, requested: Sequence[Mapping[str, Any]]) -> None:
+        """Fail at once when the actors ask for more CPUs or GPUs than the cluster has."""
+        total = ray.cluster_resources()
+        for key, resource in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
+            wanted = sum(float(options.get(key) or 0) for options in requested)
+            if wanted > total.get(resource, 0.0):
+                self.close(0)
+                raise PipelineError(
+                    f"the stage actors ask for {wanted:g} {resource} in all "
+                    f"({[options.get(key) for options in requested]} per stage) but the Ray "
+                    f"cluster has {total.get(resource, 0.0):g}; lower intra_op_num_threads, "
+                    "pass ray_actor_options, or start Ray with more resources"
+                )
+
+    @property
+    def threads(self) -> list[Any]:
+        """No threads of its own: Ray's callbacks deliver the results."""
+        return []
+
+    def submit(self, request: int, env: dict[str, Any]) -> None:
+        """Chain the stage actors' calls for one request (returns at once)."""
+        payload: Any = (env, [])
+        for actor in self._actors:
+            payload = actor.run.remote(request, payload)
+        payload.future().add_done_callback(lambda future: self._finish(request, future))
+
+    def _finish(self, request: int, future: Any) -> None:
+        try:
+            result, periods = future.result()
+        except Exception as exc:  # the actor died or was killed
+            if not self._closed:
+                self._on_done(request, StageFailure(None, f"Ray: {exc}"))
+            return
+        for stage, start, end in periods:
+            self._recorder.busy(stage, request, start, end)
+        self._on_done(request, result)
+
+    def close(self, timeout: float) -> None:
+        """Kill the stage actors (their runs in progress stop at once)."""
+        self._closed = True
+        for actor in self._actors:
+            ray.kill(actor, no_restart=True)
