@@ -24,9 +24,18 @@ TINY_KV = dataclasses.replace(TINY, kv_cache=True)
 
 
 def reference(config, weights, input_ids, attention_mask, position_ids, past=None):
-    """Logits and present (key, value) per layer; ``past`` is a list of (key, value)."""
+    """Logits and present (key, value) per layer; ``past`` is a list of (key, value).
+
+    ``weights`` maps names to arrays (or lazily loaded tensors); each is converted to float64
+    only when used, so this also runs on the 1.1B model.
+    """
     c = config
-    w = {name: np.asarray(a, dtype=np.float64) for name, a in weights.items()}
+
+    class Float64:
+        def __getitem__(self, name):
+            return np.asarray(weights[name], dtype=np.float64)
+
+    w = Float64()
     b, s = input_ids.shape
     d, n_rep = c.head_dim, c.heads // c.kv_heads
 
@@ -49,7 +58,7 @@ def reference(config, weights, input_ids, attention_mask, position_ids, past=Non
     def heads(x, n):
         return x.reshape(b, s, n, d).transpose(0, 2, 1, 3)
 
-    h = w["model.embed_tokens.weight"][input_ids]
+    h = np.asarray(weights["model.embed_tokens.weight"])[input_ids].astype(np.float64)
     presents = []
     for i in range(c.layers):
         p = f"model.layers.{i}"
