@@ -1,7 +1,7 @@
 """Generate a Llama decoder with streamed external-data weights, then optionally run it in ORT.
 
 Writes ``<out>/<preset>[-kv][-novi].onnx`` and its ``.onnx.data`` with
-``onnx_ir_multidevice.llama.write_llama`` and prints the wall time, the process's peak RSS
+``onnx_ir_multidevice.testing.llama.write_llama`` and prints the wall time, the process's peak RSS
 (``VmHWM``) and the file sizes. With ``--ort``, a fresh child process then creates an
 onnxruntime CPU session from the file and runs one prefill (batch 1, ``--seq`` tokens, empty
 past when the model has a KV cache), and prints the session-creation time, the run time and
@@ -40,7 +40,7 @@ def peak_rss_mib() -> dict[str, float]:
 
 
 def write(args) -> Path:
-    from onnx_ir_multidevice import llama
+    from onnx_ir_multidevice.testing import llama
 
     config = dataclasses.replace(llama.PRESETS[args.preset], kv_cache=args.kv_cache)
     name = args.preset + ("-kv" if args.kv_cache else "") + ("-novi" if args.no_value_info else "")

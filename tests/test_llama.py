@@ -11,7 +11,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import llama
+from onnx_ir_multidevice.testing import llama
 
 ort = pytest.importorskip("onnxruntime")
 

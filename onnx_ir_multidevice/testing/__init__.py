@@ -1,12 +1,14 @@
 """Models for tests, docs and benchmarks, built with onnx-ir (no download).
 
-* :mod:`~onnx_ir_multidevice.testing.zoo` -- small runnable architectures.
+* :mod:`~onnx_ir_multidevice.testing.zoo` -- small runnable architectures;
+* :mod:`~onnx_ir_multidevice.testing.llama` -- a Llama decoder at any size (TinyLlama-1.1B
+  shape included) with weights streamed to external data.
 
 .. versionadded:: 0.1
 """
 
 from __future__ import annotations
 
-__all__ = ["zoo"]
+__all__ = ["llama", "zoo"]
 
-from onnx_ir_multidevice.testing import zoo
+from onnx_ir_multidevice.testing import llama, zoo

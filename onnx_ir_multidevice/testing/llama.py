@@ -47,7 +47,7 @@ memory.
 Example::
 
     import dataclasses
-    from onnx_ir_multidevice import llama
+    from onnx_ir_multidevice.testing import llama
 
     model = llama.build_llama(llama.TINY)  # small, in-memory weights
     llama.write_llama("/tmp/tinyllama.onnx", dataclasses.replace(llama.TINYLLAMA_1_1B,
