@@ -572,6 +572,29 @@ def read_container(path: str | os.PathLike, *, check_model: bool = True) -> Cont
 # --------------------------------------------------------------------------- writing
 
 
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values are equal, key order and ``1`` vs ``1.0`` vs ``True`` included.
+
+    Iterative, so a manifest nested as deeply as :func:`json.loads` accepts compares fine.
+    """
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, dict):
+            if list(x) != list(y):
+                return False
+            stack.extend((x[key], y[key]) for key in x)
+        elif isinstance(x, list):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif x != y and not (x != x and y != y):  # NaN equals NaN here
+            return False
+    return True
+
+
 def _manifest_text(manifest: Mapping[str, Any]) -> str:
     return json.dumps(manifest, indent=2)
 
@@ -614,6 +637,8 @@ def build_container(
         raise OmnyContainerError(
             "model", unfit_model_reason(n_bytes=len(model_bytes)) or "", source=source
         )
+    if not 0 <= flags <= _U64_MAX:
+        raise OmnyContainerError("header.flags", f"{flags} does not fit a u64", source=source)
     if len(padding) != HEADER_SIZE - _FIELDS.size:
         raise OmnyContainerError(
             "header.padding",
@@ -624,7 +649,18 @@ def build_container(
     cursor = model_offset + len(model_bytes)
     reserved_offset = cursor if reserved else 0
     cursor += len(reserved)
-    header = bytes(_FIELDS.size) + bytes(padding)
+    manifest_offset = cursor
+    header = _FIELDS.pack(
+        MAGIC,
+        VERSION,
+        flags,
+        model_offset,
+        len(model_bytes),
+        reserved_offset,
+        len(reserved),
+        manifest_offset,
+        len(manifest_bytes),
+    ) + bytes(padding)
     return Container(
         version=VERSION,
         flags=flags,
@@ -634,7 +670,7 @@ def build_container(
         reserved_offset=reserved_offset,
         reserved_size=len(reserved),
         reserved=bytes(reserved),
-        manifest_offset=cursor,
+        manifest_offset=manifest_offset,
         manifest_size=len(manifest_bytes),
         manifest_bytes=manifest_bytes,
         manifest=_parse_manifest(manifest_bytes, source),
@@ -700,9 +736,7 @@ def serialize_container(container: Container) -> bytes:
         if offset < HEADER_SIZE:
             raise fail("unreferenced", f"a kept region starts at {offset}, inside the header")
     _check_overlaps(extents, source)
-    if _manifest_text(_parse_manifest(container.manifest_bytes, source)) != _manifest_text(
-        container.manifest
-    ):
+    if not _same_json(_parse_manifest(container.manifest_bytes, source), container.manifest):
         raise fail(
             "manifest",
             "the parsed manifest differs from the manifest bytes; build a new container with "
@@ -1125,6 +1159,15 @@ def downgrade(container: Container, *, include_defaults: bool = False) -> tuple[
 # --------------------------------------------------------------------------- findings
 
 
+def _brief(value: Any, limit: int = 120) -> str:
+    """``repr`` of a JSON value for a message, cut at ``limit`` characters."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "<a deeply nested value>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 def _plan_sharding(plan: Any) -> tuple[Any, list[Any] | None]:
     """``(allowed_shards, [num_shards of each configuration])`` of a plan, where readable.
 
@@ -1173,7 +1216,8 @@ def _names_finding(
         return ContainerFinding(
             f"manifest-{side}s",
             "warning",
-            f"the manifest has no {side}.tensor_names; the model's graph {side}s are {graph_names}",
+            f"the manifest has no {side}.tensor_names; the model's graph {side}s are "
+            f"{_brief(graph_names)}",
             location,
         )
     if names == graph_names:
@@ -1185,8 +1229,9 @@ def _names_finding(
     return ContainerFinding(
         f"manifest-{side}s",
         "warning",
-        f"the manifest lists {side} tensors {names!r} but the model's graph {side}s are "
-        f"{graph_names!r} ({detail}); the embedded model is the truth: regenerate the manifest",
+        f"the manifest lists {side} tensors {_brief(names)} but the model's graph {side}s are "
+        f"{_brief(graph_names)} ({detail}); the embedded model is the truth: regenerate the "
+        "manifest",
         location,
     )
 
@@ -1257,7 +1302,7 @@ def container_findings(
     manifest = container.manifest
     version = manifest.get("version", _MISSING)
     if version != MANIFEST_VERSION:
-        shown = "missing" if version is _MISSING else repr(version)
+        shown = "missing" if version is _MISSING else _brief(version)
         findings.append(
             ContainerFinding(
                 "manifest-version",
@@ -1291,7 +1336,8 @@ def _sharding_findings(manifest: Mapping[str, Any], plan: Any) -> list[Container
             ContainerFinding(
                 "manifest-allowed-shards",
                 "warning",
-                f"the manifest has no sharding.allowed_shards; the plan allows {plan_allowed}",
+                "the manifest has no sharding.allowed_shards; the plan allows "
+                f"{_brief(plan_allowed)}",
                 location,
             )
         )
@@ -1301,8 +1347,8 @@ def _sharding_findings(manifest: Mapping[str, Any], plan: Any) -> list[Container
             ContainerFinding(
                 "manifest-allowed-shards",
                 "warning",
-                f"the manifest allows {manifest_allowed!r} shards but the plan allows "
-                f"{plan_allowed!r}; the plan is the truth: regenerate the manifest",
+                f"the manifest allows {_brief(manifest_allowed)} shards but the plan allows "
+                f"{_brief(plan_allowed)}; the plan is the truth: regenerate the manifest",
                 location,
             )
         )
@@ -1313,8 +1359,8 @@ def _sharding_findings(manifest: Mapping[str, Any], plan: Any) -> list[Container
                 ContainerFinding(
                     "manifest-configurations",
                     "warning",
-                    f"the plan has configurations of {missing} shards that the manifest's "
-                    f"allowed_shards {manifest_allowed!r} does not allow; readers that trust "
+                    f"the plan has configurations of {_brief(missing)} shards that the manifest's "
+                    f"allowed_shards {_brief(manifest_allowed)} does not allow; readers that trust "
                     "the manifest will not offer them",
                     location,
                 )
