@@ -317,13 +317,14 @@ class _Header:
 
 def _check_header(header: bytes, file_size: int, source: str) -> _Header:
     """Check every header field against the file size; nothing is sliced or allocated."""
+    truncated = OmnyContainerError(
+        "header",
+        f"the file is {file_size} bytes, shorter than the {HEADER_SIZE}-byte header; it is "
+        "truncated",
+        source=source,
+    )
     if len(header) < len(MAGIC) and MAGIC.startswith(header):
-        raise OmnyContainerError(
-            "header",
-            f"the file is {file_size} bytes, shorter than the {HEADER_SIZE}-byte header; it "
-            "is truncated",
-            source=source,
-        )
+        raise truncated
     if header[:4] != MAGIC:
         raise OmnyContainerError(
             "header.magic",
@@ -332,13 +333,8 @@ def _check_header(header: bytes, file_size: int, source: str) -> _Header:
             source=source,
         )
     if file_size < HEADER_SIZE:
-        raise OmnyContainerError(
-            "header",
-            f"the file is {file_size} bytes, shorter than the {HEADER_SIZE}-byte header; it "
-            "is truncated",
-            source=source,
-        )
-    magic, version, flags, *layout = _FIELDS.unpack_from(header)
+        raise truncated
+    _magic, version, flags, *layout = _FIELDS.unpack_from(header)
     fields = _Header(version, flags, *layout)
     if version != VERSION:
         raise OmnyContainerError(
@@ -375,7 +371,7 @@ def _check_header(header: bytes, file_size: int, source: str) -> _Header:
                 source=source,
             )
         if size:
-            extents.append((name, offset_field, offset, size))
+            extents.append((name, f"header.{offset_field}", offset, size))
     if fields.model_size > MAX_MODEL_SIZE:
         raise OmnyContainerError(
             "header.model_size",
@@ -396,12 +392,12 @@ def _check_header(header: bytes, file_size: int, source: str) -> _Header:
 
 def _check_overlaps(extents: Sequence[tuple[str, str, int, int]], source: str) -> None:
     ordered = sorted(extents, key=lambda extent: (extent[2], extent[2] + extent[3]))
-    for (name_a, _, offset_a, size_a), (name_b, field_b, offset_b, size_b) in zip(
+    for (name_a, _, offset_a, size_a), (name_b, path_b, offset_b, size_b) in zip(
         ordered, ordered[1:]
     ):
         if offset_b < offset_a + size_a:
             raise OmnyContainerError(
-                f"header.{field_b}",
+                path_b,
                 f"the {name_b} section [{offset_b}, {offset_b + size_b}) overlaps the {name_a} "
                 f"section [{offset_a}, {offset_a + size_a}); the header is damaged",
                 source=source,
@@ -726,7 +722,7 @@ def serialize_container(container: Container) -> bytes:
         if (size or name != "reserved" or offset) and offset < HEADER_SIZE:
             raise fail(f"header.{offset_field}", f"offset {offset} is inside the header")
         if size:
-            extents.append((name, offset_field, offset, size))
+            extents.append((name, f"header.{offset_field}", offset, size))
     extents.extend(
         ("unreferenced", "unreferenced", offset, len(data))
         for offset, data in container.unreferenced
@@ -736,6 +732,12 @@ def serialize_container(container: Container) -> bytes:
         if offset < HEADER_SIZE:
             raise fail("unreferenced", f"a kept region starts at {offset}, inside the header")
     _check_overlaps(extents, source)
+    if container.end > MAX_FILE_SIZE:
+        raise fail(
+            "header",
+            f"the sections end at byte {container.end}, over the {MAX_FILE_SIZE}-byte limit of "
+            "a container",
+        )
     if not _same_json(_parse_manifest(container.manifest_bytes, source), container.manifest):
         raise fail(
             "manifest",
@@ -893,7 +895,7 @@ _NO_V1_HOME_DEFAULTS: dict[tuple[str, ...], Any] = {
 }
 # Manifest keys whose value the v1 metadata holds (its own copy is the truth).
 _V1_HOMES: dict[str, frozenset[str]] = {
-    "model": frozenset(k for k in _V1_MODEL),
+    "model": frozenset(_V1_MODEL),
     "input": frozenset({"tensor_names"}),
     "output": frozenset({"tensor_names"}),
     "sharding": frozenset(_V1_SHARDING),

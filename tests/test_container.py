@@ -174,6 +174,18 @@ def test_upgrade_manifest_values_come_from_the_v1_metadata_not_the_graph():
     assert out.model_bytes == proto.SerializeToString()
 
 
+def test_upgrade_re_serializes_the_model_like_upstream():
+    # Upstream embeds onnx.load(v1).SerializeToString(): a v1 file whose fields are stored
+    # out of the canonical order (valid protobuf) upgrades to the same bytes.
+    proto = onnx.load_from_string(V1)
+    props = onnx.ModelProto()
+    props.metadata_props.extend(proto.metadata_props)
+    del proto.metadata_props[:]
+    reordered = props.SerializeToString() + proto.SerializeToString()
+    assert reordered != V1
+    assert c.upgrade(reordered) == UPGRADED
+
+
 def test_downgrade_of_the_upgrade_gives_the_v1_file_back_with_nothing_dropped():
     v1, dropped = c.downgrade(c.parse_container(UPGRADED))
     assert v1 == V1
@@ -340,6 +352,7 @@ def test_hostile_container_raises_a_typed_error_naming_the_field(data, path, fra
     with pytest.raises(OmnyContainerError) as caught:
         c.parse_container(data, source="tiny.omny")
     error = caught.value
+    assert type(error) is OmnyContainerError
     assert isinstance(error, OmnyFormatError) and isinstance(error, ValueError)
     assert error.path == path
     assert error.source == "tiny.omny"
@@ -489,6 +502,12 @@ def test_serialize_refuses_inconsistent_fields():
         c.serialize_container(dataclasses.replace(container, manifest_offset=300))
     assert caught.value.path == "header.manifest_offset"
     assert "overlaps" in str(caught.value)
+    with pytest.raises(OmnyContainerError) as caught:  # refused before allocating 2**40 bytes
+        c.serialize_container(dataclasses.replace(container, reserved_offset=2**40))
+    assert caught.value.path == "header"
+    with pytest.raises(OmnyContainerError) as caught:
+        c.serialize_container(dataclasses.replace(container, unreferenced=((300, b"x"),)))
+    assert caught.value.path == "unreferenced"
 
 
 def test_build_container_lays_sections_out_like_upstream():
