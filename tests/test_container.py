@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onnx_ir_multidevice import _container as c
-from onnx_ir_multidevice._container import OmnyContainerError
+from onnx_ir_multidevice.omny import container as _container as c
+from onnx_ir_multidevice.omny.container import OmnyContainerError
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
 from onnx_ir_multidevice._format import OmnyMetadata
 
