@@ -13,11 +13,11 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from onnx_ir_multidevice.omny import container as _container as c
-from onnx_ir_multidevice.omny.container import OmnyContainerError
-from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
 from onnx_ir_multidevice._format import OmnyMetadata
+
+from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
+from onnx_ir_multidevice.omny import container as c
+from onnx_ir_multidevice.omny.container import OmnyContainerError
 
 DATA = Path(__file__).parent / "data" / "omny-v2"
 V1 = (DATA / "tiny_v1.omny").read_bytes()
