@@ -13,9 +13,9 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx_ir_multidevice._format import OmnyMetadata
 
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
+from onnx_ir_multidevice.omny import OmnyMetadata
 from onnx_ir_multidevice.omny import container as c
 from onnx_ir_multidevice.omny.container import OmnyContainerError
 

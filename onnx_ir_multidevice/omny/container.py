@@ -865,7 +865,7 @@ def unfit_model_reason(*, n_bytes: int | None = None, external_data: bool = Fals
 
 
 # Defaults of the reference writer's v1 dataclasses for keys a v1 document may leave out
-# (the same as onnx_ir_multidevice._format's); None marks a required key.
+# (the same as onnx_ir_multidevice.omny._schema's); None marks a required key.
 _V1_MODEL = {
     "name": None,
     "architecture": "unknown",
