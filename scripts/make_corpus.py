@@ -1114,6 +1114,26 @@ def yolo_like_torchscript(path: Path) -> Built:
     )
 
 
+@builder("yolo_like_symbolic_shapes")
+def yolo_like_symbolic_shapes(path: Path) -> Built:
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    src = _fp32_source("yolo_like_torchscript")
+    m = SymbolicShapeInference.infer_shapes(onnx.load(str(src)), auto_merge=True)
+    onnx.save(m, str(path))
+    return Built(
+        "onnxruntime.tools.symbolic_shape_infer of a torch.onnx torchscript export",
+        ["cnn", "detection", "yolo-like", "multi-output", "fpn", "dim-expressions"],
+        YOLO_NOTES + " This is yolo_like_torchscript after onnxruntime's SymbolicShapeInference "
+        "(auto_merge=True), the pass onnxslim runs in Ultralytics exports: full value_info with "
+        "dims written as sympy expressions, e.g. 'floor(height/2 - 1/2) + 1' and "
+        "'3*(floor(floor(floor(height/2 - 1/2)/2)/2) + 1)*(...)' for the anchor axis of the "
+        "outputs.",
+        {"batch": 1, "height": 640, "width": 640},
+        run_dims={"height": 128, "width": 160},
+    )
+
+
 # --------------------------------------------------------------------------- control flow
 
 
@@ -1591,19 +1611,19 @@ def _magika_feeds(dims: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 WHEELS: dict[str, Wheel] = {
-    "nudenet_yolov8n_320": Wheel(
-        "nudenet",
-        "3.4.2",
-        "nudenet/320n.onnx",
-        "MIT (wheel metadata)",
-        ["cnn", "detection", "yolov8", "ultralytics", "dim-expressions", "symbolic-dims"],
-        "Ultralytics YOLOv8n detector (exported by torch 2.3 TorchScript exporter, then "
-        "value_info added with dims written as expressions like "
-        "'floor(height/2 - 1/2) + 1' and a sum of products for the anchor axis). The weights "
-        "are trained by the NudeNet authors; the wheel is MIT-licensed (Ultralytics itself is "
-        "AGPL-3.0; the model file is redistributed here as the MIT wheel ships it).",
-        {"batch": 1, "height": 320, "width": 320},
-        run_dims={"height": 320, "width": 320},
+    "rapidocr_det_ppocrv6_small": Wheel(
+        "rapidocr",
+        "3.10.0",
+        "rapidocr/models/PP-OCRv6_det_small.onnx",
+        "Apache-2.0",
+        ["cnn", "ocr", "paddle2onnx", "dim-expressions", "symbolic-dims", "segmentation"],
+        "PaddleOCR PP-OCRv6 small text detector (IR 10, opset 11) as rapidocr 3.10 ships it: "
+        "full value_info whose dims are sympy expressions of the input dims such as "
+        "'floor(floor(DynamicDimension.1/2 - 1/2)/2) + 1' (the style onnxruntime's symbolic "
+        "shape inference / onnxslim write, as in Ultralytics exports), output dims named "
+        "'ConvTranspose_459_o0__dN', 147 Identity nodes, Erf-based GELU.",
+        {"DynamicDimension.0": 1, "DynamicDimension.1": 640, "DynamicDimension.2": 640},
+        run_dims={"DynamicDimension.0": 1, "DynamicDimension.1": 64, "DynamicDimension.2": 64},
     ),
     "rapidocr_det_ppocrv4": Wheel(
         "rapidocr-onnxruntime",
@@ -2041,6 +2061,10 @@ def main(argv: list[str] | None = None) -> int:
     by_name = {e["name"]: e for e in load_manifest()}
     if not args.only:
         by_name = {k: v for k, v in by_name.items() if k in BUILDERS}
+        for stale in sorted(CORPUS.glob("*.onnx")):
+            if stale.stem not in BUILDERS:
+                print(f"removing {stale.name} (no builder)")
+                stale.unlink()
     failed = []
     for n in names:
         print(f"==> {n}", flush=True)
