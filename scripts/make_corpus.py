@@ -35,7 +35,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -431,38 +430,38 @@ def _optimum_gpt2_dirs() -> tuple[Path, Path, Path]:
 
     base = WORK / "optimum_gpt2"
     model_dir, nopast, past = base / "model", base / "nopast", base / "past"
-    if not (past / "model.onnx").exists() or not (nopast / "model.onnx").exists():
-        shutil.rmtree(base, ignore_errors=True)
-        _gpt2().save_pretrained(str(model_dir))
-        seed_all(0)
-        with contextlib.redirect_stderr(io.StringIO()):
-            # decoder_model.onnx of older Optimum: no past inputs, present outputs.
-            cfg = AutoConfig.from_pretrained(str(model_dir))
-            ctor = TasksManager.get_exporter_config_constructor(
-                exporter="onnx",
-                model_type="gpt2",
-                task="text-generation-with-past",
-                library_name="transformers",
-            )
-            main_export(
-                str(model_dir),
-                str(nopast),
-                task="text-generation-with-past",
-                opset=18,
-                do_validation=False,
-                custom_onnx_configs={"model": ctor(cfg, use_past=True, use_past_in_inputs=False)},
-            )
-            main_export(
-                str(model_dir),
-                str(past),
-                task="text-generation-with-past",
-                opset=18,
-                do_validation=False,
-            )
+    # Always afresh: each model is built in its own process (see main).
+    shutil.rmtree(base, ignore_errors=True)
+    _gpt2().save_pretrained(str(model_dir))
+    seed_all(0)
+    with contextlib.redirect_stderr(io.StringIO()):
+        # decoder_model.onnx of older Optimum: no past inputs, present outputs.
+        cfg = AutoConfig.from_pretrained(str(model_dir))
+        ctor = TasksManager.get_exporter_config_constructor(
+            exporter="onnx",
+            model_type="gpt2",
+            task="text-generation-with-past",
+            library_name="transformers",
+        )
+        main_export(
+            str(model_dir),
+            str(nopast),
+            task="text-generation-with-past",
+            opset=18,
+            do_validation=False,
+            custom_onnx_configs={"model": ctor(cfg, use_past=True, use_past_in_inputs=False)},
+        )
+        main_export(
+            str(model_dir),
+            str(past),
+            task="text-generation-with-past",
+            opset=18,
+            do_validation=False,
+        )
     return model_dir, nopast, past
 
 
-def _optimum_feeds(merged: bool) -> Callable:
+def _optimum_feeds(merged: bool, heads: int = 4) -> Callable:
     def feeds(dims: dict[str, Any]) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(0)
         b, s, p = 2, 3, 5
@@ -473,7 +472,7 @@ def _optimum_feeds(merged: bool) -> Callable:
         }
         for i in range(2):
             for kv in ("key", "value"):
-                out[f"past_key_values.{i}.{kv}"] = rng.standard_normal((b, 4, p, 16)).astype(
+                out[f"past_key_values.{i}.{kv}"] = rng.standard_normal((b, heads, p, 16)).astype(
                     np.float32
                 )
         if merged:
@@ -520,12 +519,10 @@ def gpt2_merged_optimum(path: Path) -> Built:
     )
 
 
-@builder("llama_gqa_dynamo")
-def llama_gqa_dynamo(path: Path) -> Built:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _llama_config() -> Any:
+    from transformers import LlamaConfig
 
-    seed_all(0)
-    cfg = LlamaConfig(
+    return LlamaConfig(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -537,7 +534,14 @@ def llama_gqa_dynamo(path: Path) -> Built:
         tie_word_embeddings=False,
         attn_implementation="eager",
     )
-    m = LlamaForCausalLM(cfg).eval()
+
+
+@builder("llama_gqa_dynamo")
+def llama_gqa_dynamo(path: Path) -> Built:
+    from transformers import LlamaForCausalLM
+
+    seed_all(0)
+    m = LlamaForCausalLM(_llama_config()).eval()
     w = _Logits.make(m, "logits")
     ids, mask = _text_inputs()
     d = _dims(batch=64, seq=256)
@@ -559,6 +563,132 @@ def llama_gqa_dynamo(path: Path) -> Built:
         "attention, RMSNorm, rotary embeddings, SwiGLU MLP 128, vocab 1000), use_cache=False.",
         dict(TEXT_DIMS),
         int_high=1000,
+    )
+
+
+@builder("llama_kv_optimum")
+def llama_kv_optimum(path: Path) -> Built:
+    from optimum.exporters.onnx import main_export
+    from transformers import LlamaForCausalLM
+
+    base = WORK / "optimum_llama"
+    shutil.rmtree(base, ignore_errors=True)
+    seed_all(0)
+    LlamaForCausalLM(_llama_config()).eval().save_pretrained(str(base / "model"))
+    seed_all(0)
+    with contextlib.redirect_stderr(io.StringIO()):
+        main_export(
+            str(base / "model"),
+            str(base / "past"),
+            task="text-generation-with-past",
+            opset=18,
+            do_validation=False,
+        )
+    shutil.copyfile(base / "past" / "model.onnx", path)
+    return Built(
+        "optimum (main_export task=text-generation-with-past, TorchScript exporter inside)",
+        ["decoder", "llama", "rotary", "gqa", "rmsnorm", "kv-cache"],
+        "Optimum's Llama decoder with past (same tiny config as llama_gqa_dynamo: 4 query "
+        "heads, 2 key/value heads): past_key_values.<i>.key/value (batch_size, 2, "
+        "past_sequence_length, 16) in, present.<i>.* out, attention_mask over past + new "
+        "tokens, position_ids input.",
+        {"batch_size": 1, "sequence_length": 1, "past_sequence_length": 127},
+        feeds=_optimum_feeds(False, heads=2),
+    )
+
+
+@builder("albert_torchscript")
+def albert_torchscript(path: Path) -> Built:
+    import torch
+    from transformers import AlbertConfig, AlbertModel
+
+    seed_all(0)
+    cfg = AlbertConfig(
+        embedding_size=32,
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_hidden_groups=1,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=1000,
+        max_position_embeddings=256,
+        attn_implementation="eager",
+    )
+    m = AlbertModel(cfg, add_pooling_layer=False).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    ids, mask = _text_inputs()
+    export_torchscript(
+        W().eval(),
+        (ids, mask),
+        path,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["last_hidden_state"],
+        dynamic_axes={**TEXT_AXES, "last_hidden_state": {0: "batch", 1: "seq"}},
+    )
+    return Built(
+        "torch.onnx torchscript",
+        ["encoder", "albert", "shared-weights"],
+        "ALBERT (4 layers sharing ONE set of layer weights, num_hidden_groups=1; factorised "
+        "embeddings 32 -> hidden 64; 4 heads): every layer's nodes read the same "
+        "initializers (each MatMul weight is read by 4 nodes), so any cut puts the same "
+        "weights in both stages. TorchScript on purpose: the dynamo exporter's constant folding "
+        "writes a separate transposed copy of the shared weights for every layer (1.15 MB, "
+        "no sharing left). TorchScript also deduplicates identical folded tensors, e.g. one "
+        "zero bias read by 8 nodes.",
+        dict(TEXT_DIMS),
+        int_high=1000,
+    )
+
+
+@builder("lstm_gru_torchscript")
+def lstm_gru_torchscript(path: Path) -> Built:
+    import torch
+    from torch import nn
+
+    seed_all(0)
+
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(500, 32)
+            self.lstm = nn.LSTM(32, 48, num_layers=2, batch_first=True, bidirectional=True)
+            self.gru = nn.GRU(96, 32, batch_first=True)
+            self.out = nn.Linear(32, 9)
+
+        def forward(self, tokens: Any) -> Any:
+            x, _ = self.lstm(self.emb(tokens))
+            x, h = self.gru(x)
+            return self.out(x), h
+
+    tokens = torch.randint(0, 500, (2, 7), generator=torch.Generator().manual_seed(1))
+    export_torchscript(
+        Tagger().eval(),
+        (tokens,),
+        path,
+        input_names=["tokens"],
+        output_names=["tag_logits", "h_n"],
+        dynamic_axes={
+            "tokens": {0: "batch", 1: "seq"},
+            "tag_logits": {0: "batch", 1: "seq"},
+            "h_n": {1: "batch"},
+        },
+    )
+    return Built(
+        "torch.onnx torchscript",
+        ["rnn", "lstm", "gru", "bidirectional", "tagger"],
+        "Sequence tagger: Embedding(500, 32) -> 2-layer bidirectional LSTM(48) -> GRU(32) -> "
+        "Linear(9); ONNX LSTM and GRU ops with their weights as initializers (the recurrence "
+        "is inside one op, not a Loop).",
+        dict(TEXT_DIMS),
+        int_high=500,
     )
 
 
@@ -1310,7 +1440,7 @@ def mlp_helper_novi(path: Path) -> Built:
     rng = np.random.default_rng(0)
     f = TensorProto.FLOAT
     inits, nodes = [], []
-    dims = [128, 256, 256, 256, 64]
+    dims = [64, 128, 128, 128, 32]
     x = "input"
     for i in range(len(dims) - 1):
         w = rng.standard_normal((dims[i], dims[i + 1])).astype(np.float32) * 0.05
@@ -1333,8 +1463,8 @@ def mlp_helper_novi(path: Path) -> Built:
     g = helper.make_graph(
         nodes,
         "mlp",
-        [helper.make_tensor_value_info("input", f, ["N", 128])],
-        [helper.make_tensor_value_info("probs", f, ["N", 64])],
+        [helper.make_tensor_value_info("input", f, ["N", 64])],
+        [helper.make_tensor_value_info("probs", f, ["N", 32])],
         inits,
     )
     m = helper.make_model(
@@ -2048,7 +2178,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], help="build only NAME (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the model names and exit")
     ap.add_argument("--keep-going", action="store_true", help="record failures and go on")
+    ap.add_argument("--worker", metavar="NAME", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", metavar="JSON", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        entry = build_one(args.worker)
+        Path(args.worker_out).write_text(json.dumps(entry))
+        return 0
     if args.list:
         for n in BUILDERS:
             kind = "wheel" if n in WHEELS else "generated"
@@ -2068,11 +2204,24 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     for n in names:
         print(f"==> {n}", flush=True)
-        try:
-            e = build_one(n)
-        except Exception:
-            tb = traceback.format_exc()
-            print(tb, file=sys.stderr)
+        # Each model in a fresh process: the TorchScript exporter numbers values
+        # (onnx::MatMul_658) with a process-wide counter, so building in one process would
+        # make a file's bytes depend on which models were built before it.
+        with tempfile.TemporaryDirectory() as td:
+            res = Path(td) / "entry.json"
+            p = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--worker",
+                    n,
+                    "--worker-out",
+                    str(res),
+                ],
+                check=False,
+            )
+            e = json.loads(res.read_text()) if p.returncode == 0 and res.exists() else None
+        if e is None:
             failed.append(n)
             if not args.keep_going:
                 save_manifest(list(by_name.values()))
