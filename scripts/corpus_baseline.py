@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"
 STEPS = ("plan", "check", "annotate", "split", "verify", "run")
 PKG = "onnx_ir_multidevice"
+WORK_DIR = [""]  # the scratch folder, shown as $WORK in the report
 
 
 def _omny() -> list[str]:
@@ -75,12 +76,13 @@ def summarize(out: str) -> dict[str, Any]:
         )
         info["exception"] = exc.strip()[:300]
         frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', tb)
-        pkg_frames = [f for f in frames if f"/{PKG}/" in f[0]]
+        pkg_frames = [f for f in frames if f"{PKG}/" in f[0]]
         if pkg_frames:
             f = pkg_frames[-1]
             info["frame"] = f"{f[0][f[0].index(PKG) :]}:{f[1]} in {f[2]}"
     else:
-        err = [ln for ln in lines if re.search(r"error|OMNY\d+|fail", ln, re.I)]
+        err = [ln for ln in lines if re.match(r"(omny: )?error\b", ln.strip(), re.I)]
+        err = err or [ln for ln in lines if re.search(r"error|fail", ln, re.I)]
         if err:
             info["error_lines"] = err[:3]
     return info
@@ -109,8 +111,13 @@ def run_cmd(cmd: list[str], timeout: int) -> dict[str, Any]:
             else (e.stdout or "")
         )
     dt = round(time.monotonic() - t, 2)
+    out = out.replace(str(ROOT) + "/", "")
+    if WORK_DIR[0]:
+        out = out.replace(WORK_DIR[0] + "/", "$WORK/")
     short = [c if len(c) < 120 else "…" + c[-60:] for c in cmd]
-    rel = [str(Path(c).relative_to(ROOT)) if c.startswith(str(ROOT)) else c for c in short]
+    rel = [c.replace(str(ROOT) + "/", "") for c in short]
+    if WORK_DIR[0]:
+        rel = [c.replace(WORK_DIR[0] + "/", "$WORK/") for c in rel]
     return {
         "cmd": " ".join(["omny", *rel[len(_omny()) :]]),
         "rc": rc,
@@ -164,10 +171,12 @@ def baseline_one(entry: dict[str, Any], work: Path, timeout: int) -> dict[str, A
     }
     for step, cmd in cmds.items():
         res["steps"][step] = run_cmd(cmd, timeout)
-    failed = [s for s in STEPS if res["steps"][s]["rc"] != 0]
+    after = [s for s in STEPS[1:] if res["steps"][s]["rc"] != 0]
+    res["first_failure_after_plan"] = after[0] if after else None
     if res["plan_attempts"][0]["rc"] != 0:
-        failed = ["plan(plain)", *failed]
-    res["first_failure"] = failed[0] if failed else None
+        res["first_failure"] = "plan"
+    else:
+        res["first_failure"] = after[0] if after else None
     return res
 
 
@@ -181,12 +190,25 @@ def _cell(r: dict[str, Any] | None) -> str:
 
 def _err(r: dict[str, Any]) -> str:
     if "exception" in r:
-        s = r["exception"]
+        s = r["exception"] if len(r["exception"]) < 160 else r["exception"][:160] + "…"
         if "frame" in r:
             s += f" @ {r['frame']}"
         return s
-    lines = r.get("error_lines") or r.get("last") or r.get("first") or []
+    if r.get("error_lines"):
+        return " / ".join(r["error_lines"][:2])
+    lines = r.get("last") or r.get("first") or []
     return " / ".join(lines[-2:])
+
+
+def _signature(err: str) -> str:
+    """An error with its model-specific parts (quoted names, numbers, paths) blanked."""
+    err = err.split(" / ")[0]
+    err = re.sub(r"Node\(name=.*?(?=@|$)", "Node(…) ", err)
+    err = re.sub(r"'[^']*'", "'…'", err)
+    err = re.sub(r"\$WORK/\S+|tests/corpus/\S+", "FILE", err)
+    err = re.sub(r"\[[^\]]*\]", "[…]", err)
+    err = re.sub(r"(?<![\w.])\d+(?![\w.])", "N", err)
+    return err.strip()[:200]
 
 
 def _md_escape(s: str) -> str:
@@ -221,19 +243,31 @@ def write_report(
     all_ok = sum(1 for r in results if r["first_failure"] is None)
     plan_plain = sum(1 for r in results if r["plan_attempts"][0]["rc"] == 0)
     plan_any = sum(1 for r in results if r.get("plan_flags"))
+    some_ok = sum(
+        1 for r in results if r.get("plan_flags") and r.get("first_failure_after_plan") is None
+    )
     out.append(
-        f"**{all_ok}/{n}** models pass every step with plain `omny plan`; "
-        f"plain plan succeeds on {plan_plain}/{n}, some plan variant on {plan_any}/{n}."
+        f"**{all_ok}/{n}** models pass every step with plain `omny plan`, {some_ok}/{n} with "
+        f"some plan variant; plain plan succeeds on {plan_plain}/{n}, some plan variant on "
+        f"{plan_any}/{n}."
     )
     for s in STEPS[1:]:
         ok = sum(1 for r in results if r["steps"].get(s, {}).get("rc") == 0)
         out.append(f"{s}: {ok}/{n}" + (";" if s != "run" else "."))
     out.append("")
     out.append(
-        "| model | source | nodes | plan | check | annotate | split | verify | run "
-        "| first failure | error (first failing step) |"
+        "Columns: *first failure* is the first step that failed, plain `omny plan` included, "
+        "with its exit code; *after plan* is the first of check..run that failed once some plan "
+        "variant had succeeded; *error* quotes that later step when there is one, else the "
+        "plain plan (exception type and innermost package frame for tracebacks, else the "
+        "`omny: error:` line). `$WORK` is the scratch folder."
     )
-    out.append("|---|---|---:|---|---|---|---|---|---|---|---|")
+    out.append("")
+    out.append(
+        "| model | source | nodes | plan | check | annotate | split | verify | run "
+        "| first failure (rc) | after plan | error |"
+    )
+    out.append("|---|---|---:|---|---|---|---|---|---|---|---|---|")
     for r in results:
         e = manifest[r["name"]]
         plan = r["steps"]["plan"]
@@ -244,16 +278,44 @@ def write_report(
         )
         cells = [pc] + [_cell(r["steps"].get(s)) for s in STEPS[1:]]
         ff = r["first_failure"]
+        fa = r.get("first_failure_after_plan")
         if ff is None:
-            err = ""
+            err, ffc = "", "—"
         else:
-            step = "plan" if ff.startswith("plan") else ff
-            err = _err(r["plan_attempts"][0] if ff.startswith("plan") else r["steps"][step])
+            first = r["plan_attempts"][0] if ff == "plan" else r["steps"][ff]
+            ffc = f"{ff} ({first['rc']})"
+            err = _err(r["steps"][fa] if fa else first)
+        if not r.get("plan_flags"):
+            fac = "—"
+        else:
+            fac = f"{fa} ({r['steps'][fa]['rc']})" if fa else "none"
         out.append(
             f"| {r['name']} | {e['source']} | {e['nodes']} | "
             + " | ".join(cells)
-            + f" | {ff or '—'} | {_md_escape(err)} |"
+            + f" | {ffc} | {fac} | {_md_escape(err)} |"
         )
+    out.append("")
+    out.append("## Failure classes")
+    out.append("")
+    out.append(
+        "Errors of every failing step (plain plan, and check..run after the plan variant that "
+        "worked; a failed plan variant is not counted), with quoted names and numbers blanked:"
+    )
+    out.append("")
+    classes: dict[str, list[str]] = {}
+    for r in results:
+        rows = [("plan", r["plan_attempts"][0])]
+        rows += [(st, r["steps"][st]) for st in STEPS[1:] if st in r["steps"]]
+        seen = set()
+        for st, x in rows:
+            if x["rc"] == 0:
+                continue
+            key = f"{st}: {_signature(_err(x))}"
+            if key not in seen:
+                seen.add(key)
+                classes.setdefault(key, []).append(r["name"])
+    for key, names in sorted(classes.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        out.append(f"- **{len(names)}** × `{_md_escape(key)}` — {', '.join(names)}")
     out.append("")
     out.append("## Details")
     out.append("")
@@ -269,6 +331,8 @@ def write_report(
             status = _cell(s)
             out.append(f"- **{label}**: {status} ({s['seconds']} s) — `{s['cmd']}`")
             if s["rc"] != 0:
+                for ln in s.get("error_lines", []):
+                    out.append(f"  - error: `{_md_escape(ln)}`")
                 if "exception" in s:
                     out.append(f"  - exception: `{_md_escape(s['exception'])}`")
                 if "frame" in s:
@@ -327,8 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     entries = json.loads((CORPUS / "manifest.json").read_text())
     manifest = {e["name"]: e for e in entries}
     names = args.only or [e["name"] for e in entries]
-    work = Path(args.work)
+    work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    WORK_DIR[0] = str(work)
     results: dict[str, dict[str, Any]] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
         futs = {ex.submit(baseline_one, manifest[n], work, args.timeout): n for n in names}
