@@ -82,7 +82,7 @@ def summarize(out: str) -> dict[str, Any]:
             info["frame"] = f"{f[0][f[0].index(PKG) :]}:{f[1]} in {f[2]}"
     else:
         err = [ln for ln in lines if re.match(r"(omny: )?error\b", ln.strip(), re.I)]
-        err = err or [ln for ln in lines if re.search(r"error|fail", ln, re.I)]
+        err = err or [ln for ln in lines if re.search(r"error|fail|mismatch", ln, re.I)]
         if err:
             info["error_lines"] = err[:3]
     return info
