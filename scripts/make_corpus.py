@@ -2138,7 +2138,11 @@ def build_one(name: str) -> dict[str, Any]:
         "generator": built.generator,
         "versions": versions()
         if built.source == "generated"
-        else {"package": f"{built.extra['package']}=={built.extra['package_version']}"},
+        else {
+            "package": f"{built.extra['package']}=={built.extra['package_version']}",
+            "onnx (checked with)": _v("onnx"),
+            "onnxruntime (run with)": _v("onnxruntime"),
+        },
         "license": built.license,
         "dynamic_axes": facts.pop("dynamic_axes"),
         "suggested_dims": built.suggested_dims,
@@ -2157,6 +2161,9 @@ def build_one(name: str) -> dict[str, Any]:
         entry["wheel"] = {
             k: built.extra[k] for k in ("package", "package_version", "wheel", "member")
         }
+        entry["wheel"]["wheel_sha256"] = hashlib.sha256(
+            (WHEEL_CACHE / built.extra["wheel"]).read_bytes()
+        ).hexdigest()
     return entry
 
 
