@@ -12,6 +12,8 @@ The public API, grouped by layer (see the docs for a guide to each):
   :mod:`~onnx_ir_multidevice.passes`;
 * **Planning, splitting, running** -- :func:`plan`, :func:`split`, :func:`verify`,
   :class:`Pipeline`;
+* **Exporting** -- :func:`export` to a registered format (:class:`Exporter`,
+  :func:`register_exporter`, :mod:`~onnx_ir_multidevice.exporters`);
 
 The names are imported on first use (:pep:`562`), so ``import onnx_ir_multidevice`` and the
 ``omny`` command line start fast; nothing imports onnxruntime until a function that runs a
@@ -26,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 from onnx_ir_multidevice._version import __version__
 
 if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and IDEs
-    from onnx_ir_multidevice import omny, passes, testing
+    from onnx_ir_multidevice import exporters, omny, passes, testing
     from onnx_ir_multidevice._errors import (
         BindingError,
         CheckError,
+        ExportError,
         OmnyError,
         OmnyFormatError,
         OmnyIOError,
@@ -49,6 +52,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
         bind,
     )
     from onnx_ir_multidevice.checker import Diagnostic, Severity, check
+    from onnx_ir_multidevice.exporters import Exporter, export, register_exporter
     from onnx_ir_multidevice.omny import (
         CutPoint,
         ExportInfo,
@@ -97,11 +101,17 @@ __all__ = [
     "save_split",
     "split",
     "verify",
+    # Exporting
+    "Exporter",
+    "export",
+    "exporters",
+    "register_exporter",
     # Test models
     "testing",
     # Errors
     "BindingError",
     "CheckError",
+    "ExportError",
     "OmnyError",
     "OmnyFormatError",
     "OmnyIOError",
@@ -130,10 +140,12 @@ _HOMES: dict[str, str] = {
     "plan": f"{_P}.planner",
     **dict.fromkeys(("save_split", "split"), f"{_P}._split"),
     **dict.fromkeys(("Pipeline", "VerifyReport", "verify"), f"{_P}.runtime"),
+    **dict.fromkeys(("Exporter", "export", "register_exporter"), f"{_P}.exporters"),
     **dict.fromkeys(
         (
             "BindingError",
             "CheckError",
+            "ExportError",
             "OmnyError",
             "OmnyFormatError",
             "OmnyIOError",
@@ -151,6 +163,7 @@ _SUBMODULES = frozenset(
         "binding",
         "checker",
         "examples",
+        "exporters",
         "graph",
         "omny",
         "passes",

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "BindingError",
     "CheckError",
+    "ExportError",
     "OmnyError",
     "OmnyFormatError",
     "OmnyIOError",
@@ -74,6 +75,10 @@ class PlanError(OmnyError, ValueError):
 
 class SplitError(OmnyError, ValueError):
     """A model cannot be split into stages as requested."""
+
+
+class ExportError(OmnyError, ValueError):
+    """A model cannot be exported as asked: unknown format or option, or content it cannot hold."""
 
 
 class VerifyError(OmnyError, RuntimeError):
