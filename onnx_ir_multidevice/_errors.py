@@ -105,3 +105,12 @@ class PipelineError(OmnyError, RuntimeError):
             where.append(f"request {request}")
         prefix = f"[{', '.join(where)}] " if where else ""
         super().__init__(prefix + message)
+
+
+def __set_module() -> None:
+    """Show the errors as ``onnx_ir_multidevice.<Name>``, where the package root exports them."""
+    for name in __all__:
+        globals()[name].__module__ = "onnx_ir_multidevice"
+
+
+__set_module()

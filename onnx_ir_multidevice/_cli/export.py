@@ -1,7 +1,7 @@
 """``omny export --format NAME IN OUT``: write a planned model in another format.
 
 The formats are those registered with
-:func:`onnx_ir_multidevice.exporters.register_exporter` (``omny export --list-formats``
+:func:`onnx_ir_multidevice.register_exporter` (``omny export --list-formats``
 lists them with their options): ``split`` writes what ``omny split`` writes. ``--shards N``
 picks the plan's configuration with N shards for a format that splits the model; each
 ``--option NAME=VALUE`` passes one of the format's options; ``--force`` replaces an existing

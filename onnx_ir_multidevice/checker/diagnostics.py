@@ -1,6 +1,6 @@
 """Diagnostics reported by the checker: stable codes, severities and locations.
 
-A :class:`Diagnostic` is one finding of :func:`onnx_ir_multidevice.checker.core.check`. Its
+A :class:`Diagnostic` is one finding of :func:`onnx_ir_multidevice.check`. Its
 ``code`` is stable across releases (tools may filter on it) and belongs to one family:
 
 * ``OMNY1xx`` -- the ``.omny`` format: the spec's validation rules and cut-point

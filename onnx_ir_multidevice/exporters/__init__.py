@@ -47,6 +47,7 @@ __all__ = [
     "unregister_exporter",
 ]
 
+from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.exporters.protocol import Exporter, ExportResult
 from onnx_ir_multidevice.exporters.registry import (
     export,
@@ -56,3 +57,5 @@ from onnx_ir_multidevice.exporters.registry import (
     unregister_exporter,
 )
 from onnx_ir_multidevice.exporters.split_directory import SplitDirectoryExporter
+
+set_public_module(globals(), root={"Exporter", "export", "register_exporter"})

@@ -14,7 +14,7 @@ import onnx_ir as ir
 
 @dataclasses.dataclass(frozen=True)
 class ExportResult:
-    """What an exporter wrote, as :func:`~onnx_ir_multidevice.exporters.export` returns it.
+    """What an exporter wrote, as :func:`~onnx_ir_multidevice.export` returns it.
 
     ``omny export --json`` prints :meth:`to_dict`.
     """
@@ -52,8 +52,8 @@ class Exporter(Protocol):
     """Writes a model in another format: the split directory, a container, a toolchain's input.
 
     Any object with these attributes and this method is an exporter (no base class to
-    inherit); :func:`~onnx_ir_multidevice.exporters.register_exporter` makes it available to
-    :func:`~onnx_ir_multidevice.exporters.export` and ``omny export --format``.
+    inherit); :func:`~onnx_ir_multidevice.register_exporter` makes it available to
+    :func:`~onnx_ir_multidevice.export` and ``omny export --format``.
 
     An exporter that cuts the model into stages takes them from the split machinery
     (:func:`~onnx_ir_multidevice.split` and the manifest that ``save_split`` writes), so

@@ -121,7 +121,7 @@ def export(
         shards: Number of pipeline stages, for a format that splits the model.
         force: Replace an existing ``destination``.
         **options: The format's options (its exporter's
-            :attr:`~onnx_ir_multidevice.exporters.Exporter.option_help`).
+            :attr:`~onnx_ir_multidevice.Exporter.option_help`).
 
     Returns:
         What was written; ``format`` is the name the exporter was looked up by.

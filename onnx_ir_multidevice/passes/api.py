@@ -61,9 +61,9 @@ def annotate(
             selected do not block, nor do those of an earlier ``omny/`` annotation that this
             call rewrites.
         relaxed_cuts: Accept cuts that several activations cross (see ``OMNY320``).
-        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of the model's main
+        index: A :class:`~onnx_ir_multidevice.graph.GraphIndex` of the model's main
             graph (``GraphIndex.for_model(model)``), to share the graph analysis with a later
-            :func:`~onnx_ir_multidevice.checker.core.check` of the same model (annotating does not
+            :func:`~onnx_ir_multidevice.check` of the same model (annotating does not
             change the graph, so the index stays valid). Built here when not given.
 
     Returns:
