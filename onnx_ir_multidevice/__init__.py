@@ -4,14 +4,17 @@ The public API, grouped by layer (see the docs for a guide to each):
 
 * **Format** -- the ``.omny`` metadata as frozen dataclasses (:class:`OmnyMetadata`...),
   :mod:`~onnx_ir_multidevice.omny` to read and write it on a model's ``metadata_props``;
-* **Files** -- :func:`load` / :func:`save` (atomic, external data), :func:`roundtrip` /
-  :func:`diff` for lossless proto round trips;
+* **Files** -- :func:`load` / :func:`save` (atomic, external data), :func:`from_proto` /
+  :func:`to_proto`, :func:`roundtrip` and :func:`diff` for lossless proto round trips;
 * **Binding** -- :func:`bind` a ``.omny`` plan to the IR objects it names;
 * **Annotation and checking** -- :func:`annotate` (IR v11 pipeline stages and sharding specs),
   :func:`check` (located :class:`Diagnostic` s), and the onnx-ir passes in
   :mod:`~onnx_ir_multidevice.passes`;
-* **Planning, splitting, running** -- :func:`plan`, :func:`split`, :func:`verify`,
+* **Planning, splitting, running** -- :func:`plan`, :func:`split` (:func:`split_at`,
+  :func:`split_by_stages`, :func:`save_split`, :func:`build_manifest`), :func:`verify`,
   :class:`Pipeline`;
+* **Exporting** -- :func:`export` to a registered format (:class:`Exporter`,
+  :func:`register_exporter`, :mod:`~onnx_ir_multidevice.exporters`);
 
 The names are imported on first use (:pep:`562`), so ``import onnx_ir_multidevice`` and the
 ``omny`` command line start fast; nothing imports onnxruntime until a function that runs a
@@ -26,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 from onnx_ir_multidevice._version import __version__
 
 if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and IDEs
-    from onnx_ir_multidevice import omny, passes, testing
+    from onnx_ir_multidevice import exporters, omny, passes, testing
     from onnx_ir_multidevice._errors import (
         BindingError,
         CheckError,
+        ExportError,
         OmnyError,
         OmnyFormatError,
         OmnyIOError,
@@ -38,9 +42,14 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
         SplitError,
         VerifyError,
     )
-    from onnx_ir_multidevice._proto.convert import diff, roundtrip
-    from onnx_ir_multidevice._proto.files import load, save
-    from onnx_ir_multidevice._split import save_split, split
+    from onnx_ir_multidevice._proto import diff, from_proto, load, roundtrip, save, to_proto
+    from onnx_ir_multidevice._split import (
+        build_manifest,
+        save_split,
+        split,
+        split_at,
+        split_by_stages,
+    )
     from onnx_ir_multidevice.binding import (
         BoundConfiguration,
         BoundCutPoint,
@@ -49,6 +58,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
         bind,
     )
     from onnx_ir_multidevice.checker import Diagnostic, Severity, check
+    from onnx_ir_multidevice.exporters import Exporter, export, register_exporter
     from onnx_ir_multidevice.omny import (
         CutPoint,
         ExportInfo,
@@ -75,9 +85,11 @@ __all__ = [
     "omny",
     # Files and round trip
     "diff",
+    "from_proto",
     "load",
     "roundtrip",
     "save",
+    "to_proto",
     # Binding
     "BoundConfiguration",
     "BoundCutPoint",
@@ -93,15 +105,24 @@ __all__ = [
     # Planning, splitting, running
     "Pipeline",
     "VerifyReport",
+    "build_manifest",
     "plan",
     "save_split",
     "split",
+    "split_at",
+    "split_by_stages",
     "verify",
+    # Exporting
+    "Exporter",
+    "export",
+    "exporters",
+    "register_exporter",
     # Test models
     "testing",
     # Errors
     "BindingError",
     "CheckError",
+    "ExportError",
     "OmnyError",
     "OmnyFormatError",
     "OmnyIOError",
@@ -119,8 +140,9 @@ _HOMES: dict[str, str] = {
         f"{_P}.omny",
     ),
     **dict.fromkeys(("Sharding", "TensorInfo"), f"{_P}.omny"),
-    **dict.fromkeys(("load", "save"), f"{_P}._proto.files"),
-    **dict.fromkeys(("diff", "roundtrip"), f"{_P}._proto.convert"),
+    **dict.fromkeys(
+        ("diff", "from_proto", "load", "roundtrip", "save", "to_proto"), f"{_P}._proto"
+    ),
     **dict.fromkeys(
         ("BoundConfiguration", "BoundCutPoint", "BoundPlan", "UnresolvedReference", "bind"),
         f"{_P}.binding",
@@ -128,12 +150,16 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(("Diagnostic", "Severity", "check"), f"{_P}.checker"),
     "annotate": f"{_P}.passes",
     "plan": f"{_P}.planner",
-    **dict.fromkeys(("save_split", "split"), f"{_P}._split"),
+    **dict.fromkeys(
+        ("build_manifest", "save_split", "split", "split_at", "split_by_stages"), f"{_P}._split"
+    ),
     **dict.fromkeys(("Pipeline", "VerifyReport", "verify"), f"{_P}.runtime"),
+    **dict.fromkeys(("Exporter", "export", "register_exporter"), f"{_P}.exporters"),
     **dict.fromkeys(
         (
             "BindingError",
             "CheckError",
+            "ExportError",
             "OmnyError",
             "OmnyFormatError",
             "OmnyIOError",
@@ -151,6 +177,7 @@ _SUBMODULES = frozenset(
         "binding",
         "checker",
         "examples",
+        "exporters",
         "graph",
         "omny",
         "passes",

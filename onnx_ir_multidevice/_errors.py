@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "BindingError",
     "CheckError",
+    "ExportError",
     "OmnyError",
     "OmnyFormatError",
     "OmnyIOError",
@@ -76,6 +77,10 @@ class SplitError(OmnyError, ValueError):
     """A model cannot be split into stages as requested."""
 
 
+class ExportError(OmnyError, ValueError):
+    """A model cannot be exported as asked: unknown format or option, or content it cannot hold."""
+
+
 class VerifyError(OmnyError, RuntimeError):
     """Verification could not run (the model or a stage failed in onnxruntime)."""
 
@@ -100,3 +105,12 @@ class PipelineError(OmnyError, RuntimeError):
             where.append(f"request {request}")
         prefix = f"[{', '.join(where)}] " if where else ""
         super().__init__(prefix + message)
+
+
+def __set_module() -> None:
+    """Show the errors as ``onnx_ir_multidevice.<Name>``, where the package root exports them."""
+    for name in __all__:
+        globals()[name].__module__ = "onnx_ir_multidevice"
+
+
+__set_module()

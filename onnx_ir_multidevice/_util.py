@@ -1,12 +1,13 @@
-"""Small helpers shared by every layer: pausing the garbage collector, argument checks."""
+"""Small helpers shared by every layer: pausing the GC, argument checks, public module paths."""
 
 from __future__ import annotations
 
-__all__ = ["gc_paused", "require_model"]
+__all__ = ["ROOT_MODULE", "gc_paused", "require_model", "set_public_module"]
 
 import contextlib
 import gc
-from collections.abc import Iterator
+import types
+from collections.abc import Collection, Iterator, Mapping
 
 import onnx_ir as ir
 
@@ -46,3 +47,39 @@ def require_model(model: object, function: str) -> None:
             "with onnx_ir_multidevice.load(path) (an onnx.ModelProto with "
             "onnx_ir.from_proto(proto))"
         )
+
+
+ROOT_MODULE = "onnx_ir_multidevice"
+"""The package root, the public module of every name it exports."""
+
+
+def set_public_module(namespace: Mapping[str, object], *, root: Collection[str] = ()) -> None:
+    """Show the public classes and functions of a package under its public module path.
+
+    As onnx-ir's ``__set_module``: ``repr``, tracebacks, pickles and the API docs then name
+    ``onnx_ir_multidevice.OmnyMetadata`` rather than its implementation module
+    ``onnx_ir_multidevice.omny._schema``. Call it at the end of a package's ``__init__``, with
+    ``globals()``. Only the classes and functions defined inside the package change (a name it
+    re-exports from another package keeps the module that package gives it); constants and
+    modules keep theirs. Pickling still finds them: the root imports its names on first use.
+
+    Args:
+        namespace: The package's ``globals()``: its ``__name__`` and ``__all__`` are read.
+        root: Those of its public names that the package root exports too: their module
+            becomes :data:`ROOT_MODULE`; the others get the package's own name.
+
+    Raises:
+        ValueError: A name of ``root`` is not in the package's ``__all__``.
+    """
+    package = str(namespace["__name__"])
+    public = list(namespace["__all__"])  # type: ignore[call-overload]
+    unknown = set(root).difference(public)
+    if unknown:
+        raise ValueError(f"{package}: {sorted(unknown)} are not in __all__")
+    inside = package + "."
+    for name in public:
+        obj = namespace[name]
+        if not isinstance(obj, (type, types.FunctionType)):
+            continue
+        if obj.__module__ == package or obj.__module__.startswith(inside):
+            obj.__module__ = ROOT_MODULE if name in root else package

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -14,7 +16,7 @@ import onnx_ir as ir
 import pytest
 
 from onnx_ir_multidevice import omny, zoo
-from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._errors import CheckError, OmnyIOError
 from onnx_ir_multidevice.checker.core import check, check_device_configurations, run_check
 from onnx_ir_multidevice.checker.diagnostics import CODES, Diagnostic, Severity
 from onnx_ir_multidevice.omny._schema import (
@@ -525,6 +527,8 @@ def codes(diagnostics: Sequence[Diagnostic]) -> set[str]:
 
 def test_every_code_has_a_trigger():
     assert set(TRIGGERS) == set(CODES)
+    # ... and a row in the docs' table of codes (generated from CODES under exec_code)
+    assert [line.split()[0] for line in _all_codes_table().splitlines()[1:]] == list(CODES)
 
 
 @pytest.mark.parametrize("code", sorted(TRIGGERS))
@@ -680,3 +684,64 @@ def test_check_is_near_linear():
     small, large = per_node(1000), per_node(4000)
     # 2x per node (8x in all for 4x the nodes) plus 50 ms for scheduling noise.
     assert large * 4000 < 2.0 * small * 4000 + 0.05, (small, large)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry: blocking annotate, and the docs table generated from it
+# ---------------------------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def test_blocks_annotate_is_false_only_for_rules_about_an_existing_annotation():
+    # What annotate() skipped before the registry had the field: OMNY3xx but the plan rules.
+    not_blocking = {code for code, info in CODES.items() if not info.blocks_annotate}
+    plan_rules = {"OMNY320", "OMNY322", "OMNY323"}
+    assert not_blocking == {c for c in CODES if c.startswith("OMNY3")} - plan_rules
+
+
+def test_annotate_skips_non_blocking_errors_and_stops_on_blocking_ones():
+    backwards = annotated()
+    node(backwards, "L0").set_pipeline_stage(configuration(backwards, "omny/2-shards"), 1)
+    assert "OMNY300" in {d.code for d in check(backwards) if d.is_error}
+    assert not CODES["OMNY300"].blocks_annotate
+    annotate(backwards)  # rewrites the backward annotation instead of refusing it
+    assert "OMNY300" not in codes(check(backwards))
+    with pytest.raises(CheckError) as info:
+        annotate(TRIGGERS["OMNY320"]())
+    assert CODES["OMNY320"].blocks_annotate
+    assert "OMNY320" in {d.code for d in info.value.diagnostics}
+
+
+def _all_codes_table() -> str:
+    """Run the ``exec_code`` block of the "All codes" section of docs/diagnostics.md."""
+    page = (DOCS / "diagnostics.md").read_text(encoding="utf-8")
+    section = page.split("\n## All codes\n", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```{exec_code}\n", 1)[1].split("\n```", 1)[0]
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        exec(compile(code, "docs/diagnostics.md", "exec"), {})
+    return output.getvalue()
+
+
+def test_docs_table_lists_every_code_from_the_registry():
+    rows = [line.split() for line in _all_codes_table().splitlines()[1:]]
+    assert [row[0] for row in rows] == list(CODES)
+    for row in rows:
+        info = CODES[row[0]]
+        assert row[1] == info.severity.value
+        assert row[2] == ("yes" if info.blocks_annotate else "no")
+        assert " ".join(row[3:]) == info.title
+    page = (DOCS / "diagnostics.md").read_text(encoding="utf-8")
+    assert "| `OMNY" not in page  # no hand-copied table left to drift from the registry
+
+
+def test_a_code_row_without_the_blocks_annotate_column_is_refused():
+    from onnx_ir_multidevice.checker import diagnostics
+
+    with pytest.raises(TypeError, match="blocks_annotate"):
+        diagnostics._codes(("OMNY199", Severity.ERROR, "A rule."))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="twice"):
+        diagnostics._codes(
+            ("OMNY199", Severity.ERROR, True, "A."), ("OMNY199", Severity.INFO, True, "B.")
+        )

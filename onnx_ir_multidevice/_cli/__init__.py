@@ -48,6 +48,7 @@ _SUBCOMMANDS: tuple[str, ...] = (
     "annotate",
     "plan",
     "split",
+    "export",
     "verify",
     "run",
     "demo",

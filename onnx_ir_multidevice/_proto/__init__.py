@@ -11,3 +11,6 @@ __all__ = ["diff", "from_proto", "load", "roundtrip", "save", "to_proto"]
 
 from onnx_ir_multidevice._proto.convert import diff, from_proto, roundtrip, to_proto
 from onnx_ir_multidevice._proto.files import load, save
+from onnx_ir_multidevice._util import set_public_module
+
+set_public_module(globals(), root={"diff", "from_proto", "load", "roundtrip", "save", "to_proto"})

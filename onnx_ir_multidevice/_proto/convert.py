@@ -16,7 +16,7 @@ fixes the known gaps:
   ``GraphProto.sparse_initializer``; :func:`from_proto` refuses a proto that has them.
 * **Empty references.** An empty ``configuration_id`` or ``tensor_name`` loads in onnx-ir
   and then makes serialisation fail. :func:`from_proto` refuses such a proto up front with an
-  :class:`~onnx_ir_multidevice._errors.OmnyFormatError` naming the field.
+  :class:`~onnx_ir_multidevice.OmnyFormatError` naming the field.
 * **Old IR versions.** With ``ir_version < 11`` onnx-ir drops the model and main-graph
   configurations but keeps those in If/Loop/Scan bodies. :func:`to_proto` refuses to write
   a model whose IR version cannot hold its annotations, instead of changing it silently.

@@ -1,7 +1,7 @@
 """Load and save ``.onnx`` / ``.omny`` models: lossless, atomic, external data kept reachable.
 
 Loading parses the protobuf, converts it with
-:func:`onnx_ir_multidevice._proto.convert.from_proto` (which keeps what onnx-ir alone would lose
+:func:`onnx_ir_multidevice.from_proto` (which keeps what onnx-ir alone would lose
 on the way back) and points external tensors at the model's folder. Python's garbage
 collector is paused while the IR is built and while it is serialised: on large graphs
 onnx-ir otherwise spends a large share of its time in collections that find nothing to free.
@@ -91,7 +91,7 @@ def load(path: str | os.PathLike) -> ir.Model:
         OmnyIOError: The file is missing, a directory, unreadable, not an ONNX protobuf, or
             references an external data file that does not exist.
         OmnyFormatError: The multi-device annotations cannot be represented (see
-            :func:`onnx_ir_multidevice._proto.convert.from_proto`).
+            :func:`onnx_ir_multidevice.from_proto`).
         TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
     """
     path = _as_path(path, "load")
@@ -283,7 +283,7 @@ def save(
         OmnyIOError: The destination folder does not exist or is not writable, the
             destination exists and ``overwrite`` is ``False``, or writing failed.
         OmnyFormatError: The model cannot be serialised without losing its multi-device
-            annotations (see :func:`onnx_ir_multidevice._proto.convert.to_proto`).
+            annotations (see :func:`onnx_ir_multidevice.to_proto`).
         TypeError: ``model`` is not an :class:`onnx_ir.Model`, or ``path`` is not a
             ``str`` or ``os.PathLike``.
     """

@@ -31,12 +31,26 @@ __all__ = [
     "Boundary",
     "boundary_crossings",
     "edge_violations",
+    # cut points
+    "DEFAULT_SIDE_LIMIT_BYTES",
+    "CutAnalysis",
+    "CutCandidate",
+    "analyse_cut_points",
+    "find_cut_points",
 ]
 
+from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.analysis.boundaries import (
     Boundary,
     boundary_crossings,
     edge_violations,
+)
+from onnx_ir_multidevice.analysis.cut_points import (
+    DEFAULT_SIDE_LIMIT_BYTES,
+    CutAnalysis,
+    CutCandidate,
+    analyse_cut_points,
+    find_cut_points,
 )
 from onnx_ir_multidevice.analysis.stages import (
     StageAssignmentError,
@@ -59,3 +73,5 @@ from onnx_ir_multidevice.graph.index import (
     topological_order,
     value_consumers,
 )
+
+set_public_module(globals())

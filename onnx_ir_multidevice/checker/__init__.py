@@ -9,7 +9,35 @@
 
 from __future__ import annotations
 
-__all__ = ["CODES", "CheckReport", "CodeInfo", "Diagnostic", "Severity", "check", "run_check"]
+__all__ = [
+    "CODES",
+    "CheckReport",
+    "CodeInfo",
+    "Diagnostic",
+    "Severity",
+    "check",
+    "check_device_configurations",
+    "configuration_location",
+    "node_location",
+    "run_check",
+    "value_location",
+]
 
-from onnx_ir_multidevice.checker.core import CheckReport, check, run_check
-from onnx_ir_multidevice.checker.diagnostics import CODES, CodeInfo, Diagnostic, Severity
+from onnx_ir_multidevice._util import set_public_module
+from onnx_ir_multidevice.checker.core import (
+    CheckReport,
+    check,
+    check_device_configurations,
+    run_check,
+)
+from onnx_ir_multidevice.checker.diagnostics import (
+    CODES,
+    CodeInfo,
+    Diagnostic,
+    Severity,
+    configuration_location,
+    node_location,
+    value_location,
+)
+
+set_public_module(globals(), root={"Diagnostic", "Severity", "check"})

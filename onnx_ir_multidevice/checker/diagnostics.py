@@ -1,6 +1,6 @@
 """Diagnostics reported by the checker: stable codes, severities and locations.
 
-A :class:`Diagnostic` is one finding of :func:`onnx_ir_multidevice.checker.core.check`. Its
+A :class:`Diagnostic` is one finding of :func:`onnx_ir_multidevice.check`. Its
 ``code`` is stable across releases (tools may filter on it) and belongs to one family:
 
 * ``OMNY1xx`` -- the ``.omny`` format: the spec's validation rules and cut-point
@@ -11,7 +11,9 @@ A :class:`Diagnostic` is one finding of :func:`onnx_ir_multidevice.checker.core.
 * ``OMNY3xx`` -- pipeline consistency: stages along edges, stage numbering, agreement with
   the ``.omny`` plan, and the tensors that cross each stage boundary.
 
-:data:`CODES` lists every code with its default severity and a one-line title.
+:data:`CODES` lists every code with its default severity, whether it blocks
+:func:`~onnx_ir_multidevice.annotate`, and a one-line title: adding a code is one row there,
+its rule in the checker and its trigger test.
 
 Locations are strings in one of these forms:
 
@@ -108,7 +110,7 @@ class Diagnostic:
 
 @dataclasses.dataclass(frozen=True)
 class CodeInfo:
-    """Description of one diagnostic code."""
+    """Description of one diagnostic code: one row of :data:`CODES`."""
 
     code: str
     """The code, e.g. ``OMNY132``."""
@@ -119,85 +121,105 @@ class CodeInfo:
     title: str
     """One-line summary of the rule."""
 
+    blocks_annotate: bool = True
+    """Whether an error with this code stops :func:`~onnx_ir_multidevice.annotate` (with
+    ``check=True``). False for the pipeline rules about an existing annotation, which
+    ``annotate`` rewrites; true for the format, IR and plan rules."""
 
-def _codes(*rows: tuple[str, Severity, str]) -> Mapping[str, CodeInfo]:
-    return {code: CodeInfo(code, severity, title) for code, severity, title in rows}
+
+_Row = tuple[str, Severity, bool, str]
+"""One row of :data:`CODES`: code, default severity, whether it blocks annotate, summary."""
+
+
+def _codes(*rows: _Row) -> Mapping[str, CodeInfo]:
+    table: dict[str, CodeInfo] = {}
+    for row in rows:
+        if len(row) != 4 or not isinstance(row[2], bool):
+            raise TypeError(
+                f"diagnostic code row {row!r}: expected (code, severity, blocks_annotate, "
+                "summary), e.g. ('OMNY199', _E, True, 'What the rule says.')"
+            )
+        code, severity, blocks_annotate, title = row
+        if code in table:
+            raise ValueError(f"diagnostic code {code} is listed twice")
+        table[code] = CodeInfo(code, severity, title, blocks_annotate)
+    return table
 
 
 _E, _W, _I = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 CODES: Mapping[str, CodeInfo] = _codes(
+    # Columns: code, default severity, whether an error blocks annotate(), summary.
+    # Adding a code: one row here, its rule in the checker, its trigger in tests/test_check.py
+    # (docs/diagnostics.md, "Adding a diagnostic code").
     # --- .omny format and spec rules ---
-    ("OMNY100", _I, "The model has no .omny metadata; only the IR checks ran."),
-    ("OMNY101", _E, "The file is not a valid ONNX model."),
-    ("OMNY102", _E, "omnynet_metadata is present but omnynet_version is missing."),
-    ("OMNY103", _E, "omnynet_version is present but omnynet_metadata is missing."),
-    ("OMNY104", _E, "omnynet_metadata is not valid JSON or does not follow the schema."),
-    ("OMNY105", _W, "Unknown or inconsistent .omny format version."),
-    ("OMNY110", _E, "A cut point's after_node is not a node of the graph."),
-    ("OMNY111", _E, "A cut point's tensor_name is not a value of the graph."),
-    ("OMNY112", _E, "A cut point's tensor is not an output of its after_node."),
-    ("OMNY113", _E, "A cut point's node has more than one output tensor."),
-    ("OMNY114", _E, "A cut tensor's shape is not fully defined (only the batch may be dynamic)."),
-    (
-        "OMNY115",
-        _W,
-        "A cut tensor's shape or dtype is not recorded in the graph.",
-    ),
-    ("OMNY116", _E, "A cut point's shape or dtype disagrees with the graph."),
-    ("OMNY117", _E, "A cut point is inside a control-flow body (If/Loop/Scan)."),
-    ("OMNY118", _E, "Two cut points have the same id."),
-    ("OMNY120", _E, "A memory estimate is not positive."),
-    ("OMNY121", _W, "Memory estimates are inconsistent with each other."),
-    ("OMNY130", _E, "No shard configuration is defined."),
-    ("OMNY131", _E, "A configuration does not list num_shards - 1 cut points."),
-    ("OMNY132", _E, "A configuration names a cut point id that is not defined."),
-    ("OMNY133", _E, "memory_per_shard_mb does not have num_shards entries."),
-    ("OMNY134", _E, "A configuration's num_shards is not in allowed_shards."),
-    ("OMNY135", _E, "Shard-count limits are inconsistent (min/max/allowed/num_shards)."),
-    ("OMNY136", _E, "A shard needs more memory than max_shard_size_mb."),
-    ("OMNY137", _W, "max_shard_size_mb exceeds min_vram_mb (no runtime headroom)."),
-    ("OMNY138", _W, "A metadata input/output does not name a graph input/output."),
-    ("OMNY139", _E, "A configuration lists the same cut point twice."),
+    ("OMNY100", _I, True, "The model has no .omny metadata; only the IR checks ran."),
+    ("OMNY101", _E, True, "The file is not a valid ONNX model."),
+    ("OMNY102", _E, True, "omnynet_metadata is present but omnynet_version is missing."),
+    ("OMNY103", _E, True, "omnynet_version is present but omnynet_metadata is missing."),
+    ("OMNY104", _E, True, "omnynet_metadata is not valid JSON or does not follow the schema."),
+    ("OMNY105", _W, True, "Unknown or inconsistent .omny format version."),
+    ("OMNY110", _E, True, "A cut point's after_node is not a node of the graph."),
+    ("OMNY111", _E, True, "A cut point's tensor_name is not a value of the graph."),
+    ("OMNY112", _E, True, "A cut point's tensor is not an output of its after_node."),
+    ("OMNY113", _E, True, "A cut point's node has more than one output tensor."),
+    ("OMNY114", _E, True, "A cut tensor's shape is not static (only the batch may be dynamic)."),
+    ("OMNY115", _W, True, "A cut tensor's shape or dtype is not recorded in the graph."),
+    ("OMNY116", _E, True, "A cut point's shape or dtype disagrees with the graph."),
+    ("OMNY117", _E, True, "A cut point is inside a control-flow body (If/Loop/Scan)."),
+    ("OMNY118", _E, True, "Two cut points have the same id."),
+    ("OMNY120", _E, True, "A memory estimate is not positive."),
+    ("OMNY121", _W, True, "Memory estimates are inconsistent with each other."),
+    ("OMNY130", _E, True, "No shard configuration is defined."),
+    ("OMNY131", _E, True, "A configuration does not list num_shards - 1 cut points."),
+    ("OMNY132", _E, True, "A configuration names a cut point id that is not defined."),
+    ("OMNY133", _E, True, "memory_per_shard_mb does not have num_shards entries."),
+    ("OMNY134", _E, True, "A configuration's num_shards is not in allowed_shards."),
+    ("OMNY135", _E, True, "Shard-count limits are inconsistent (min/max/allowed/num_shards)."),
+    ("OMNY136", _E, True, "A shard needs more memory than max_shard_size_mb."),
+    ("OMNY137", _W, True, "max_shard_size_mb exceeds min_vram_mb (no runtime headroom)."),
+    ("OMNY138", _W, True, "A metadata input/output does not name a graph input/output."),
+    ("OMNY139", _E, True, "A configuration lists the same cut point twice."),
     # --- IR v11 device configurations ---
-    ("OMNY200", _E, "Multi-device fields on a model with ir_version < 11 (lost on save)."),
-    ("OMNY201", _E, "A node device configuration has no ModelConfiguration."),
-    ("OMNY202", _E, "A configuration has an empty name."),
-    ("OMNY203", _E, "A node references a configuration not declared on the model."),
-    ("OMNY204", _E, "A node references a same-named copy, not the registered configuration."),
-    ("OMNY205", _E, "A ShardingSpec has no value."),
-    ("OMNY206", _E, "A sharded value has an empty name."),
-    ("OMNY207", _E, "A sharded value is not an input or output of its node."),
-    ("OMNY208", _E, "A sharded axis is out of range."),
-    ("OMNY209", _E, "A value is sharded along the same axis more than once."),
-    ("OMNY210", _E, "A sharded dimension has num_shards < 1."),
-    ("OMNY211", _E, "A device index is outside the configuration's devices."),
-    ("OMNY212", _E, "Two model configurations have the same name."),
-    ("OMNY213", _E, "device_names does not have num_devices entries."),
-    ("OMNY214", _E, "A configuration has num_devices < 1."),
-    ("OMNY215", _E, "A node has two device configurations for one configuration."),
-    ("OMNY216", _E, "A device-group key shadows a device index."),
-    ("OMNY217", _W, "A device-group key is not used by the spec's devices."),
-    ("OMNY218", _E, "The number of devices does not match the number of shards."),
-    ("OMNY219", _E, "A pipeline stage is negative or beyond int32."),
-    ("OMNY220", _E, "A node shards one value twice under one configuration."),
+    ("OMNY200", _E, True, "Multi-device fields on a model with ir_version < 11 (lost on save)."),
+    ("OMNY201", _E, True, "A node device configuration has no ModelConfiguration."),
+    ("OMNY202", _E, True, "A configuration has an empty name."),
+    ("OMNY203", _E, True, "A node references a configuration not declared on the model."),
+    ("OMNY204", _E, True, "A node references a same-named copy, not the registered configuration."),
+    ("OMNY205", _E, True, "A ShardingSpec has no value."),
+    ("OMNY206", _E, True, "A sharded value has an empty name."),
+    ("OMNY207", _E, True, "A sharded value is not an input or output of its node."),
+    ("OMNY208", _E, True, "A sharded axis is out of range."),
+    ("OMNY209", _E, True, "A value is sharded along the same axis more than once."),
+    ("OMNY210", _E, True, "A sharded dimension has num_shards < 1."),
+    ("OMNY211", _E, True, "A device index is outside the configuration's devices."),
+    ("OMNY212", _E, True, "Two model configurations have the same name."),
+    ("OMNY213", _E, True, "device_names does not have num_devices entries."),
+    ("OMNY214", _E, True, "A configuration has num_devices < 1."),
+    ("OMNY215", _E, True, "A node has two device configurations for one configuration."),
+    ("OMNY216", _E, True, "A device-group key shadows a device index."),
+    ("OMNY217", _W, True, "A device-group key is not used by the spec's devices."),
+    ("OMNY218", _E, True, "The number of devices does not match the number of shards."),
+    ("OMNY219", _E, True, "A pipeline stage is negative or beyond int32."),
+    ("OMNY220", _E, True, "A node shards one value twice under one configuration."),
     # --- pipeline consistency ---
-    ("OMNY300", _E, "An edge goes from a later stage to an earlier one."),
-    ("OMNY301", _E, "Some main-graph nodes have no stage in a staged configuration."),
-    ("OMNY302", _E, "Stages are not contiguous from 0 (a stage has no node)."),
-    ("OMNY303", _E, "A stage is beyond the configuration's devices."),
-    ("OMNY304", _W, "Fewer stages than devices: some devices stay idle."),
-    ("OMNY305", _W, "A node inside a subgraph has a stage other than its parent's."),
-    ("OMNY310", _E, "The annotated stages contradict a cut point of the .omny plan."),
-    ("OMNY311", _W, "The annotated stages differ from the stages the plan's cut points give."),
-    ("OMNY312", _I, "A .omny configuration is not annotated in the IR."),
-    ("OMNY313", _E, "An omny/ configuration does not match the .omny plan."),
-    ("OMNY320", _E, "More than one activation crosses a strict cut."),
-    ("OMNY321", _I, "Tensors crossing a stage boundary."),
-    ("OMNY322", _E, "A configuration's cut points cannot be ordered into a pipeline."),
-    ("OMNY323", _E, "A stage of a configuration's plan has no node."),
+    ("OMNY300", _E, False, "An edge goes from a later stage to an earlier one."),
+    ("OMNY301", _E, False, "Some main-graph nodes have no stage in a staged configuration."),
+    ("OMNY302", _E, False, "Stages are not contiguous from 0 (a stage has no node)."),
+    ("OMNY303", _E, False, "A stage is beyond the configuration's devices."),
+    ("OMNY304", _W, False, "Fewer stages than devices: some devices stay idle."),
+    ("OMNY305", _W, False, "A node inside a subgraph has a stage other than its parent's."),
+    ("OMNY310", _E, False, "The annotated stages contradict a cut point of the .omny plan."),
+    ("OMNY311", _W, False, "The annotated stages differ from those the plan's cut points give."),
+    ("OMNY312", _I, False, "A .omny configuration is not annotated in the IR."),
+    ("OMNY313", _E, False, "An omny/ configuration does not match the .omny plan."),
+    ("OMNY320", _E, True, "More than one activation crosses a strict cut."),
+    ("OMNY321", _I, False, "Tensors crossing a stage boundary."),
+    ("OMNY322", _E, True, "A configuration's cut points cannot be ordered into a pipeline."),
+    ("OMNY323", _E, True, "A stage of a configuration's plan has no node."),
 )
-"""Every diagnostic code, in order, with its default severity and title."""
+"""Every diagnostic code, in order: its default severity, whether an error with it blocks
+:func:`~onnx_ir_multidevice.annotate`, and its summary (the registry behind the docs' table)."""
 
 
 def node_location(node: ir.Node, index: int | None = None) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "value_consumers",
 ]
 
+from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,
     GraphIndex,
@@ -36,3 +37,5 @@ from onnx_ir_multidevice.graph.index import (
     value_consumers,
 )
 from onnx_ir_multidevice.graph.preserve import move_sharding, replace_all_uses_preserving
+
+set_public_module(globals())

@@ -33,6 +33,7 @@ __all__ = [
     "TensorInfo",
 ]
 
+from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.omny._props import PRODUCER_NAME, read, write
 from onnx_ir_multidevice.omny._schema import (
     MAX_DOCUMENT_SIZE,
@@ -47,4 +48,17 @@ from onnx_ir_multidevice.omny._schema import (
     ShardConfiguration,
     Sharding,
     TensorInfo,
+)
+
+set_public_module(
+    globals(),
+    root={
+        "CutPoint",
+        "ExportInfo",
+        "ModelInfo",
+        "OmnyMetadata",
+        "ShardConfiguration",
+        "Sharding",
+        "TensorInfo",
+    },
 )

@@ -5,7 +5,7 @@ An ``.omny`` file is an ONNX model with two entries in ``ModelProto.metadata_pro
 ``omnynet_version``
     The format version (``"1.0"``). It equals the ``version`` field of the JSON document.
 ``omnynet_metadata``
-    The JSON document (:class:`~onnx_ir_multidevice.omny._schema.OmnyMetadata`).
+    The JSON document (:class:`~onnx_ir_multidevice.OmnyMetadata`).
 
 :func:`write` replaces existing entries where they are, or appends version then JSON (the
 reference exporter's order); every other property and its position is left alone. It does
@@ -107,7 +107,7 @@ def write(model: ir.Model, metadata: OmnyMetadata, *, set_producer: bool = False
 
     Raises:
         TypeError: ``model`` is not an :class:`onnx_ir.Model` or ``metadata`` not an
-            :class:`~onnx_ir_multidevice.omny._schema.OmnyMetadata`.
+            :class:`~onnx_ir_multidevice.OmnyMetadata`.
     """
     require_model(model, "omny.write")
     if not isinstance(metadata, OmnyMetadata):

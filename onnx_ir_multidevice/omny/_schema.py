@@ -19,7 +19,7 @@ Rules the layer follows:
   written as ``json.dumps(obj, indent=2)`` would, which is what the reference writer
   (omnynet-export) produces. Its reader crashes on any key it does not know.
 * **Strict, bounded parsing.** Every problem raises
-  :class:`~onnx_ir_multidevice._errors.OmnyFormatError` naming the JSON path, e.g.
+  :class:`~onnx_ir_multidevice.OmnyFormatError` naming the JSON path, e.g.
   ``sharding.configurations[1].cut_point_ids[2]: expected a string, got 3``.
 
 Decisions where the specification is silent:

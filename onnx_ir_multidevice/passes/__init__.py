@@ -21,6 +21,7 @@ __all__ = [
     "configuration_names",
 ]
 
+from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.passes.annotation import (
     OMNY_CONFIGURATION_PREFIX,
     AnnotatePass,
@@ -32,3 +33,5 @@ from onnx_ir_multidevice.passes.api import annotate
 from onnx_ir_multidevice.passes.check import CheckPass
 from onnx_ir_multidevice.passes.reverse import StagesToOmnyPass
 from onnx_ir_multidevice.passes.strip import StripAnnotationsPass
+
+set_public_module(globals(), root={"annotate"})

@@ -17,7 +17,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import CheckError
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.checker import core as _check
-from onnx_ir_multidevice.checker.diagnostics import Diagnostic, Severity
+from onnx_ir_multidevice.checker.diagnostics import CODES, Diagnostic, Severity
 from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.passes.annotation import (
     OMNY_CONFIGURATION_PREFIX,
@@ -27,8 +27,6 @@ from onnx_ir_multidevice.passes.annotation import (
 
 _CONFIGURATION_PATH = re.compile(r"sharding\.configurations\[(\d+)\]")
 _CUT_PATH = re.compile(r"cut_points\[(\d+)\]")
-#: Plan-level pipeline rules, checked on the plan itself (not on an existing annotation).
-_PLAN_RULES = frozenset({"OMNY320", "OMNY322", "OMNY323"})
 
 
 def annotate(
@@ -63,9 +61,9 @@ def annotate(
             selected do not block, nor do those of an earlier ``omny/`` annotation that this
             call rewrites.
         relaxed_cuts: Accept cuts that several activations cross (see ``OMNY320``).
-        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of the model's main
+        index: A :class:`~onnx_ir_multidevice.graph.GraphIndex` of the model's main
             graph (``GraphIndex.for_model(model)``), to share the graph analysis with a later
-            :func:`~onnx_ir_multidevice.checker.core.check` of the same model (annotating does not
+            :func:`~onnx_ir_multidevice.check` of the same model (annotating does not
             change the graph, so the index stays valid). Built here when not given.
 
     Returns:
@@ -131,7 +129,13 @@ def _blocking_errors(
     model: ir.Model,
     configurations: Collection[int] | None,
 ) -> list[Diagnostic]:
-    """Keep the errors that concern the selected configurations (see :func:`annotate`)."""
+    """Keep the errors that concern the selected configurations (see :func:`annotate`).
+
+    An error blocks unless its code is registered as not blocking annotate
+    (:attr:`~onnx_ir_multidevice.checker.CodeInfo.blocks_annotate`: the rules about an existing
+    pipeline annotation, which this call rewrites), it concerns an ``omny/`` configuration, or
+    it concerns a configuration or cut point that is not selected.
+    """
     from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OmnyMetadata
 
     selected_indexes: set[int] | None = None
@@ -157,7 +161,7 @@ def _blocking_errors(
     for diagnostic in diagnostics:
         if diagnostic.severity is not Severity.ERROR:
             continue
-        if diagnostic.code.startswith("OMNY3") and diagnostic.code not in _PLAN_RULES:
+        if not CODES[diagnostic.code].blocks_annotate:
             continue  # about an existing annotation, which this call rewrites
         if diagnostic.location.startswith(f"configuration:{OMNY_CONFIGURATION_PREFIX}"):
             continue

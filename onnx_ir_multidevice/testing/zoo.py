@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -61,17 +61,16 @@ Dim = int | str
 
 
 class _Builder:
-    """Records nodes and initializers of one graph, with unique names and explicit types.
+    """Records the nodes and initializers of one graph on an :class:`onnx_ir.tape.Tape`.
 
-    Every op produces one value whose name equals the node name; the caller gives its dtype
-    and shape (known statically for these architectures), so the graph is fully typed without
-    running shape inference.
+    Every name is claimed once (a duplicate raises). Every op produces one value whose name
+    equals the node name; the caller gives its dtype and shape (known statically for these
+    architectures), so the graph is fully typed without running shape inference.
     """
 
     def __init__(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
-        self.nodes: list[ir.Node] = []
-        self.initializers: list[ir.Value] = []
+        self.tape = ir.tape.Tape()
         self._names: set[str] = set()
 
     def _claim(self, name: str) -> str:
@@ -80,20 +79,17 @@ class _Builder:
         self._names.add(name)
         return name
 
-    def input(self, name: str, dtype: ir.DataType, shape: Sequence[Dim]) -> ir.Value:
+    def value(self, name: str, dtype: ir.DataType, shape: Sequence[Dim]) -> ir.Value:
+        """Return a new typed value named ``name`` (a graph or body input, or a node output)."""
         return ir.Value(name=self._claim(name), type=ir.TensorType(dtype), shape=ir.Shape(shape))
+
+    def input(self, name: str, dtype: ir.DataType, shape: Sequence[Dim]) -> ir.Value:
+        return self.value(name, dtype, shape)
 
     def tensor(self, name: str, array: np.ndarray) -> ir.Value:
         """Add an initializer holding ``array`` (kept with its numpy dtype)."""
-        tensor = ir.Tensor(np.asarray(array, order="C"), name=name)
-        value = ir.Value(
-            name=self._claim(name),
-            type=ir.TensorType(tensor.dtype),
-            shape=ir.Shape(array.shape),
-            const_value=tensor,
-        )
-        self.initializers.append(value)
-        return value
+        tensor = ir.Tensor(np.asarray(array, order="C"), name=self._claim(name))
+        return self.tape.initializer(tensor)
 
     def weight(self, name: str, shape: Sequence[int], std: float = 0.02) -> ir.Value:
         """Add a float32 weight drawn from N(0, std²)."""
@@ -122,17 +118,27 @@ class _Builder:
         self,
         op_type: str,
         inputs: Sequence[ir.Value | None],
-        attributes: dict[str, object] | None = None,
+        attributes: Mapping[str, object] | None = None,
         *,
         name: str,
         dtype: ir.DataType,
         shape: Sequence[Dim],
+        tape: ir.tape.Tape | None = None,
     ) -> ir.Value:
-        output = ir.Value(name=self._claim(name), type=ir.TensorType(dtype), shape=ir.Shape(shape))
-        attrs = ir.convenience.convert_attributes(attributes) if attributes else ()
-        node = ir.Node("", op_type, inputs, attrs, outputs=[output], name=name)
-        self.nodes.append(node)
-        return output
+        """Record a node ``name`` whose one output, also ``name``, has ``dtype`` and ``shape``.
+
+        Args:
+            op_type: The operator (default domain).
+            inputs: Its inputs.
+            attributes: Its attributes, as :meth:`onnx_ir.tape.Tape.op` takes them (a graph
+                for a body).
+            name: Name of the node and of its output.
+            dtype: Data type of the output.
+            shape: Shape of the output.
+            tape: Where to record the node (a body's tape); default: the main graph's.
+        """
+        output = self.value(name, dtype, shape)
+        return (tape or self.tape).op(op_type, inputs, attributes or None, name=name, output=output)
 
     def model(
         self,
@@ -144,8 +150,8 @@ class _Builder:
         graph = ir.Graph(
             inputs,
             outputs,
-            nodes=self.nodes,
-            initializers=self.initializers,
+            nodes=self.tape.nodes,
+            initializers=self.tape.initializers,
             opset_imports={"": OPSET},
             name=name,
         )
@@ -615,59 +621,34 @@ def control_flow(*, width: int = 8, trip_count: int = 3, seed: int = 0) -> ir.Mo
     bias = b.weight("branch.bias", (width,), std=1.0)
 
     def branch(op_type: str, label: str) -> ir.Graph:
-        out = ir.Value(name=b._claim(f"branch.{label}"), type=ir.TensorType(_F32),
-                       shape=ir.Shape(feat))  # fmt: skip
-        node = ir.Node("", op_type, [h, bias], outputs=[out], name=f"branch.{label}")
-        return ir.Graph([], [out], nodes=[node], name=f"branch_{label}")
+        body = ir.tape.Tape()
+        out = b.op(op_type, [h, bias], name=f"branch.{label}", dtype=_F32, shape=feat, tape=body)
+        return ir.Graph([], [out], nodes=body.nodes, name=f"branch_{label}")
 
-    branch_out = ir.Value(name=b._claim("branch"), type=ir.TensorType(_F32), shape=ir.Shape(feat))
     branches = {"then_branch": branch("Add", "then"), "else_branch": branch("Sub", "else")}
-    b.nodes.append(
-        ir.Node(
-            "",
-            "If",
-            [cond],
-            ir.convenience.convert_attributes(branches),
-            outputs=[branch_out],
-            name="branch",
-        )
-    )
+    branch_out = b.op("If", [cond], branches, name="branch", dtype=_F32, shape=feat)
 
     # Loop body: (iteration, cond_in, acc_in) -> (cond_out, acc_out); reads loop.weight, proj.
     w_loop = b.weight("loop.weight", (width, width), std=1.0 / math.sqrt(width))
-    it = ir.Value(
-        name=b._claim("loop.body.iteration"), type=ir.TensorType(_I64), shape=ir.Shape(())
-    )
-    c_in = ir.Value(
-        name=b._claim("loop.body.cond_in"), type=ir.TensorType(_BOOL), shape=ir.Shape(())
-    )
-    acc_in = ir.Value(name=b._claim("loop.body.acc_in"), type=ir.TensorType(_F32),
-                      shape=ir.Shape(feat))  # fmt: skip
-    body_nodes: list[ir.Node] = []
-
-    def body_op(op_type: str, inputs: list[ir.Value], name: str, dtype: ir.DataType, shape):
-        out = ir.Value(name=b._claim(name), type=ir.TensorType(dtype), shape=ir.Shape(shape))
-        body_nodes.append(ir.Node("", op_type, inputs, outputs=[out], name=name))
-        return out
-
-    t = body_op("MatMul", [acc_in, w_loop], "loop.body.matmul", _F32, feat)
-    t = body_op("Add", [t, h], "loop.body.add_proj", _F32, feat)
-    acc_out = body_op("Tanh", [t], "loop.body.acc_out", _F32, feat)
-    c_out = body_op("Identity", [c_in], "loop.body.cond_out", _BOOL, ())
-    body = ir.Graph([it, c_in, acc_in], [c_out, acc_out], nodes=body_nodes, name="loop_body")
+    it = b.value("loop.body.iteration", _I64, ())
+    c_in = b.value("loop.body.cond_in", _BOOL, ())
+    acc_in = b.value("loop.body.acc_in", _F32, feat)
+    body = ir.tape.Tape()
+    t = b.op("MatMul", [acc_in, w_loop], name="loop.body.matmul", dtype=_F32, shape=feat, tape=body)
+    t = b.op("Add", [t, h], name="loop.body.add_proj", dtype=_F32, shape=feat, tape=body)
+    acc_out = b.op("Tanh", [t], name="loop.body.acc_out", dtype=_F32, shape=feat, tape=body)
+    c_out = b.op("Identity", [c_in], name="loop.body.cond_out", dtype=_BOOL, shape=(), tape=body)
+    loop_body = ir.Graph([it, c_in, acc_in], [c_out, acc_out], nodes=body.nodes, name="loop_body")
 
     m = b.tensor("loop.trip_count", np.asarray(trip_count, dtype=np.int64))
     keep_going = b.tensor("loop.cond", np.asarray(True))
-    loop_out = ir.Value(name=b._claim("loop"), type=ir.TensorType(_F32), shape=ir.Shape(feat))
-    b.nodes.append(
-        ir.Node(
-            "",
-            "Loop",
-            [m, keep_going, branch_out],
-            ir.convenience.convert_attributes({"body": body}),
-            outputs=[loop_out],
-            name="loop",
-        )
+    loop_out = b.op(
+        "Loop",
+        [m, keep_going, branch_out],
+        {"body": loop_body},
+        name="loop",
+        dtype=_F32,
+        shape=feat,
     )
     y = b.op("Add", [loop_out, x], name="output", dtype=_F32, shape=feat)
     return b.model("control_flow", [x], [y], doc="zoo.control_flow()")
