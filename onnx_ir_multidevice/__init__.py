@@ -11,7 +11,8 @@ The public API, grouped by layer (see the docs for a guide to each):
   :func:`check` (located :class:`Diagnostic` s), and the onnx-ir passes in
   :mod:`~onnx_ir_multidevice.passes`;
 * **Planning, splitting, running** -- :func:`plan`, :func:`split`, :func:`verify`,
-  :class:`Pipeline`;
+  :class:`Pipeline`, and :class:`Engine` / :func:`register_engine` to run pipelines on an
+  engine of your own;
 
 The names are imported on first use (:pep:`562`), so ``import onnx_ir_multidevice`` and the
 ``omny`` command line start fast; nothing imports onnxruntime until a function that runs a
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
     from onnx_ir_multidevice.passes import annotate
     from onnx_ir_multidevice.planner import plan
     from onnx_ir_multidevice.runtime import Pipeline, VerifyReport, verify
+    from onnx_ir_multidevice.runtime.engines import Engine, register_engine
 
 __all__ = [
     "__version__",
@@ -91,9 +93,11 @@ __all__ = [
     "check",
     "passes",
     # Planning, splitting, running
+    "Engine",
     "Pipeline",
     "VerifyReport",
     "plan",
+    "register_engine",
     "save_split",
     "split",
     "verify",
@@ -130,6 +134,7 @@ _HOMES: dict[str, str] = {
     "plan": f"{_P}.planner",
     **dict.fromkeys(("save_split", "split"), f"{_P}._split"),
     **dict.fromkeys(("Pipeline", "VerifyReport", "verify"), f"{_P}.runtime"),
+    **dict.fromkeys(("Engine", "register_engine"), f"{_P}.runtime.engines"),
     **dict.fromkeys(
         (
             "BindingError",
