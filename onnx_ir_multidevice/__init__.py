@@ -12,7 +12,8 @@ The public API, grouped by layer (see the docs for a guide to each):
   :mod:`~onnx_ir_multidevice.passes`;
 * **Planning, splitting, running** -- :func:`plan`, :func:`split` (:func:`split_at`,
   :func:`split_by_stages`, :func:`save_split`, :func:`build_manifest`), :func:`verify`,
-  :class:`Pipeline`;
+  :class:`Pipeline`, and :class:`Engine` /
+  :func:`register_engine` to run pipelines on an engine of your own;
 * **Exporting** -- :func:`export` to a registered format (:class:`Exporter`,
   :func:`register_exporter`, :mod:`~onnx_ir_multidevice.exporters`);
 
@@ -44,7 +45,10 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
     )
     from onnx_ir_multidevice._proto import diff, from_proto, load, roundtrip, save, to_proto
     from onnx_ir_multidevice._split import (
+        Manifest,
+        ManifestError,
         build_manifest,
+        read_manifest,
         save_split,
         split,
         split_at,
@@ -71,6 +75,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
     from onnx_ir_multidevice.passes import annotate
     from onnx_ir_multidevice.planner import plan
     from onnx_ir_multidevice.runtime import Pipeline, VerifyReport, verify
+    from onnx_ir_multidevice.runtime.engines import Engine, register_engine
 
 __all__ = [
     "__version__",
@@ -103,10 +108,15 @@ __all__ = [
     "check",
     "passes",
     # Planning, splitting, running
+    "Engine",
     "Pipeline",
     "VerifyReport",
+    "Manifest",
+    "ManifestError",
     "build_manifest",
     "plan",
+    "read_manifest",
+    "register_engine",
     "save_split",
     "split",
     "split_at",
@@ -151,10 +161,21 @@ _HOMES: dict[str, str] = {
     "annotate": f"{_P}.passes",
     "plan": f"{_P}.planner",
     **dict.fromkeys(
-        ("build_manifest", "save_split", "split", "split_at", "split_by_stages"), f"{_P}._split"
+        (
+            "Manifest",
+            "ManifestError",
+            "build_manifest",
+            "read_manifest",
+            "save_split",
+            "split",
+            "split_at",
+            "split_by_stages",
+        ),
+        f"{_P}._split",
     ),
     **dict.fromkeys(("Pipeline", "VerifyReport", "verify"), f"{_P}.runtime"),
     **dict.fromkeys(("Exporter", "export", "register_exporter"), f"{_P}.exporters"),
+    **dict.fromkeys(("Engine", "register_engine"), f"{_P}.runtime.engines"),
     **dict.fromkeys(
         (
             "BindingError",

@@ -18,7 +18,7 @@ from onnx_ir_multidevice.runtime import (
     Device,
     Pipeline,
     PipelineTimeoutError,
-    load_plan,
+    load_stages,
     parse_device,
 )
 
@@ -164,9 +164,9 @@ def _no_leaked_threads():
 def test_plan_routes_inputs_and_drops_dead_tensors():
     # Without outputs=, a list of stages returns the last stage's outputs and the earlier
     # outputs no later stage reads.
-    assert load_plan(mlp_stages([1, 3])).graph_outputs == ("y",)
-    assert load_plan(mlp_stages([2])).graph_outputs == ("layer.0.out", "y")
-    plan = load_plan(mlp_stages([1, 3]), outputs=OUTPUTS)
+    assert load_stages(mlp_stages([1, 3])).graph_outputs == ("y",)
+    assert load_stages(mlp_stages([2])).graph_outputs == ("layer.0.out", "y")
+    plan = load_stages(mlp_stages([1, 3]), outputs=OUTPUTS)
     assert plan.num_stages == 3
     assert plan.graph_inputs == ("x", "scale")
     assert plan.graph_outputs == ("layer.0.out", "y")
@@ -185,14 +185,14 @@ def test_plan_rejects_stages_that_do_not_chain():
     with pytest.raises(
         PipelineError, match=r"stage 0 reads \['layer.1.out'\], which stage 1 produces"
     ) as info:
-        load_plan([stages[1], stages[0]])
+        load_stages([stages[1], stages[0]])
     assert info.value.stage == 0
     with pytest.raises(PipelineError, match="shards=3 but the source has 2 stages"):
-        load_plan(stages, 3)
+        load_stages(stages, 3)
     with pytest.raises(PipelineError, match="shards= is required"):
-        load_plan(mlp())
+        load_stages(mlp())
     with pytest.raises(PipelineError, match="the list is empty"):
-        load_plan([])
+        load_stages([])
 
 
 def test_parse_device():
@@ -235,7 +235,7 @@ def test_whole_model_as_one_stage_and_split_model():
         node.set_pipeline_stage(config, stage)
     with Pipeline(model, shards=2, intra_op_num_threads=1) as pipe:
         assert pipe.num_stages == 2
-        assert set(pipe.plan.stages[1].inputs) == {"layer.1.out", "x", "scale"}
+        assert set(pipe.chain.stages[1].inputs) == {"layer.1.out", "x", "scale"}
         assert_outputs(pipe.run(inputs), inputs)
 
 

@@ -27,6 +27,7 @@ PUBLIC_PATHS = (
             "passes",
             "planner",
             "runtime",
+            "runtime.engines",
             "analysis",
             "graph",
             "exporters",

@@ -15,7 +15,12 @@ from onnx_ir_multidevice._errors import SplitError, VerifyError
 from onnx_ir_multidevice._proto.files import save
 from onnx_ir_multidevice._split import split_at
 from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
-from onnx_ir_multidevice.runtime.verification import make_inputs, verify, verify_stages
+from onnx_ir_multidevice.runtime.verification import (
+    compare_outputs,
+    make_inputs,
+    verify,
+    verify_stages,
+)
 
 FLOAT = ir.DataType.FLOAT
 
@@ -160,15 +165,13 @@ def test_verify_without_configuration_is_a_split_error():
 
 
 def test_verify_nan_and_integer_outputs_compare_exactly():
-    from onnx_ir_multidevice.runtime.verification import _compare
-
     nan = np.array([np.nan, 1.0], np.float32)
-    assert _compare("a", nan, nan.copy(), 1e-4, 1e-4).ok
-    assert not _compare("a", nan, np.array([0.0, 1.0], np.float32), 1e-4, 1e-4).ok
+    assert compare_outputs("a", nan, nan.copy(), 1e-4, 1e-4).ok
+    assert not compare_outputs("a", nan, np.array([0.0, 1.0], np.float32), 1e-4, 1e-4).ok
     ints = np.array([1, 2, 3])
-    assert _compare("i", ints, ints.copy(), 0, 0).ok
-    assert _compare("i", ints, ints + [0, 0, 1], 0, 0).mismatches == 1
-    shape = _compare("s", ints, ints[:2], 1, 1)
+    assert compare_outputs("i", ints, ints.copy(), 0, 0).ok
+    assert compare_outputs("i", ints, ints + [0, 0, 1], 0, 0).mismatches == 1
+    shape = compare_outputs("s", ints, ints[:2], 1, 1)
     assert not shape.ok and shape.max_abs_diff == float("inf")
 
 

@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 import dataclasses
+import math
 import sys
 import time
 import traceback
@@ -39,13 +40,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import PlanError
-from onnx_ir_multidevice._proto.convert import roundtrip, to_proto
+from onnx_ir_multidevice._proto.convert import roundtrip
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice.binding.bind import bind
@@ -54,8 +54,9 @@ from onnx_ir_multidevice.passes.api import annotate
 from onnx_ir_multidevice.planner.devices import parse_size
 from onnx_ir_multidevice.planner.memory import format_bytes
 from onnx_ir_multidevice.planner.planning import describe, plan_model
-from onnx_ir_multidevice.runtime import Pipeline
-from onnx_ir_multidevice.runtime.verification import make_inputs, verify_stages
+from onnx_ir_multidevice.runtime.pipeline import Pipeline
+from onnx_ir_multidevice.runtime.sessions import ModelSession, session_options
+from onnx_ir_multidevice.runtime.verification import compare_outputs, make_inputs, verify_stages
 
 DEMO_SHARDS = (2, 3, 4)
 """Shard counts the ``plan`` step plans for."""
@@ -436,22 +437,19 @@ def _step_verify(ctx: DemoContext) -> None:
 
 
 def _step_pipeline(ctx: DemoContext) -> None:
-    import onnxruntime as ort  # optional dependency (the runtime extra)
 
     model = ctx.state["planned_model"]
     requests = [
         make_inputs(model, dims=PIPELINE_DIMS, seed=seed) for seed in range(PIPELINE_REQUESTS)
     ]
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    whole = ort.InferenceSession(
-        to_proto(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
     names = [v.name for v in model.graph.outputs]
-    whole.run(names, requests[0])  # warm up
-    start = time.perf_counter()
-    expected = [dict(zip(names, whole.run(names, r))) for r in requests]
-    whole_s = time.perf_counter() - start
+    options = session_options(intra_op_num_threads=1)
+    with ModelSession(model, options, ["CPUExecutionProvider"]) as owner:
+        whole = owner.session
+        whole.run(names, requests[0])  # warm up
+        start = time.perf_counter()
+        expected = [dict(zip(names, whole.run(names, r))) for r in requests]
+        whole_s = time.perf_counter() - start
     path = ctx.state["planned"]
     with Pipeline(path, PIPELINE_STAGES, intra_op_num_threads=1) as pipe:
         for _ in pipe.map(requests[:2]):  # warm up
@@ -481,18 +479,19 @@ def _step_pipeline(ctx: DemoContext) -> None:
     )
     per_output = {}
     for name in names:
-        worst_abs = worst_rel = 0.0
-        bad = 0
-        for got, want in zip(results, expected):
-            a = np.asarray(got[name], dtype=np.float64)
-            b = np.asarray(want[name], dtype=np.float64)
-            diff = np.abs(a - b)
-            scale = np.abs(b)
-            rel = np.divide(diff, scale, out=np.zeros_like(diff), where=scale > 0)
-            worst_abs = max(worst_abs, float(diff.max(initial=0.0)))
-            worst_rel = max(worst_rel, float(rel.max(initial=0.0)))
-            bad += int(np.count_nonzero(~(diff <= TOLERANCE + TOLERANCE * scale)))
-        per_output[name] = {"max_abs_diff": worst_abs, "max_rel_diff": worst_rel, "mismatches": bad}
+        # verify's comparison, request by request; the worst figures over all requests.
+        comparisons = [
+            compare_outputs(name, want[name], got[name], TOLERANCE, TOLERANCE)
+            for got, want in zip(results, expected)
+        ]
+        worst_abs = max((c.max_abs_diff for c in comparisons), default=0.0)
+        worst_rel = max((c.max_rel_diff for c in comparisons), default=0.0)
+        bad = sum(c.mismatches for c in comparisons)
+        per_output[name] = {
+            "max_abs_diff": worst_abs if math.isfinite(worst_abs) else None,  # JSON has no inf
+            "max_rel_diff": worst_rel if math.isfinite(worst_rel) else None,
+            "mismatches": bad,
+        }
         ctx.say(
             f"  {name}, pipeline vs whole model over {len(results)} requests: max abs diff "
             f"{worst_abs:.3g}, max rel diff {worst_rel:.3g}, "

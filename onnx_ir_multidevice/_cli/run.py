@@ -4,8 +4,10 @@
 directory written by ``omny split``. Each stage gets its own onnxruntime session on the device
 given by ``--providers`` (one per stage, comma-separated, e.g. ``cpu,cuda:0``). The command
 sends ``--requests`` random requests (after ``--warmup`` untimed ones) and prints per-stage
-latency, throughput and utilisation (busy time / wall time per stage). Exit status 1 when a
-request fails in a stage.
+latency, throughput and utilisation (busy time / wall time per stage). The requests are the
+inputs ``omny verify`` would generate for the same ``--seed`` and ``--dim`` values. ``--backend``
+names a registered engine (``thread``, ``ray``, or one added with ``register_engine``). Exit
+status 1 when a request fails in a stage, 2 for an unknown backend.
 """
 
 from __future__ import annotations
@@ -80,8 +82,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME=SIZE",
         help="size of a symbolic input dimension (default 1); repeat for several",
     )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     parser.add_argument(
-        "--backend", choices=("thread", "ray"), default="thread", help="default: thread"
+        "--backend",
+        default="thread",
+        metavar="ENGINE",
+        help="engine running the stages: thread, ray, or a registered one (default: thread)",
     )
     parser.add_argument(
         "--max-in-flight", type=int, metavar="M", help="requests inside the stages at once"
@@ -92,13 +98,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``args.input`` as a pipeline and print its timing."""
-    from onnx_ir_multidevice.runtime import Pipeline
+    from onnx_ir_multidevice.runtime.engines import get_engine  # lazy: `omny --help` stays fast
+    from onnx_ir_multidevice.runtime.pipeline import Pipeline  # lazy: `omny --help` stays fast
 
     if args.requests < 1 or args.warmup < 0:
         error("--requests must be at least 1 and --warmup at least 0")
         return EXIT_USAGE
     if not args.input.is_dir() and args.shards is None:
         error(f"{args.input}: --shards N is required for a model file")
+        return EXIT_USAGE
+    try:
+        get_engine(args.backend)
+    except PipelineError as exc:
+        error(str(exc))
         return EXIT_USAGE
     dims = dict(args.dim)
     try:
@@ -119,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         if problem is not None:
             error(problem)
             return EXIT_USAGE
-        inputs = pipeline.example_inputs(dims)
+        inputs = pipeline.example_inputs(dims, seed=args.seed)
         try:
             for _ in pipeline.map(itertools.repeat(inputs, args.warmup)):
                 pass
@@ -138,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
                 "providers": [str(d) for d in pipeline.devices],
                 "backend": pipeline.backend,
                 "warmup": args.warmup,
+                "seed": args.seed,
                 "dims": dims,
                 "input_shapes": {name: list(a.shape) for name, a in inputs.items()},
                 **stats.to_dict(),

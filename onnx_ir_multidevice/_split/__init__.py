@@ -14,11 +14,16 @@ from __future__ import annotations
 
 __all__ = [
     "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
     "MANIFEST_VERSION",
+    "Manifest",
+    "ManifestError",
+    "ManifestStage",
     "NUM_STAGES_KEY",
     "STAGE_INDEX_KEY",
     "build_manifest",
     "pipeline_configurations",
+    "read_manifest",
     "resolve_stages",
     "save_split",
     "split",
@@ -33,6 +38,15 @@ from onnx_ir_multidevice._split.build import (
     split_at,
     split_by_stages,
 )
-from onnx_ir_multidevice._split.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, build_manifest
+from onnx_ir_multidevice._split.manifest import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    MANIFEST_VERSION,
+    Manifest,
+    ManifestError,
+    ManifestStage,
+    build_manifest,
+    read_manifest,
+)
 from onnx_ir_multidevice._split.select import pipeline_configurations, resolve_stages
 from onnx_ir_multidevice._split.write import save_split

@@ -1,21 +1,43 @@
-"""``manifest.json`` of a split directory: how the stage files chain (built and parsed here)."""
+"""``manifest.json`` of a split directory: how the stage files chain (built and parsed here).
+
+:func:`build_manifest` writes the document (``omny split``, :func:`save_split`);
+:func:`read_manifest` reads and validates it into a :class:`Manifest` (the pipeline runtime,
+the exporters). The format lives in this module only; its keys are described in
+``docs/splitting.md``.
+"""
 
 from __future__ import annotations
 
-__all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "build_manifest"]
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
+    "MANIFEST_VERSION",
+    "Manifest",
+    "ManifestError",
+    "ManifestStage",
+    "build_manifest",
+    "read_manifest",
+]
 
+import dataclasses
+import json
+import os
+import pathlib
 from collections.abc import Sequence
 from typing import Any
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import SplitError
+from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError, SplitError
 
 MANIFEST_FORMAT = "onnx-ir-multidevice/split"
 """Value of the ``format`` key of ``manifest.json``."""
 
 MANIFEST_VERSION = 1
 """Value of the ``version`` key of ``manifest.json``."""
+
+MANIFEST_NAME = "manifest.json"
+"""File name of the manifest, next to the stage models."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,3 +113,177 @@ def build_manifest(
         "graph_outputs": graph_outputs,
         "stages": entries,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+class ManifestError(OmnyFormatError):
+    """A ``manifest.json`` is malformed; :attr:`path` says where in the document.
+
+    Attributes:
+        file: The manifest file.
+        path: JSON path of the offending element, e.g. ``stages[1].file`` (``""``: the whole
+            document).
+        reason: What is wrong.
+    """
+
+    def __init__(self, file: str | os.PathLike, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.file = os.fspath(file)
+        self.args = (f"{self.file}: {path}: {reason}" if path else f"{self.file}: {reason}",)
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestStage:
+    """One entry of ``stages`` in ``manifest.json``."""
+
+    index: int
+    """0-based stage index (the entries are listed in this order)."""
+
+    file: str
+    """File name of the stage model, relative to the manifest."""
+
+    path: pathlib.Path
+    """The stage model file: the manifest's folder joined with :attr:`file` (it exists)."""
+
+    inputs: tuple[str, ...]
+    """Names the stage reads (``()`` when the entry does not list them)."""
+
+    outputs: tuple[str, ...]
+    """Names the stage produces (``()`` when the entry does not list them)."""
+
+    external_data: tuple[str, ...]
+    """Weight files the stage reads, relative to the manifest."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A parsed and validated ``manifest.json`` (see :func:`read_manifest`)."""
+
+    folder: pathlib.Path
+    """The split directory."""
+
+    stages: tuple[ManifestStage, ...]
+    """The stages in pipeline order (at least one)."""
+
+    graph_inputs: tuple[str, ...] | None
+    """Names of the original model's inputs (``None`` when the manifest does not say)."""
+
+    graph_outputs: tuple[str, ...] | None
+    """Names of the original model's outputs (``None`` when the manifest does not say)."""
+
+    @property
+    def num_stages(self) -> int:
+        """Number of stages."""
+        return len(self.stages)
+
+
+def _load_document(folder: pathlib.Path, file: pathlib.Path) -> Any:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise OmnyIOError(
+            f"{folder}: is a directory without {MANIFEST_NAME}; pass a directory written by "
+            "`omny split`, or a model file"
+        ) from exc
+    except OSError as exc:
+        raise OmnyIOError(
+            f"cannot read {file}: {exc}; expected a directory written by `omny split`"
+        ) from exc
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ManifestError(file, "", f"not valid JSON: {exc}") from exc
+
+
+def _names(file: pathlib.Path, container: dict[str, Any], key: str, where: str) -> list[str] | None:
+    """The tensor names listed under ``key`` (strings or ``{"name": ...}`` objects)."""
+    value = container.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ManifestError(file, f"{where}{key}", "expected a list")
+    result = []
+    for i, item in enumerate(value):
+        name = item.get("name") if isinstance(item, dict) else item
+        if not isinstance(name, str):
+            raise ManifestError(file, f"{where}{key}[{i}]", "expected a tensor name")
+        result.append(name)
+    return result
+
+
+def _stage(file: pathlib.Path, i: int, entry: Any) -> ManifestStage:
+    where = f"stages[{i}]"
+    if not isinstance(entry, dict):
+        raise ManifestError(file, where, "expected an object")
+    if entry.get("index", i) != i:
+        raise ManifestError(file, f"{where}.index", f"expected {i} (stages are listed in order)")
+    name = entry.get("file")
+    if not isinstance(name, str) or not name:
+        raise ManifestError(file, f"{where}.file", "expected the stage model's file name")
+    path = file.parent / name
+    if not path.is_file():
+        raise OmnyIOError(f"{file}: {where}.file: {path} does not exist")
+    external = entry.get("external_data", [])
+    if not isinstance(external, list) or not all(isinstance(x, str) for x in external):
+        raise ManifestError(file, f"{where}.external_data", "expected a list of file names")
+    return ManifestStage(
+        index=i,
+        file=name,
+        path=path,
+        inputs=tuple(_names(file, entry, "inputs", f"{where}.") or ()),
+        outputs=tuple(_names(file, entry, "outputs", f"{where}.") or ()),
+        external_data=tuple(external),
+    )
+
+
+def read_manifest(folder: str | os.PathLike) -> Manifest:
+    """Read and validate the ``manifest.json`` of a directory written by ``omny split``.
+
+    Args:
+        folder: The split directory.
+
+    Returns:
+        The manifest, with the path of every stage file.
+
+    Raises:
+        OmnyIOError: The directory has no manifest, it cannot be read, or a stage file it
+            names does not exist.
+        ManifestError: The manifest is not valid JSON, is of another format or version, or
+            an entry is malformed (an :class:`~onnx_ir_multidevice.OmnyFormatError` whose
+            ``path`` names the entry, e.g. ``stages[1].file``).
+    """
+    folder = pathlib.Path(folder)
+    file = folder / MANIFEST_NAME
+    document = _load_document(folder, file)
+    if not isinstance(document, dict):
+        raise ManifestError(file, "", "expected a JSON object")
+    if document.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(
+            file, "format", f"expected {MANIFEST_FORMAT!r}, got {document.get('format')!r}"
+        )
+    if document.get("version") != MANIFEST_VERSION:
+        raise ManifestError(
+            file,
+            "version",
+            f"this reader knows version {MANIFEST_VERSION}, got {document.get('version')!r}",
+        )
+    entries = document.get("stages")
+    if not isinstance(entries, list) or not entries:
+        raise ManifestError(file, "stages", "expected a non-empty list")
+    stages = tuple(_stage(file, i, entry) for i, entry in enumerate(entries))
+    declared = document.get("num_stages", len(stages))
+    if declared != len(stages):
+        raise ManifestError(
+            file, "num_stages", f"says {declared} but {len(stages)} stages are listed"
+        )
+    graph_inputs = _names(file, document, "graph_inputs", "")
+    graph_outputs = _names(file, document, "graph_outputs", "")
+    return Manifest(
+        folder=folder,
+        stages=stages,
+        graph_inputs=None if graph_inputs is None else tuple(graph_inputs),
+        graph_outputs=None if graph_outputs is None else tuple(graph_outputs),
+    )

@@ -1,5 +1,15 @@
 """Run a model split into stages as a pipeline, one onnxruntime session per stage.
 
+* :class:`Pipeline` runs a :class:`StageChain` (built by :func:`load_stages`) on the engine
+  its ``backend`` names (:mod:`~onnx_ir_multidevice.runtime.engines`);
+* :func:`verify` compares the chained stages with the whole model;
+* :func:`make_inputs` and :meth:`Pipeline.example_inputs` generate random inputs with one
+  generator (:mod:`~onnx_ir_multidevice.runtime.inputs`);
+* every onnxruntime session is made by :class:`~onnx_ir_multidevice.runtime.sessions.ModelSession`.
+
+``StagePlan`` and ``load_plan`` are deprecated aliases of :class:`StageChain` and
+:func:`load_stages`, kept for one release (they warn).
+
 .. versionadded:: 0.1
 """
 
@@ -11,14 +21,22 @@ __all__ = [
     "PipelineTimeoutError",
     # Stages
     "Device",
+    "StageChain",
     "StageModel",
-    "StagePlan",
     "TensorSpec",
-    "load_plan",
+    "load_stages",
     "parse_device",
+    # Sessions, inputs and stage runners
+    "ModelSession",
+    "StageFailure",
+    "StageRunner",
+    "failure_message",
+    "generate_inputs",
+    "input_specs",
     # Verification
     "OutputComparison",
     "VerifyReport",
+    "compare_outputs",
     "make_inputs",
     "verify",
     "verify_stages",
@@ -28,20 +46,28 @@ __all__ = [
     "StageStats",
 ]
 
+from typing import Any
+
+from onnx_ir_multidevice.runtime import stages as _stages
+from onnx_ir_multidevice.runtime.devices import Device, parse_device
+from onnx_ir_multidevice.runtime.inputs import TensorSpec, generate_inputs, input_specs
 from onnx_ir_multidevice.runtime.pipeline import Pipeline, PipelineTimeoutError
-from onnx_ir_multidevice.runtime.stages import (
-    Device,
-    StageModel,
-    StagePlan,
-    TensorSpec,
-    load_plan,
-    parse_device,
-)
+from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failure_message
+from onnx_ir_multidevice.runtime.sessions import ModelSession
+from onnx_ir_multidevice.runtime.stages import StageChain, StageModel, load_stages
 from onnx_ir_multidevice.runtime.stats import BusyPeriod, PipelineStats, StageStats
 from onnx_ir_multidevice.runtime.verification import (
     OutputComparison,
     VerifyReport,
+    compare_outputs,
     make_inputs,
     verify,
     verify_stages,
 )
+
+
+def __getattr__(name: str) -> Any:
+    """The deprecated names ``StagePlan`` and ``load_plan`` (:pep:`562`), with a warning."""
+    if name in _stages._DEPRECATED:
+        return _stages._deprecated_alias(name, 2)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

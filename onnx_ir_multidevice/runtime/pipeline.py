@@ -2,11 +2,12 @@
 
 :class:`Pipeline` runs the stages of a model (see :mod:`onnx_ir_multidevice.runtime.stages`
 for where they come from) as a pipeline: while stage 1 runs request ``k``, stage 0 already
-runs request ``k + 1``. The in-process backend gives each stage one worker thread (onnxruntime
-releases the GIL while it runs, so stages run in parallel); the Ray backend
-(:mod:`onnx_ir_multidevice.runtime.engines.ray`) gives each stage one actor.
+runs request ``k + 1``. An engine moves the requests through the stages (see
+:mod:`onnx_ir_multidevice.runtime.engines`): the in-process ``"thread"`` engine gives each
+stage one worker thread (onnxruntime releases the GIL while it runs, so stages run in
+parallel); the ``"ray"`` engine gives each stage one actor; others can be registered.
 
-Guarantees, on both backends:
+Guarantees, on every engine (the pipeline keeps the bookkeeping):
 
 * **Order**: results come back in the order the requests were sent.
 * **Back-pressure**: at most ``max_in_flight`` requests are inside the stages at once;
@@ -27,9 +28,10 @@ from __future__ import annotations
 __all__ = ["Pipeline", "PipelineTimeoutError"]
 
 import contextlib
-import queue
+import inspect
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -37,24 +39,13 @@ from typing import Any
 import numpy as np
 
 from onnx_ir_multidevice._errors import PipelineError
-from onnx_ir_multidevice.runtime.stages import (
-    Device,
-    StageFailure,
-    StagePlan,
-    StageRunner,
-    TensorSpec,
-    as_numpy,
-    failure_message,
-    load_plan,
-    parse_device,
-)
+from onnx_ir_multidevice.runtime.devices import Device, parse_device
+from onnx_ir_multidevice.runtime.engines import Engine, InlineEngine, get_engine
+from onnx_ir_multidevice.runtime.engines.protocol import Outputs
+from onnx_ir_multidevice.runtime.inputs import TensorSpec, generate_inputs
+from onnx_ir_multidevice.runtime.runner import StageFailure
+from onnx_ir_multidevice.runtime.stages import StageChain, load_stages
 from onnx_ir_multidevice.runtime.stats import PipelineStats, StatsRecorder
-
-_BACKENDS = ("thread", "ray")
-_STOP = object()
-
-Outputs = dict[str, np.ndarray]
-OnDone = Callable[[int, "Outputs | StageFailure"], None]
 
 
 class PipelineTimeoutError(PipelineError, TimeoutError):
@@ -66,13 +57,13 @@ class PipelineTimeoutError(PipelineError, TimeoutError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Bookkeeping shared by all backends
+# Bookkeeping shared by all engines
 
 
 class _Book:
     """Request numbers, back-pressure and in-order delivery of results.
 
-    Backends call :meth:`done` (from any thread) when a request leaves the last stage or
+    Engines call :meth:`done` (from any thread) when a request leaves the last stage or
     fails; the caller's threads wait in :meth:`admit` and :meth:`take`.
     """
 
@@ -180,117 +171,7 @@ class _Book:
             return True
 
 
-# ---------------------------------------------------------------------------------------------
-# In-process backend
-
-
-class _ThreadEngine:
-    """One worker thread per stage, connected by queues.
-
-    Each queue holds at most ``max_in_flight`` requests, since no more are admitted.
-    """
-
-    name = "thread"
-    clock = staticmethod(time.perf_counter)
-
-    def __init__(
-        self,
-        plan: StagePlan,
-        devices: Sequence[Device],
-        threads: Sequence[int | None],
-        recorder: StatsRecorder,
-        on_done: OnDone,
-        *,
-        spinning: bool,
-    ) -> None:
-        self._plan = plan
-        self._recorder = recorder
-        self._on_done = on_done
-        self._runners = [
-            StageRunner(stage, device, n, spinning=spinning)
-            for stage, device, n in zip(plan.stages, devices, threads)
-        ]
-        self._queues: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in self._runners]
-        self._stopping = threading.Event()
-        self.threads = [
-            threading.Thread(
-                target=self._work, args=(i,), name=f"omny-pipeline-stage-{i}", daemon=True
-            )
-            for i in range(len(self._runners))
-        ]
-        for thread in self.threads:
-            thread.start()
-
-    def submit(self, request: int, env: dict[str, Any]) -> None:
-        self._queues[0].put((request, env))
-
-    def _step(self, index: int, request: int, env: dict[str, Any]) -> dict[str, Any] | None:
-        """Run stage ``index`` on one request: the tensors to pass on, or ``None`` if it failed.
-
-        A failure is delivered to the caller here (unless the pipeline is closing).
-        """
-        clock = self.clock
-        start = clock()
-        try:
-            produced = self._runners[index].run(env, ort_values=True)
-        except Exception as exc:  # any failure of the stage belongs to this request
-            self._recorder.busy(index, request, start, clock())
-            if not self._stopping.is_set():
-                self._on_done(request, StageFailure(index, failure_message(exc), exc))
-            return None
-        self._recorder.busy(index, request, start, clock())
-        env.update(produced)
-        if index + 1 == len(self._runners):
-            outputs = {name: as_numpy(env[name]) for name in self._plan.graph_outputs}
-            self._on_done(request, outputs)
-            return None
-        keep = self._plan.keep_after[index]
-        return {k: v for k, v in env.items() if k in keep}
-
-    def _work(self, index: int) -> None:
-        inbox = self._queues[index]
-        outbox = self._queues[index + 1] if index + 1 < len(self._queues) else None
-        while True:
-            item = inbox.get()
-            if item is _STOP:
-                return
-            if self._stopping.is_set():
-                continue
-            request, env = item
-            try:
-                passed_on = self._step(index, request, env)
-            except Exception as exc:  # a bug of ours: fail the request, keep the worker
-                self._on_done(request, StageFailure(index, f"internal error: {exc!r}", exc))
-                continue
-            if passed_on is not None and outbox is not None:
-                outbox.put((request, passed_on))
-
-    def run_inline(self, request: int, env: dict[str, Any]) -> None:
-        """Run one request through every stage in the calling thread (no hand-offs).
-
-        For a lone request nothing runs concurrently anyway, and waking a worker thread per
-        stage costs latency (most on a loaded machine).
-        """
-        for index in range(len(self._runners)):
-            if self._stopping.is_set():
-                return
-            passed_on = self._step(index, request, env)
-            if passed_on is None:
-                return
-            env = passed_on
-
-    def close(self, timeout: float) -> None:
-        self._stopping.set()
-        for runner in self._runners:
-            runner.cancel()
-        for inbox in self._queues:
-            inbox.put(_STOP)
-        deadline = time.monotonic() + timeout
-        for thread in self.threads:
-            thread.join(max(deadline - time.monotonic(), 0.0))
-
-
-def _shutdown(book: _Book, engine: Any, timeout: float) -> None:
+def _shutdown(book: _Book, engine: Engine, timeout: float) -> None:
     if book.close():
         engine.close(timeout)
 
@@ -317,6 +198,22 @@ def _device(value: Any) -> Device:
         return parse_device("cpu" if value is None else value)
     except ValueError as exc:
         raise PipelineError(f"providers: {exc}") from exc
+
+
+def _check_engine_options(backend: str, factory: Any, options: Mapping[str, Any]) -> None:
+    """Refuse options the engine's factory does not take, naming them."""
+    if not options:
+        return
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C callable: let the call decide
+        return
+    try:
+        signature.bind_partial(None, None, None, None, None, spinning=False, **options)
+    except TypeError as exc:
+        raise PipelineError(
+            f"backend {backend!r} does not take the option(s) {sorted(options)}: {exc}"
+        ) from exc
 
 
 def _threads(value: Any) -> int | None:
@@ -352,8 +249,10 @@ class Pipeline:
             ``"cpu"``. See :func:`~onnx_ir_multidevice.runtime.parse_device`.
         intra_op_num_threads: onnxruntime threads of each stage: one int for all stages or
             one per stage (default: onnxruntime's choice).
-        backend: ``"thread"`` (in-process, one worker thread per stage) or ``"ray"`` (one Ray
-            actor per stage; needs the ``ray`` extra).
+        backend: Name of the engine that runs the stages (see
+            :mod:`~onnx_ir_multidevice.runtime.engines`): ``"thread"`` (in-process, one worker
+            thread per stage), ``"ray"`` (one Ray actor per stage; needs the ``ray`` extra),
+            or one added with :func:`~onnx_ir_multidevice.register_engine`.
         max_in_flight: Most requests inside the stages at once (default: twice the number
             of stages, enough to keep every stage busy).
         outputs: Names to return (default: the model's graph outputs).
@@ -361,11 +260,14 @@ class Pipeline:
             the stages share the machine's cores.
         ray_actor_options: Ray only: options for each stage's actor (one dict for all, or one
             per stage), merged over the defaults ``num_cpus`` (the stage's thread count or 1)
-            and ``num_gpus`` (1 on a GPU device, else 0).
+            and ``num_gpus`` (1 on a GPU device, else 0). Passed to the engine as its
+            ``actor_options``.
+        engine_options: Further keyword arguments of the engine's factory.
 
     Raises:
-        PipelineError: The stages do not chain, an argument does not fit the number of
-            stages, or a device is not available.
+        PipelineError: The stages do not chain, a manifest is malformed, an argument does not
+            fit the number of stages, a device is not available, the backend is not
+            registered, or it takes no such option.
         OmnyIOError: A model or manifest file cannot be read.
 
     .. versionadded:: 0.1
@@ -383,11 +285,15 @@ class Pipeline:
         outputs: Sequence[str] | None = None,
         spinning: bool = False,
         ray_actor_options: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        engine_options: Mapping[str, Any] | None = None,
     ) -> None:
-        if backend not in _BACKENDS:
-            raise PipelineError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        self._plan = load_plan(source, shards, outputs=outputs)
-        n = self._plan.num_stages
+        factory = get_engine(backend)
+        options = dict(engine_options or {})
+        if ray_actor_options is not None:
+            options.setdefault("actor_options", ray_actor_options)
+        _check_engine_options(backend, factory, options)
+        self._chain = load_stages(source, shards, outputs=outputs)
+        n = self._chain.num_stages
         self._devices = tuple(_per_stage("providers", providers, n, _device))
         self._threads = tuple(_per_stage("intra_op_num_threads", intra_op_num_threads, n, _threads))
         if max_in_flight is None:
@@ -400,47 +306,43 @@ class Pipeline:
             raise PipelineError(f"max_in_flight must be a positive integer, got {max_in_flight!r}")
         self._backend = backend
         self._run_lock = threading.Lock()
-        if backend == "thread":
-            engine_cls: Any = _ThreadEngine
-            extra: dict[str, Any] = {}
-        else:
-            if ray_actor_options is None or isinstance(ray_actor_options, Mapping):
-                actor_options = [dict(ray_actor_options or {})] * n
-            else:
-                actor_options = _per_stage("ray_actor_options", list(ray_actor_options), n, dict)
-            try:
-                from onnx_ir_multidevice.runtime.engines.ray import RayEngine  # noqa: PLC0415
-            except ImportError as exc:
-                raise PipelineError(
-                    f"backend='ray' needs Ray ({exc}); install it with "
-                    "`pip install 'onnx-ir-multidevice[ray]'` or use backend='thread'"
-                ) from exc
-            engine_cls = RayEngine
-            extra = {"actor_options": actor_options}
-        self._recorder = StatsRecorder([str(d) for d in self._devices], backend, engine_cls.clock)
+        clock = getattr(factory, "clock", time.perf_counter)
+        self._recorder = StatsRecorder([str(d) for d in self._devices], backend, clock)
         self._book = _Book(max_in_flight, self._recorder, [str(d) for d in self._devices])
-        self._engine = engine_cls(
-            self._plan,
+        self._engine: Engine = factory(
+            self._chain,
             self._devices,
             self._threads,
             self._recorder,
             self._book.done,
             spinning=spinning,
-            **extra,
+            **options,
         )
         self._finalizer = weakref.finalize(self, _shutdown, self._book, self._engine, 5.0)
 
     # -- description ---------------------------------------------------------------------
 
     @property
-    def plan(self) -> StagePlan:
+    def chain(self) -> StageChain:
         """The stage models and how tensors flow between them."""
-        return self._plan
+        return self._chain
+
+    @property
+    def plan(self) -> StageChain:
+        """Deprecated name of :attr:`chain` (removed in the next release)."""
+        warnings.warn(
+            "Pipeline.plan is deprecated and will be removed in the next release; use "
+            "Pipeline.chain (in onnx_ir_multidevice, a *plan* is the .omny plan the planner "
+            "writes)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self._chain
 
     @property
     def num_stages(self) -> int:
         """Number of stages."""
-        return self._plan.num_stages
+        return self._chain.num_stages
 
     @property
     def devices(self) -> tuple[Device, ...]:
@@ -449,7 +351,7 @@ class Pipeline:
 
     @property
     def backend(self) -> str:
-        """``"thread"`` or ``"ray"``."""
+        """Name of the engine that runs the stages (``"thread"``, ``"ray"``...)."""
         return self._backend
 
     @property
@@ -460,18 +362,17 @@ class Pipeline:
     @property
     def input_names(self) -> tuple[str, ...]:
         """Names every request must provide."""
-        return self._plan.graph_inputs
+        return self._chain.graph_inputs
 
     @property
     def output_names(self) -> tuple[str, ...]:
         """Names every result holds, in order."""
-        return self._plan.graph_outputs
+        return self._chain.graph_outputs
 
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
-        """Declared shape and element type of each input."""
-        specs = self._plan.input_specs
-        return tuple(specs.get(n, TensorSpec(n, None, None)) for n in self._plan.graph_inputs)
+        """Declared shape, element type and index bound of each input."""
+        return self._chain.specs
 
     @property
     def in_flight(self) -> int:
@@ -497,7 +398,7 @@ class Pipeline:
             raise PipelineError(
                 f"inputs must be a mapping of input name to array, got {type(inputs).__name__}"
             )
-        expected = self._plan.graph_inputs
+        expected = self._chain.graph_inputs
         missing = [n for n in expected if n not in inputs]
         unknown = sorted(set(inputs).difference(expected))
         if missing or unknown:
@@ -563,7 +464,8 @@ class Pipeline:
     def run(self, inputs: Mapping[str, Any], *, timeout: float | None = None) -> Outputs:
         """Run one request through every stage and return its outputs.
 
-        On the in-process backend the stages run one after another in the calling thread:
+        On an engine that can (an :class:`~onnx_ir_multidevice.runtime.engines.InlineEngine`,
+        such as the in-process one) the stages run one after another in the calling thread:
         a lone request has nothing to overlap with, and this saves a thread hand-off per
         stage. Its busy periods are recorded as for any request.
 
@@ -580,12 +482,12 @@ class Pipeline:
         """
         with self._run_lock:
             self._require_idle("run()")
-            run_inline = getattr(self._engine, "run_inline", None)
-            if run_inline is None:
-                self.send_input(inputs, timeout=timeout)
-            else:  # in-process: run the stages in this thread, bookkept like any request
+            if isinstance(self._engine, InlineEngine):
+                # in-process: run the stages in this thread, bookkept like any request
                 env = self._check_inputs(inputs)
-                run_inline(self._book.admit(timeout), env)
+                self._engine.run_inline(self._book.admit(timeout), env)
+            else:
+                self.send_input(inputs, timeout=timeout)
             return self.receive_output(timeout=timeout)
 
     def map(
@@ -635,8 +537,13 @@ class Pipeline:
     ) -> dict[str, np.ndarray]:
         """Random inputs of the declared shapes and types, e.g. for benchmarks.
 
-        Floating-point inputs are standard normal, integer inputs are 0 or 1 (valid token ids
-        and masks), booleans are ``True``.
+        The same generator as :func:`~onnx_ir_multidevice.runtime.verification.make_inputs`
+        (:func:`~onnx_ir_multidevice.runtime.inputs.generate_inputs`): for a pipeline built
+        from a model, the same model, ``dims`` and ``seed`` give the arrays ``verify`` feeds.
+        Floating-point inputs are standard normal; integer inputs are uniform below the
+        smallest table a ``Gather`` indexes with them (valid token ids; from the stage models
+        that read them for a split directory or a list of stages), else below 4; inputs
+        named ``*mask*`` are ones; booleans are random.
 
         Args:
             dims: Size of each symbolic dimension (default 1 for any not given).
@@ -646,38 +553,13 @@ class Pipeline:
             Input name -> array.
 
         Raises:
-            PipelineError: An input's element type or rank is not declared by the model, or
-                a value of ``dims`` is not a positive integer.
+            PipelineError: An input's element type or shape is not declared by the model, or
+                cannot be generated, or a value of ``dims`` is not a positive integer.
         """
-        dims = dict(dims or {})
-        for name, size in dims.items():
-            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-                raise PipelineError(
-                    f"dims[{name!r}] must be a positive integer, got {size!r} (e.g. {{'batch': 8}})"
-                )
-        rng = np.random.default_rng(seed)
-        arrays = {}
-        for spec in self.inputs:
-            if spec.shape is None or spec.dtype is None:
-                raise PipelineError(
-                    f"input {spec.name!r} has no declared shape or element type; "
-                    "build the request arrays yourself"
-                )
-            shape = tuple(
-                d if isinstance(d, int) else dims.get(d, 1) if d is not None else 1
-                for d in spec.shape
-            )
-            if spec.dtype.kind == "f":
-                arrays[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
-            elif spec.dtype.kind in "iu":
-                arrays[spec.name] = rng.integers(0, 2, shape).astype(spec.dtype)
-            elif spec.dtype.kind == "b":
-                arrays[spec.name] = np.ones(shape, dtype=bool)
-            else:
-                raise PipelineError(
-                    f"input {spec.name!r} has element type {spec.dtype}; build it yourself"
-                )
-        return arrays
+        try:
+            return generate_inputs(self.inputs, dims, seed=seed)
+        except ValueError as exc:
+            raise PipelineError(f"{exc}; build the request arrays yourself") from exc
 
     # -- timing --------------------------------------------------------------------------
 

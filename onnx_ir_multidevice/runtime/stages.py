@@ -1,11 +1,12 @@
-"""Stage plans: which models a pipeline runs, which tensors each reads, and where it runs.
+"""Stage chains: which models a pipeline runs, and which tensors each reads and writes.
 
-A :class:`StagePlan` is what every backend of :class:`~onnx_ir_multidevice.runtime.Pipeline`
-executes. It is built from one of three sources:
+A :class:`StageChain` is what every engine of :class:`~onnx_ir_multidevice.runtime.Pipeline`
+executes. :func:`load_stages` builds one from one of three sources:
 
 * a planned model (``.omny`` metadata or pipeline annotations), split with
-  :func:`onnx_ir_multidevice._split.build.split`;
-* a directory written by ``omny split`` (``manifest.json`` plus ``stage_<i>.onnx``);
+  :func:`onnx_ir_multidevice.split`;
+* a directory written by ``omny split`` (``manifest.json``, read by
+  :func:`onnx_ir_multidevice._split.manifest.read_manifest`, plus ``stage_<i>.onnx``);
 * a list of stage models whose input and output names chain.
 
 Routing follows the split contract: stage ``i`` reads its inputs by name from the graph inputs
@@ -13,157 +14,41 @@ and the outputs of earlier stages; stage outputs keep the original tensor names.
 ``i`` runs, every tensor that no later stage reads and that is not a graph output is dropped,
 so requests carry only what is still needed.
 
-This module also turns a device string (``"cpu"``, ``"cuda:1"``) into onnxruntime providers and
-builds one :class:`StageRunner` (an onnxruntime session with its own options) per stage.
+The declared shape, type and index bound of each graph input (a
+:class:`~onnx_ir_multidevice.runtime.inputs.TensorSpec`) come from the whole model when the
+chain is built from one, else from the stage models that read the input (the smallest bound
+any of them finds).
+
+.. deprecated:: 0.1
+    ``StagePlan`` and ``load_plan`` are the former names of :class:`StageChain` and
+    :func:`load_stages` (in the package, *plan* means the ``.omny`` plan the planner writes).
+    They still work, with a :class:`DeprecationWarning`, and will be removed in the next
+    release.
 """
 
 from __future__ import annotations
 
-__all__ = [
-    "Device",
-    "StageFailure",
-    "StageModel",
-    "StagePlan",
-    "StageRunner",
-    "TensorSpec",
-    "failure_message",
-    "load_plan",
-    "parse_device",
-]
+__all__ = ["StageChain", "StageModel", "load_stages"]
 
 import dataclasses
-import json
 import os
 import pathlib
-import tempfile
-import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyIOError, PipelineError
+from onnx_ir_multidevice._proto.convert import from_proto
 from onnx_ir_multidevice._proto.files import load as load_model
-from onnx_ir_multidevice._split import MANIFEST_FORMAT, MANIFEST_VERSION, split
+from onnx_ir_multidevice._split import split
+from onnx_ir_multidevice._split.manifest import ManifestError, read_manifest
+from onnx_ir_multidevice.runtime.inputs import TensorSpec, input_specs
+from onnx_ir_multidevice.runtime.sessions import session_source
 
-MANIFEST_NAME = "manifest.json"
-"""File name of the manifest that ``omny split`` writes next to the stage models."""
-
-_PROTO_LIMIT = 1_800_000_000
-"""Serialized models larger than this are saved to a temporary directory with external data
-instead of being handed to onnxruntime as bytes (protobuf's hard limit is 2 GiB)."""
-
-# Device kind -> (onnxruntime provider name, whether it takes a device_id option).
-_PROVIDERS: dict[str, tuple[str, bool]] = {
-    "cpu": ("CPUExecutionProvider", False),
-    "cuda": ("CUDAExecutionProvider", True),
-    "tensorrt": ("TensorrtExecutionProvider", True),
-    "rocm": ("ROCMExecutionProvider", True),
-    "migraphx": ("MIGraphXExecutionProvider", True),
-    "dml": ("DmlExecutionProvider", True),
-    "openvino": ("OpenVINOExecutionProvider", False),
-    "coreml": ("CoreMLExecutionProvider", False),
-    "qnn": ("QNNExecutionProvider", False),
-}
-_GPU_KINDS = frozenset({"cuda", "tensorrt", "rocm", "migraphx", "dml"})
-_KIND_OF_PROVIDER = {name: kind for kind, (name, _) in _PROVIDERS.items()}
-
-
-# ---------------------------------------------------------------------------------------------
-# Devices
-
-
-@dataclasses.dataclass(frozen=True)
-class Device:
-    """Where one stage runs: an onnxruntime execution provider and a device index."""
-
-    kind: str
-    """Short provider name: ``"cpu"``, ``"cuda"``, ``"tensorrt"``, ``"rocm"``, ``"dml"``..."""
-
-    index: int | None = None
-    """Device index handed to the provider as ``device_id`` (``None``: the provider default)."""
-
-    def __str__(self) -> str:
-        return self.kind if self.index is None else f"{self.kind}:{self.index}"
-
-    @property
-    def provider(self) -> str:
-        """The onnxruntime execution provider name, e.g. ``"CUDAExecutionProvider"``."""
-        return _PROVIDERS[self.kind][0]
-
-    @property
-    def is_gpu(self) -> bool:
-        """Whether the device is a GPU (Ray requests ``num_gpus=1`` for its actor)."""
-        return self.kind in _GPU_KINDS
-
-    def ort_providers(self, *, index: int | None = None) -> list[str | tuple[str, dict[str, str]]]:
-        """The ``providers`` argument of :class:`onnxruntime.InferenceSession` for this device.
-
-        Args:
-            index: Device index to use instead of :attr:`index` (a Ray actor sees only the
-                GPU Ray assigned to it, as index 0).
-
-        Returns:
-            The provider, with its ``device_id`` option where it takes one, followed by the
-            CPU provider for the operators the accelerator does not implement.
-        """
-        name, takes_id = _PROVIDERS[self.kind]
-        if self.kind == "cpu":
-            return [name]
-        device_id = self.index if index is None else index
-        options = {"device_id": str(device_id)} if takes_id and device_id is not None else {}
-        return [(name, options), "CPUExecutionProvider"]
-
-
-def parse_device(spec: str | Device) -> Device:
-    """Parse a device string: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or a provider name.
-
-    Args:
-        spec: ``kind`` or ``kind:index`` with ``kind`` one of ``cpu``, ``cuda``, ``tensorrt``,
-            ``rocm``, ``migraphx``, ``dml``, ``openvino``, ``coreml``, ``qnn`` (case-insensitive),
-            or a full onnxruntime provider name such as ``"CUDAExecutionProvider"``.
-
-    Returns:
-        The device.
-
-    Raises:
-        ValueError: The string names no known provider or has a bad index.
-    """
-    if isinstance(spec, Device):
-        return spec
-    text = str(spec).strip()
-    kind_text, sep, index_text = text.partition(":")
-    kind = _KIND_OF_PROVIDER.get(kind_text, kind_text.lower())
-    if kind not in _PROVIDERS:
-        known = ", ".join(sorted(_PROVIDERS))
-        raise ValueError(f"unknown device {spec!r}: expected one of {known}, optionally ':<index>'")
-    if not sep:
-        return Device(kind)
-    if not index_text.isdigit():
-        raise ValueError(f"bad device index in {spec!r}: expected a non-negative integer")
-    if kind == "cpu" and int(index_text) != 0:
-        raise ValueError(f"device {spec!r}: the CPU provider has no device index other than 0")
-    return Device(kind, int(index_text) if kind != "cpu" else None)
-
-
-# ---------------------------------------------------------------------------------------------
-# Plans
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorSpec:
-    """Name, shape and element type of a graph input, as the stage model declares it."""
-
-    name: str
-    """Tensor name."""
-
-    shape: tuple[int | str | None, ...] | None
-    """Dimensions: an ``int``, a symbolic name, or ``None`` when unnamed; ``None`` if unknown."""
-
-    dtype: np.dtype | None
-    """numpy element type (``None`` when the model does not say)."""
+_DEPRECATED = {"StagePlan": "StageChain", "load_plan": "load_stages"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,9 +58,12 @@ class StageModel:
     index: int
     """0-based stage index; stage ``k`` runs on device ``k`` of the pipeline."""
 
-    source: bytes | str
-    """The serialized ``ModelProto`` or the path of the ``.onnx`` file (external data next
-    to it is found by onnxruntime)."""
+    source: bytes | str | ir.Model
+    """What the stage's session is made from (see
+    :func:`~onnx_ir_multidevice.runtime.sessions.session_source`): the serialized
+    ``ModelProto``; the path of the ``.onnx`` file (external data next to it is found by
+    onnxruntime); or, for a model with external data or over the protobuf limit, the IR
+    model, which each session saves to a temporary folder it removes when it closes."""
 
     inputs: tuple[str, ...]
     """Names the stage reads (graph inputs or outputs of earlier stages)."""
@@ -184,7 +72,12 @@ class StageModel:
     """Names the stage produces, in the order of its graph outputs."""
 
     def __repr__(self) -> str:
-        src = f"<{len(self.source)} bytes>" if isinstance(self.source, bytes) else self.source
+        if isinstance(self.source, bytes):
+            src: object = f"<{len(self.source)} bytes>"
+        elif isinstance(self.source, ir.Model):
+            src = f"<onnx_ir.Model {self.source.graph.name!r}>"
+        else:
+            src = self.source
         return (
             f"StageModel(index={self.index}, source={src}, inputs={self.inputs}, "
             f"outputs={self.outputs})"
@@ -192,10 +85,11 @@ class StageModel:
 
 
 @dataclasses.dataclass(frozen=True)
-class StagePlan:
+class StageChain:
     """The stages of a pipeline and how tensors flow between them.
 
-    Build one with :func:`load_plan`; the constructor only checks that the names chain.
+    Build one with :func:`load_stages`; the constructor only checks that the names chain.
+    Formerly named ``StagePlan`` (a deprecated alias for one release).
     """
 
     stages: tuple[StageModel, ...]
@@ -208,7 +102,7 @@ class StagePlan:
     """Names a request returns, in order."""
 
     input_specs: Mapping[str, TensorSpec] = dataclasses.field(default_factory=dict)
-    """Declared shape and type of each graph input (from the first stage that reads it)."""
+    """Declared shape, type and index bound of each graph input."""
 
     keep_after: tuple[frozenset[str], ...] = dataclasses.field(init=False)
     """``keep_after[i]``: the names still needed once stage ``i`` has run (read by a later
@@ -251,88 +145,46 @@ class StagePlan:
         """Number of stages."""
         return len(self.stages)
 
-
-def _dtype_of_elem_type(elem_type: int) -> np.dtype | None:
-    try:
-        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
-    except (KeyError, TypeError, ValueError):
-        return None
+    @property
+    def specs(self) -> tuple[TensorSpec, ...]:
+        """The spec of each graph input, in the order of :attr:`graph_inputs`."""
+        return tuple(self.input_specs.get(n, TensorSpec(n, None, None)) for n in self.graph_inputs)
 
 
-def _specs_of_proto_graph(graph: onnx.GraphProto) -> dict[str, TensorSpec]:
-    specs = {}
-    for value in graph.input:
-        tensor_type = value.type.tensor_type
-        shape: tuple[int | str | None, ...] | None = None
-        if tensor_type.HasField("shape"):
-            shape = tuple(
-                d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                for d in tensor_type.shape.dim
-            )
-        specs[value.name] = TensorSpec(
-            value.name, shape, _dtype_of_elem_type(tensor_type.elem_type)
-        )
-    return specs
+# ---------------------------------------------------------------------------------------------
+# Stages from models, protos and files
+
+_Stage = tuple[StageModel, dict[str, TensorSpec]]
 
 
-def _io_of_proto(proto: onnx.ModelProto) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    initializers = {t.name for t in proto.graph.initializer}
-    inputs = tuple(v.name for v in proto.graph.input if v.name not in initializers)
-    return inputs, tuple(v.name for v in proto.graph.output)
-
-
-def _serialize(model: ir.Model) -> bytes | str:
-    """Serialize an IR model for onnxruntime: bytes, or a temporary file if over 2 GiB."""
-    proto = ir.to_proto(model)
-    if proto.ByteSize() < _PROTO_LIMIT:
-        return proto.SerializeToString()
-    folder = tempfile.mkdtemp(prefix="omny-stage-")
-    path = os.path.join(folder, "stage.onnx")
-    ir.save(model, path, external_data="stage.onnx.data")
-    return path
-
-
-def _stage_from_ir(index: int, model: ir.Model) -> tuple[StageModel, dict[str, TensorSpec]]:
+def _stage_from_ir(
+    index: int, model: ir.Model, source: bytes | str | ir.Model | None = None
+) -> _Stage:
     graph = model.graph
     initializers = graph.initializers
-    inputs = tuple(v.name for v in graph.inputs if v.name not in initializers)
-    outputs = tuple(v.name for v in graph.outputs)
-    specs = {}
-    for value in graph.inputs:
-        shape = None
-        if value.shape is not None:
-            shape = tuple(
-                d if isinstance(d, int) else d.value for d in value.shape.dims
-            )  # SymbolicDim.value is the name or None
-        dtype = None
-        if value.dtype is not None:
-            try:
-                dtype = np.dtype(value.dtype.numpy())
-            except TypeError:
-                dtype = None
-        specs[value.name] = TensorSpec(value.name, shape, dtype)
-    return StageModel(index, _serialize(model), inputs, outputs), specs
+    inputs = tuple(v.name or "" for v in graph.inputs if v.name not in initializers)
+    outputs = tuple(v.name or "" for v in graph.outputs)
+    if source is None:
+        source = session_source(model)
+    return StageModel(index, source, inputs, outputs), input_specs(model)
 
 
-def _stage_from_path(index: int, path: str | os.PathLike) -> tuple[StageModel, dict]:
+def _stage_from_path(index: int, path: str | os.PathLike) -> _Stage:
     path = os.fspath(path)
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as exc:  # onnx raises OSError, DecodeError or its own errors
         raise OmnyIOError(f"cannot read stage model {path}: {exc}") from exc
-    inputs, outputs = _io_of_proto(proto)
-    return StageModel(index, path, inputs, outputs), _specs_of_proto_graph(proto.graph)
+    # The session loads the file itself (external data included); the IR model, without its
+    # weights, gives the names and the input specs.
+    return _stage_from_ir(index, from_proto(proto), path)
 
 
-def _stage_from_any(index: int, model: Any) -> tuple[StageModel, dict[str, TensorSpec]]:
+def _stage_from_any(index: int, model: Any) -> _Stage:
     if isinstance(model, ir.Model):
         return _stage_from_ir(index, model)
     if isinstance(model, onnx.ModelProto):
-        inputs, outputs = _io_of_proto(model)
-        source: bytes | str = model.SerializeToString()
-        if model.ByteSize() >= _PROTO_LIMIT:
-            return _stage_from_ir(index, ir.from_proto(model))
-        return StageModel(index, source, inputs, outputs), _specs_of_proto_graph(model.graph)
+        return _stage_from_ir(index, from_proto(model), session_source(model))
     if isinstance(model, (str, os.PathLike)):
         return _stage_from_path(index, model)
     raise TypeError(
@@ -341,15 +193,28 @@ def _stage_from_any(index: int, model: Any) -> tuple[StageModel, dict[str, Tenso
     )
 
 
-def _plan_from_stages(
-    stages: Sequence[tuple[StageModel, dict[str, TensorSpec]]],
+def _tighter(first: TensorSpec, other: TensorSpec) -> TensorSpec:
+    """``first``, with the smaller index bound of the two (a stage that reads the input)."""
+    if other.high is None or (first.high is not None and first.high <= other.high):
+        return first
+    return dataclasses.replace(first, high=other.high)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chains
+
+
+def _chain_from_stages(
+    stages: Sequence[_Stage],
     graph_outputs: Sequence[str] | None,
     graph_inputs: Sequence[str] | None = None,
-) -> StagePlan:
+    specs: Mapping[str, TensorSpec] | None = None,
+) -> StageChain:
+    """Chain ``stages``; ``specs`` (of the whole model) replace those the stages declare."""
     producer = {name: stage.index for stage, _ in reversed(stages) for name in stage.outputs}
     produced: set[str] = set()
     inputs: list[str] = []
-    specs: dict[str, TensorSpec] = {}
+    found: dict[str, TensorSpec] = {}
     for stage, stage_specs in stages:
         late = [n for n in stage.inputs if producer.get(n, -1) >= stage.index]
         if late:
@@ -359,13 +224,20 @@ def _plan_from_stages(
                 stage=stage.index,
             )
         for name in stage.inputs:
-            if name not in produced and name not in specs:
+            if name in produced:
+                continue
+            spec = stage_specs.get(name, TensorSpec(name, None, None))
+            if name in found:
+                found[name] = _tighter(found[name], spec)
+            else:
                 inputs.append(name)
-                specs[name] = stage_specs.get(name, TensorSpec(name, None, None))
+                found[name] = spec
         produced.update(stage.outputs)
     if graph_inputs is not None:
-        specs = {n: specs.get(n, TensorSpec(n, None, None)) for n in graph_inputs}
         inputs = list(graph_inputs)
+    if specs is not None:
+        found.update(specs)
+    found = {n: found.get(n, TensorSpec(n, None, None)) for n in inputs}
     if graph_outputs is None:
         # Without the original model: the last stage's outputs, plus any earlier output that
         # no later stage reads (a list of stages carries no other record of the graph outputs).
@@ -375,78 +247,22 @@ def _plan_from_stages(
             extra[:0] = [n for n in stage.outputs if n not in read_later]
             read_later.update(stage.inputs)
         graph_outputs = [*extra, *stages[-1][0].outputs]
-    return StagePlan(
-        tuple(stage for stage, _ in stages), tuple(inputs), tuple(graph_outputs), specs
+    return StageChain(
+        tuple(stage for stage, _ in stages), tuple(inputs), tuple(graph_outputs), found
     )
 
 
-def _plan_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -> StagePlan:
-    manifest_path = folder / MANIFEST_NAME
+def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -> StageChain:
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise OmnyIOError(
-            f"{folder}: is a directory without {MANIFEST_NAME}; pass a directory written by "
-            "`omny split`, or a model file"
-        ) from exc
-    except OSError as exc:
-        raise OmnyIOError(
-            f"cannot read {manifest_path}: {exc}; expected a directory written by `omny split`"
-        ) from exc
-    except ValueError as exc:
-        raise PipelineError(f"{manifest_path}: not valid JSON: {exc}") from exc
-
-    def bad(path: str, reason: str) -> PipelineError:
-        return PipelineError(f"{manifest_path}: {path}: {reason}")
-
-    if not isinstance(manifest, dict):
-        raise bad("(document)", "expected a JSON object")
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise bad("format", f"expected {MANIFEST_FORMAT!r}, got {manifest.get('format')!r}")
-    if manifest.get("version") != MANIFEST_VERSION:
-        raise bad(
-            "version",
-            f"this reader knows version {MANIFEST_VERSION}, got {manifest.get('version')!r}",
-        )
-    entries = manifest.get("stages")
-    if not isinstance(entries, list) or not entries:
-        raise bad("stages", "expected a non-empty list")
-
-    def names(key: str) -> list[str] | None:
-        value = manifest.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list):
-            raise bad(key, "expected a list")
-        result = []
-        for i, item in enumerate(value):
-            name = item.get("name") if isinstance(item, dict) else item
-            if not isinstance(name, str):
-                raise bad(f"{key}[{i}]", "expected a tensor name")
-            result.append(name)
-        return result
-
-    stages = []
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise bad(f"stages[{i}]", "expected an object")
-        if entry.get("index", i) != i:
-            raise bad(f"stages[{i}].index", f"expected {i} (stages are listed in order)")
-        file = entry.get("file")
-        if not isinstance(file, str):
-            raise bad(f"stages[{i}].file", "expected the stage model's file name")
-        path = folder / file
-        if not path.is_file():
-            raise OmnyIOError(f"{manifest_path}: stages[{i}].file: {path} does not exist")
-        stages.append(_stage_from_path(i, path))
-    declared = manifest.get("num_stages", len(stages))
-    if declared != len(stages):
-        raise bad("num_stages", f"says {declared} but {len(stages)} stages are listed")
-    graph_outputs = outputs if outputs is not None else names("graph_outputs")
-    return _plan_from_stages(stages, graph_outputs, names("graph_inputs"))
+        manifest = read_manifest(folder)
+    except ManifestError as exc:  # a pipeline's errors are PipelineErrors (the path stays)
+        raise PipelineError(str(exc)) from exc
+    stages = [_stage_from_path(entry.index, entry.path) for entry in manifest.stages]
+    graph_outputs = outputs if outputs is not None else manifest.graph_outputs
+    return _chain_from_stages(stages, graph_outputs, manifest.graph_inputs)
 
 
-def _plan_from_model(model: ir.Model, shards: int, outputs: Sequence[str] | None) -> StagePlan:
+def _chain_from_model(model: ir.Model, shards: int, outputs: Sequence[str] | None) -> StageChain:
     graph_outputs = list(outputs) if outputs is not None else [v.name for v in model.graph.outputs]
     if shards == 1:
         stage_models = [model]
@@ -455,24 +271,26 @@ def _plan_from_model(model: ir.Model, shards: int, outputs: Sequence[str] | None
     if len(stage_models) != shards:
         raise PipelineError(f"split returned {len(stage_models)} stages for shards={shards}")
     stages = [_stage_from_any(i, m) for i, m in enumerate(stage_models)]
-    graph_inputs = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
-    return _plan_from_stages(stages, graph_outputs, graph_inputs)
+    # The whole model's specs: its Gather analysis sees every use of an input, whichever
+    # stage it lands in, and gives the bounds `verify` uses.
+    specs = input_specs(model)
+    return _chain_from_stages(stages, graph_outputs, list(specs), specs)
 
 
-def load_plan(
+def load_stages(
     source: Any,
     shards: int | None = None,
     *,
     outputs: Sequence[str] | None = None,
-) -> StagePlan:
-    """Build the stage plan of a pipeline.
+) -> StageChain:
+    """Build the stage chain of a pipeline.
 
     Args:
         source: One of: a planned model (:class:`onnx_ir.Model`, :class:`onnx.ModelProto`, or
             the path of a ``.onnx`` / ``.omny`` file), split into ``shards`` stages with
-            :func:`onnx_ir_multidevice._split.build.split` (``shards=1`` runs the whole model as one
+            :func:`onnx_ir_multidevice.split` (``shards=1`` runs the whole model as one
             stage); a directory written by ``omny split``; a list of stage models (IR models,
-            protos or paths) whose names chain; or a :class:`StagePlan`.
+            protos or paths) whose names chain; or a :class:`StageChain`.
         shards: Number of stages. Required for a single model; for a directory or a list it
             is optional and must match when given.
         outputs: Names the pipeline returns. Default: the model's graph outputs (for a
@@ -480,22 +298,24 @@ def load_plan(
             plus earlier outputs that no later stage reads).
 
     Returns:
-        The plan.
+        The chain.
 
     Raises:
-        PipelineError: The stages do not chain, the manifest is malformed, or the number of
-            stages differs from ``shards``.
+        PipelineError: The stages do not chain, the manifest of a directory is malformed (the
+            message names the JSON path), or the number of stages differs from ``shards``.
         OmnyIOError: A file cannot be read.
+
+    Formerly named ``load_plan`` (a deprecated alias for one release).
     """
-    if isinstance(source, StagePlan):
-        plan = source
+    if isinstance(source, StageChain):
+        chain = source
     elif isinstance(source, (list, tuple)):
         if not source:
             raise PipelineError("a pipeline needs at least one stage; the list is empty")
         stages = [_stage_from_any(i, m) for i, m in enumerate(source)]
-        plan = _plan_from_stages(stages, outputs)
+        chain = _chain_from_stages(stages, outputs)
     elif isinstance(source, (str, os.PathLike)) and pathlib.Path(source).is_dir():
-        plan = _plan_from_directory(pathlib.Path(source), outputs)
+        chain = _chain_from_directory(pathlib.Path(source), outputs)
     else:
         if shards is None:
             raise PipelineError(
@@ -509,7 +329,7 @@ def load_plan(
                 raise OmnyIOError(f"{os.fspath(source)}: no such model file or split directory")
             model = load_model(source)
         elif isinstance(source, onnx.ModelProto):
-            model = ir.from_proto(source)
+            model = from_proto(source)
         elif isinstance(source, ir.Model):
             model = source
         else:
@@ -517,171 +337,26 @@ def load_plan(
                 "Pipeline source must be an onnx_ir.Model, an onnx.ModelProto, a path, a split "
                 f"directory or a list of stage models, got {type(source).__name__}"
             )
-        return _plan_from_model(model, shards, outputs)
-    if shards is not None and shards != plan.num_stages:
-        raise PipelineError(f"shards={shards} but the source has {plan.num_stages} stages")
-    return plan
+        return _chain_from_model(model, shards, outputs)
+    if shards is not None and shards != chain.num_stages:
+        raise PipelineError(f"shards={shards} but the source has {chain.num_stages} stages")
+    return chain
 
 
-# ---------------------------------------------------------------------------------------------
-# Sessions
+def _deprecated_alias(name: str, stacklevel: int) -> Any:
+    """The object a deprecated name stands for, after a :class:`DeprecationWarning`."""
+    new = _DEPRECATED[name]
+    warnings.warn(
+        f"{name} is deprecated and will be removed in the next release; use {new} "
+        "(in onnx_ir_multidevice, a *plan* is the .omny plan the planner writes)",
+        DeprecationWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return globals()[new]
 
 
-@dataclasses.dataclass
-class StageFailure:
-    """A request that failed in a stage; it travels to the caller in place of the outputs."""
-
-    stage: int | None
-    """0-based index of the stage that failed (``None`` when the backend lost the request)."""
-
-    message: str
-    """What went wrong, e.g. onnxruntime's error message."""
-
-    cause: BaseException | None = None
-    """The original exception, where it is at hand (in-process backends)."""
-
-
-def failure_message(exc: BaseException) -> str:
-    """One line saying why a stage failed: the exception type and its message.
-
-    onnxruntime's messages can span several lines (``Got invalid dimensions for input: x
-    for the following indices`` then one line per index); they are joined into one line.
-    """
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
-
-
-def as_numpy(value: Any) -> Any:
-    """A numpy array of ``value``: itself, or an :class:`onnxruntime.OrtValue` copied out."""
-    return value if isinstance(value, np.ndarray) else value.numpy()
-
-
-class StageRunner:
-    """One stage's onnxruntime session, with cancellation for :meth:`close`.
-
-    Args:
-        stage: The stage to run.
-        device: Where to run it.
-        threads: ``intra_op_num_threads`` of the session (``None``: onnxruntime's default).
-        device_index: Device index to use instead of ``device.index`` (Ray actors).
-        spinning: Whether onnxruntime's intra-op threads spin while waiting for work. Off by
-            default: stages share the machine's cores, and spinning threads steal them from
-            the other stages.
-
-    Raises:
-        PipelineError: The provider is not available in this onnxruntime build, failed to
-            load, or the model's inputs differ from the stage's declared inputs.
-    """
-
-    def __init__(
-        self,
-        stage: StageModel,
-        device: Device,
-        threads: int | None = None,
-        *,
-        device_index: int | None = None,
-        spinning: bool = False,
-    ) -> None:
-        import onnxruntime as ort  # noqa: PLC0415
-
-        self.stage = stage
-        self.device = device
-        available = ort.get_available_providers()
-        if device.provider not in available:
-            raise PipelineError(
-                f"device {device} needs onnxruntime's {device.provider}, which this onnxruntime "
-                f"build does not have (available: {', '.join(available)}); install the matching "
-                "onnxruntime package (e.g. onnxruntime-gpu for cuda) or choose another device",
-                stage=stage.index,
-            )
-        options = ort.SessionOptions()
-        if threads is not None:
-            options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.log_severity_level = 3
-        options.add_session_config_entry(
-            "session.intra_op.allow_spinning", "1" if spinning else "0"
-        )
-        try:
-            self.session = ort.InferenceSession(
-                stage.source, options, providers=device.ort_providers(index=device_index)
-            )
-        except Exception as exc:
-            raise PipelineError(
-                f"onnxruntime cannot load the stage model on {device}: {exc}", stage=stage.index
-            ) from exc
-        if device.provider not in self.session.get_providers():
-            raise PipelineError(
-                f"onnxruntime fell back from {device.provider} to "
-                f"{self.session.get_providers()} (the provider failed to load; see the "
-                "onnxruntime log); check the driver and libraries or choose another device",
-                stage=stage.index,
-            )
-        session_inputs = {i.name for i in self.session.get_inputs()}
-        undeclared = sorted(session_inputs - set(stage.inputs))
-        if undeclared:
-            raise PipelineError(
-                f"the stage model reads {undeclared} which the plan does not route to it",
-                stage=stage.index,
-            )
-        self._feeds = tuple(n for n in stage.inputs if n in session_inputs)
-        self._run_options = ort.RunOptions
-        self._ort_value = ort.OrtValue
-        # OrtValues can carry every tensor but strings; other stages exchange numpy arrays.
-        io_types = [v.type for v in (*self.session.get_inputs(), *self.session.get_outputs())]
-        self._values_ok = all(t.startswith("tensor(") and t != "tensor(string)" for t in io_types)
-        self._lock = threading.Lock()
-        self._current: Any = None
-        self._cancelled = False
-
-    def run(self, env: Mapping[str, Any], *, ort_values: bool = False) -> dict[str, Any]:
-        """Run the stage on the tensors of one request.
-
-        Args:
-            env: Every tensor available to the request (at least the stage's inputs), as numpy
-                arrays or :class:`onnxruntime.OrtValue`.
-            ort_values: Return :class:`onnxruntime.OrtValue` outputs (``run_with_ort_values``):
-                they stay where onnxruntime put them (on the GPU for a CUDA stage) and pass to
-                the next in-process stage without a copy. Numpy arrays are wrapped without a
-                copy. Ignored (numpy outputs) for stages with string or non-tensor values.
-
-        Returns:
-            The stage's outputs by name.
-
-        Raises:
-            Exception: Whatever onnxruntime raises (bad shape, bad type...), or
-            :class:`PipelineError` once :meth:`cancel` was called.
-        """
-        use_values = ort_values and self._values_ok
-        if use_values:
-            feed = {name: self._as_ort_value(env[name]) for name in self._feeds}
-        else:
-            feed = {name: as_numpy(env[name]) for name in self._feeds}
-        run_options = self._run_options()
-        with self._lock:
-            if self._cancelled:
-                raise PipelineError("the pipeline is closing", stage=self.stage.index)
-            self._current = run_options
-        try:
-            if use_values:
-                values = self.session.run_with_ort_values(
-                    list(self.stage.outputs), feed, run_options
-                )
-            else:
-                values = self.session.run(list(self.stage.outputs), feed, run_options)
-        finally:
-            with self._lock:
-                self._current = None
-        return dict(zip(self.stage.outputs, values))
-
-    def _as_ort_value(self, value: Any) -> Any:
-        if isinstance(value, self._ort_value):
-            return value
-        return self._ort_value.ortvalue_from_numpy(np.ascontiguousarray(value))
-
-    def cancel(self) -> None:
-        """Stop the run in progress (onnxruntime checks between operators) and any later one."""
-        with self._lock:
-            self._cancelled = True
-            if self._current is not None:
-                self._current.terminate = True
+def __getattr__(name: str) -> Any:
+    """The deprecated names ``StagePlan`` and ``load_plan`` (:pep:`562`), with a warning."""
+    if name in _DEPRECATED:
+        return _deprecated_alias(name, 2)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,14 +11,13 @@ from __future__ import annotations
 __all__ = [
     "OutputComparison",
     "VerifyReport",
+    "compare_outputs",
     "make_inputs",
     "verify",
     "verify_stages",
 ]
 
 import dataclasses
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,17 +26,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import VerifyError
+from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._util import require_model
-
-# Ops through which an index input keeps its values (so a Gather further on bounds it).
-_VALUE_PRESERVING_OPS = frozenset(
-    {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand", "Transpose"}
-)
-_DEFAULT_INT_HIGH = 4
-"""Exclusive upper bound of generated integers when no ``Gather`` bounds an input."""
-
-_INLINE_LIMIT_BYTES = 1 << 30
-"""Models with more weight bytes than this are handed to onnxruntime through a file."""
+from onnx_ir_multidevice.runtime.inputs import check_dims, generate_inputs, input_specs
+from onnx_ir_multidevice.runtime.sessions import ModelSession
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,61 +124,12 @@ class VerifyReport:
 # Inputs
 
 
-def _gather_bound(value: ir.Value) -> int | None:
-    """Smallest data dimension of the ``Gather`` nodes that index with ``value``."""
-    bound: int | None = None
-    stack = [value]
-    seen: set[ir.Value] = set()
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        for use in current.uses():
-            node, position = use.node, use.idx
-            if node.op_type in ("Gather", "GatherElements") and node.domain in ("", "ai.onnx"):
-                if position != 1:
-                    continue
-                data = node.inputs[0]
-                axis_attr = node.attributes.get("axis")
-                axis = axis_attr.as_int() if axis_attr is not None else 0
-                if (
-                    data is None
-                    or data.shape is None
-                    or not -data.shape.rank() <= axis < (data.shape.rank())
-                ):
-                    continue
-                dim = data.shape[axis]
-                if isinstance(dim, int):
-                    bound = dim if bound is None else min(bound, dim)
-            elif node.op_type in _VALUE_PRESERVING_OPS and position == 0:
-                stack.extend(node.outputs)
-    return bound
-
-
-def _concrete_shape(value: ir.Value, dims: Mapping[str, int]) -> tuple[int, ...]:
-    if value.shape is None:
-        raise VerifyError(f"Graph input {value.name!r} has no shape; pass its array in `inputs`.")
-    shape = []
-    for dim in value.shape:
-        if isinstance(dim, int):
-            shape.append(dim)
-        else:
-            name = getattr(dim, "value", None)
-            shape.append(int(dims.get(name, 1)) if name is not None else 1)
-    return tuple(shape)
-
-
 def _checked_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
     """``dims`` as a dict, after checking that every value is a positive integer."""
-    checked = dict(dims or {})
-    for name, value in checked.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise VerifyError(
-                f"dims[{name!r}] must be a positive integer, got {value!r} "
-                "(e.g. dims={'batch': 2})"
-            )
-    return checked
+    try:
+        return check_dims(dims)
+    except ValueError as exc:
+        raise VerifyError(str(exc)) from exc
 
 
 def _check_tolerances(rtol: float, atol: float) -> None:
@@ -202,6 +145,10 @@ def make_inputs(
     seed: int = 0,
 ) -> dict[str, np.ndarray]:
     """Generate one array per graph input of ``model`` from the input types.
+
+    The rules are those of :func:`~onnx_ir_multidevice.runtime.inputs.generate_inputs`,
+    which :meth:`Pipeline.example_inputs <onnx_ir_multidevice.runtime.Pipeline.example_inputs>`
+    (``omny run``) uses too:
 
     * symbolic dimensions take their value from ``dims`` (by name), else 1;
     * inputs whose name contains ``mask`` (any case) are all ones;
@@ -226,97 +173,28 @@ def make_inputs(
     """
     require_model(model, "make_inputs")
     dims = _checked_dims(dims)
-    rng = np.random.default_rng(seed)
-    arrays: dict[str, np.ndarray] = {}
-    initializers = model.graph.initializers
-    for value in model.graph.inputs:
-        name = value.name or ""
-        if name in initializers:
-            continue
-        if value.dtype is None:
-            raise VerifyError(f"Graph input {name!r} has no type; pass its array in `inputs`.")
-        shape = _concrete_shape(value, dims)
-        try:
-            np_dtype = np.dtype(value.dtype.numpy())
-        except (TypeError, ValueError) as error:
-            raise VerifyError(
-                f"Cannot generate input {name!r} of type {value.dtype}; pass it in `inputs`."
-            ) from error
-        if np_dtype.kind not in "biuf" or (np_dtype.kind == "f" and np_dtype.itemsize < 2):
-            raise VerifyError(
-                f"Cannot generate input {name!r} of type {value.dtype}; pass it in `inputs`."
-            )
-        if "mask" in name.lower():
-            array = np.ones(shape, dtype=np_dtype)
-        elif np_dtype.kind == "b":
-            array = rng.integers(0, 2, size=shape).astype(np.bool_)
-        elif np_dtype.kind in "iu":
-            high = _gather_bound(value) or _DEFAULT_INT_HIGH
-            if np_dtype.kind == "u" or np_dtype.itemsize < 8:
-                high = min(high, int(np.iinfo(np_dtype).max) + 1)
-            array = rng.integers(0, max(high, 1), size=shape).astype(np_dtype)
-        else:
-            array = rng.standard_normal(shape).astype(np_dtype)
-        arrays[name] = array
-    return arrays
+    try:
+        return generate_inputs(input_specs(model).values(), dims, seed=seed)
+    except ValueError as exc:
+        raise VerifyError(f"{exc}; pass its array in `inputs`.") from exc
 
 
 # ---------------------------------------------------------------------------------------------
 # Running
 
 
-def _weight_bytes(model: ir.Model) -> tuple[int, bool]:
-    total = 0
-    external = False
-    for graph in model.graphs():
-        for value in graph.initializers.values():
-            tensor = value.const_value
-            if tensor is None:
-                continue
-            total += tensor.nbytes
-            external = external or isinstance(tensor, ir.ExternalTensor)
-    return total, external
-
-
-class _Runner:
-    """Creates onnxruntime sessions for IR models, through a file when they are large."""
-
-    def __init__(self, providers: Sequence[str] | None) -> None:
-        try:
-            import onnxruntime
-        except ImportError as error:  # pragma: no cover - depends on the environment
-            raise VerifyError(
-                "verify needs onnxruntime: pip install 'onnx-ir-multidevice[runtime]'"
-            ) from error
-        self._ort = onnxruntime
-        self._providers = list(providers) if providers else ["CPUExecutionProvider"]
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-
-    def session(self, model: ir.Model, label: str) -> Any:
-        options = self._ort.SessionOptions()
-        options.log_severity_level = 3
-        size, external = _weight_bytes(model)
-        try:
-            if external or size > _INLINE_LIMIT_BYTES:
-                if self._tmp is None:
-                    self._tmp = tempfile.TemporaryDirectory(prefix="omny-verify-")
-                stem = label.replace(" ", "_")
-                path = os.path.join(self._tmp.name, f"{stem}.onnx")
-                ir.save(model, path, external_data=f"{stem}.onnx.data")
-                return self._ort.InferenceSession(path, options, providers=self._providers)
-            proto = ir.to_proto(model)
-            return self._ort.InferenceSession(
-                proto.SerializeToString(), options, providers=self._providers
-            )
-        except VerifyError:
-            raise
-        except Exception as error:
-            raise VerifyError(f"onnxruntime cannot load the {label}: {error}") from error
-
-    def run(
-        self, model: ir.Model, feeds: Mapping[str, np.ndarray], label: str
-    ) -> tuple[dict[str, np.ndarray], float]:
-        session = self.session(model, label)
+def _run(
+    model: ir.Model, feeds: Mapping[str, np.ndarray], label: str, providers: Sequence[Any] | None
+) -> tuple[dict[str, np.ndarray], float]:
+    """Run ``model`` once on onnxruntime; its outputs by name and the seconds the run took."""
+    try:
+        owner = ModelSession(model, providers=providers)
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise VerifyError(f"verify needs onnxruntime: {error}") from error
+    except Exception as error:
+        raise VerifyError(f"onnxruntime cannot load the {label}: {error}") from error
+    with owner:
+        session = owner.session
         names = [i.name for i in session.get_inputs()]
         missing = [n for n in names if n not in feeds]
         if missing:
@@ -329,15 +207,27 @@ class _Runner:
         seconds = time.perf_counter() - start
         return dict(zip([o.name for o in session.get_outputs()], results)), seconds
 
-    def close(self) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
 
-
-def _compare(
-    name: str, whole: np.ndarray, split: np.ndarray, rtol: float, atol: float
+def compare_outputs(
+    name: str, whole: Any, split: Any, rtol: float = 1e-4, atol: float = 1e-4
 ) -> OutputComparison:
+    """Compare one output of the chained stages (or a pipeline) with the whole model's.
+
+    An element agrees when ``|split - whole| <= atol + rtol * |whole|``; NaN agrees with NaN
+    and an infinity with the same infinity. Integers and booleans compare as numbers,
+    strings and objects exactly. Different shapes or dtypes disagree everywhere.
+
+    Args:
+        name: The output's name (kept in the result).
+        whole: The whole model's array.
+        split: The array to check.
+        rtol: Relative tolerance.
+        atol: Absolute tolerance.
+
+    Returns:
+        The comparison: largest absolute and relative differences, elements out of
+        tolerance, and the verdict.
+    """
     whole = np.asarray(whole)
     split = np.asarray(split)
     if whole.shape != split.shape or whole.dtype != split.dtype:
@@ -408,31 +298,26 @@ def verify_stages(
     feeds = make_inputs(model, dims=dims, seed=seed)
     if inputs:
         feeds.update({k: np.asarray(v) for k, v in inputs.items()})
-    runner = _Runner(providers)
-    try:
-        expected, whole_seconds = runner.run(model, feeds, "whole model")
-        env: dict[str, np.ndarray] = dict(feeds)
-        stage_seconds = []
-        for i, stage in enumerate(stages):
-            label = f"stage {i}"
-            names = [v.name for v in stage.graph.inputs if v.name not in stage.graph.initializers]
-            missing = [n for n in names if n not in env]
-            if missing:
-                raise VerifyError(
-                    f"Stage {i} reads {missing}, which neither the graph inputs nor earlier "
-                    "stages provide."
-                )
-            produced, seconds = runner.run(stage, env, label)
-            env.update(produced)
-            stage_seconds.append(seconds)
-    finally:
-        runner.close()
+    expected, whole_seconds = _run(model, feeds, "whole model", providers)
+    env: dict[str, np.ndarray] = dict(feeds)
+    stage_seconds = []
+    for i, stage in enumerate(stages):
+        names = [v.name for v in stage.graph.inputs if v.name not in stage.graph.initializers]
+        missing = [n for n in names if n not in env]
+        if missing:
+            raise VerifyError(
+                f"Stage {i} reads {missing}, which neither the graph inputs nor earlier "
+                "stages provide."
+            )
+        produced, seconds = _run(stage, env, f"stage {i}", providers)
+        env.update(produced)
+        stage_seconds.append(seconds)
     comparisons = []
     for value in model.graph.outputs:
         name = value.name or ""
         if name not in env:
             raise VerifyError(f"No stage produces the graph output {name!r}.")
-        comparisons.append(_compare(name, expected[name], env[name], rtol, atol))
+        comparisons.append(compare_outputs(name, expected[name], env[name], rtol, atol))
     return VerifyReport(
         num_stages=len(stages),
         rtol=rtol,
@@ -487,8 +372,6 @@ def verify(
             or ``atol`` is negative, or a value of ``dims`` is not a positive integer.
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
     """
-    from onnx_ir_multidevice._split import split
-
     require_model(model, "verify")
     _check_tolerances(rtol, atol)
     _checked_dims(dims)

@@ -11,13 +11,18 @@ argument of stage ``i + 1``, so activations go from actor to actor through Ray's
 store and never through the driver; only the final outputs come back. Actor calls from one
 caller run in order, so while stage 1 works on request ``k``, stage 0 works on ``k + 1``.
 
-A stage that fails returns a :class:`~onnx_ir_multidevice.runtime.stages.StageFailure`, which
+A stage that fails returns a :class:`~onnx_ir_multidevice.runtime.runner.StageFailure`, which
 the later stages pass on unchanged; the driver raises it as a
 :class:`~onnx_ir_multidevice.PipelineError` in the request's turn. GPU stages use device index
 0 inside their actor (Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPU it assigned).
 
 If Ray is not initialized, the backend calls ``ray.init()`` (a local instance); it never
-shuts Ray down. :meth:`Pipeline.close` kills the stage actors.
+shuts Ray down. :meth:`Pipeline.close` kills the stage actors (first letting the stages that
+hold a model over the protobuf limit remove their temporary files, for up to the close's
+timeout).
+
+Importing this module registers the engine as ``"ray"`` without importing Ray: Ray is
+imported when a Ray pipeline starts.
 """
 
 from __future__ import annotations
@@ -28,21 +33,43 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import ray
+import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import PipelineError
-from onnx_ir_multidevice.runtime.stages import (
-    Device,
-    StageFailure,
-    StageModel,
-    StagePlan,
-    StageRunner,
-    failure_message,
-)
+from onnx_ir_multidevice.runtime.devices import Device
+from onnx_ir_multidevice.runtime.engines.protocol import OnDone
+from onnx_ir_multidevice.runtime.engines.registry import register_engine
+from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failure_message
+from onnx_ir_multidevice.runtime.stages import StageChain, StageModel
 from onnx_ir_multidevice.runtime.stats import StatsRecorder
 
 Periods = list[tuple[int, float, float]]
 """(stage, start, end) of each stage a request went through, on ``time.time``."""
+
+
+def _ray() -> Any:
+    """The ``ray`` module, or a :class:`PipelineError` saying how to install it."""
+    try:
+        import ray  # optional dependency (the ray extra): imported when a Ray pipeline starts
+    except ImportError as exc:
+        raise PipelineError(
+            f"backend='ray' needs Ray ({exc}); install it with "
+            "`pip install 'onnx-ir-multidevice[ray]'` or use backend='thread'"
+        ) from exc
+    return ray
+
+
+def _actor_options(options: Any, n: int) -> list[dict[str, Any]]:
+    """One dict of actor options per stage, from one dict for all or one per stage."""
+    if options is None or isinstance(options, Mapping):
+        return [dict(options or {}) for _ in range(n)]
+    options = list(options)
+    if len(options) != n:
+        raise PipelineError(
+            f"ray_actor_options gives {len(options)} values for {n} stages; give one per stage "
+            "or a single value for all"
+        )
+    return [dict(o) for o in options]
 
 
 class _StageActor:
@@ -58,7 +85,7 @@ class _StageActor:
         final_outputs: tuple[str, ...] | None,
     ) -> None:
         index = device.index
-        if device.is_gpu and ray.get_gpu_ids():
+        if device.is_gpu and _ray().get_gpu_ids():
             index = 0  # Ray narrowed CUDA_VISIBLE_DEVICES to the GPU it assigned
         self._index = stage.index
         self._runner = StageRunner(stage, device, threads, device_index=index, spinning=spinning)
@@ -67,6 +94,9 @@ class _StageActor:
 
     def ready(self) -> bool:
         return True
+
+    def close(self) -> None:
+        self._runner.close()
 
     def run(
         self, request: int, payload: tuple[dict[str, Any] | StageFailure, Periods]
@@ -92,18 +122,20 @@ class RayEngine:
     """Pipeline engine with one Ray actor per stage (see the module docstring).
 
     Args:
-        plan: The stages.
+        chain: The stages.
         devices: Device of each stage.
         threads: onnxruntime intra-op threads of each stage.
         recorder: Where busy periods go.
         on_done: Called with each request's outputs or failure.
         spinning: Whether onnxruntime's threads spin while idle.
-        actor_options: Options of each stage's actor, over the defaults.
+        actor_options: Options of each stage's actor, over the defaults: one dict for all
+            stages or one per stage (``Pipeline(ray_actor_options=...)``).
         start_timeout: Seconds to wait for every actor to start (Ray waits forever for
             resources the cluster does not have).
 
     Raises:
-        PipelineError: An actor cannot be placed in time or its session fails to load.
+        PipelineError: Ray is not installed, an actor cannot be placed in time, or its
+            session fails to load.
     """
 
     name = "ray"
@@ -111,26 +143,30 @@ class RayEngine:
 
     def __init__(
         self,
-        plan: StagePlan,
+        chain: StageChain,
         devices: Sequence[Device],
         threads: Sequence[int | None],
         recorder: StatsRecorder,
-        on_done: Any,
+        on_done: OnDone,
         *,
         spinning: bool,
-        actor_options: Sequence[Mapping[str, Any]],
+        actor_options: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         start_timeout: float = 60.0,
     ) -> None:
+        ray = _ray()
+        actor_options = _actor_options(actor_options, chain.num_stages)
         if not ray.is_initialized():
             ray.init(include_dashboard=False)
         self._recorder = recorder
         self._on_done = on_done
         self._closed = False
+        # Sessions of IR-model stages save the model to a temporary folder: let them remove it.
+        self._files = any(isinstance(stage.source, ir.Model) for stage in chain.stages)
         actor_cls = ray.remote(_StageActor)
-        last = plan.num_stages - 1
+        last = chain.num_stages - 1
         self._actors = []
         requested = []
-        for i, stage in enumerate(plan.stages):
+        for i, stage in enumerate(chain.stages):
             options = {
                 "num_cpus": threads[i] or 1,
                 "num_gpus": 1 if devices[i].is_gpu else 0,
@@ -138,10 +174,10 @@ class RayEngine:
             }
             options.update(actor_options[i])
             requested.append(options)
-            final = plan.graph_outputs if i == last else None
+            final = chain.graph_outputs if i == last else None
             self._actors.append(
                 actor_cls.options(**options).remote(
-                    stage, devices[i], threads[i], spinning, plan.keep_after[i], final
+                    stage, devices[i], threads[i], spinning, chain.keep_after[i], final
                 )
             )
         self._check_resources(requested)
@@ -169,7 +205,7 @@ class RayEngine:
 
     def _check_resources(self, requested: Sequence[Mapping[str, Any]]) -> None:
         """Fail at once when the actors ask for more CPUs or GPUs than the cluster has."""
-        total = ray.cluster_resources()
+        total = _ray().cluster_resources()
         for key, resource in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
             wanted = sum(float(options.get(key) or 0) for options in requested)
             if wanted > total.get(resource, 0.0):
@@ -205,7 +241,18 @@ class RayEngine:
         self._on_done(request, result)
 
     def close(self, timeout: float) -> None:
-        """Kill the stage actors (their runs in progress stop at once)."""
+        """Kill the stage actors (their runs in progress stop at once).
+
+        Stages whose sessions hold temporary files first get up to ``timeout`` seconds to
+        close them (after the runs queued before).
+        """
+        ray = _ray()
         self._closed = True
+        if self._files and self._actors:
+            closing = [actor.close.remote() for actor in self._actors]
+            ray.wait(closing, num_returns=len(closing), timeout=timeout)
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
+
+
+register_engine("ray", RayEngine)

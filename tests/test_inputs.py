@@ -1,0 +1,211 @@
+"""One input generator: `omny run` and `omny verify` feed a model the same arrays.
+
+Before runtime/inputs.py, ``Pipeline.example_inputs`` drew integers in {0, 1} and booleans
+True, while ``make_inputs`` bounded token ids by the Gather tables and filled masks with ones:
+the same model, seed and dims gave two different requests.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice._cli import main
+from onnx_ir_multidevice._errors import PipelineError, VerifyError
+from onnx_ir_multidevice._proto.files import load, save
+from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
+from onnx_ir_multidevice.runtime import Pipeline
+from onnx_ir_multidevice.runtime.engines import register_engine
+from onnx_ir_multidevice.runtime.inputs import (
+    DEFAULT_INT_HIGH,
+    TensorSpec,
+    generate_inputs,
+    index_bound,
+    input_specs,
+)
+from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failure_message
+from onnx_ir_multidevice.runtime.verification import make_inputs
+
+VOCAB = 11
+
+
+def planned_bert(tmp_path, layers: int = 2):
+    """A BERT with a 2-shard .omny plan, saved; the model and its path."""
+    model = zoo.bert(layers=layers, vocab=VOCAB)
+    omny.write(
+        model,
+        OmnyMetadata(
+            cut_points=(CutPoint("layer.0.out", "layer.0.out", "layer.0.out", (1,)),),
+            sharding=Sharding(configurations=(ShardConfiguration(2, (1, 1), ("layer.0.out",)),)),
+        ),
+    )
+    path = tmp_path / "bert.omny"
+    save(model, path)
+    return model, path
+
+
+def assert_same_arrays(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    assert list(got) == list(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+class RecordingEngine:
+    """Runs each request in the submitting thread and keeps a copy of its inputs."""
+
+    seen: list[dict[str, np.ndarray]] = []
+
+    def __init__(self, chain, devices, threads, recorder, on_done, *, spinning):
+        self._chain = chain
+        self._on_done = on_done
+        self._runners = [StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads)]
+
+    def submit(self, request, env):
+        RecordingEngine.seen.append({k: v.copy() for k, v in env.items()})
+        for i, runner in enumerate(self._runners):
+            try:
+                env.update(runner.run(env))
+            except Exception as exc:
+                self._on_done(request, StageFailure(i, failure_message(exc), exc))
+                return
+        self._on_done(request, {n: env[n] for n in self._chain.graph_outputs})
+
+    def close(self, timeout):
+        for runner in self._runners:
+            runner.close()
+
+
+def test_omny_run_sends_what_omny_verify_feeds(tmp_path, capsys):
+    model, path = planned_bert(tmp_path)
+    register_engine("test-recording", RecordingEngine, replace=True)
+    RecordingEngine.seen = []
+    args = ["--shards", "2", "--seed", "5", "--dim", "batch=3", "--json"]
+    assert main(["run", str(path), "--backend", "test-recording", "--requests", "2",
+                 "--warmup", "1", *args]) == 0  # fmt: skip
+    run_report = json.loads(capsys.readouterr().out)
+    assert run_report["seed"] == 5 and run_report["backend"] == "test-recording"
+    assert main(["verify", str(path), *args]) == 0
+    verify_report = json.loads(capsys.readouterr().out)
+
+    fed = make_inputs(load(path), dims={"batch": 3}, seed=5)  # what verify feeds
+    assert [(i["name"], i["shape"], i["dtype"]) for i in verify_report["results"][0]["inputs"]] == [
+        (name, list(array.shape), str(array.dtype)) for name, array in fed.items()
+    ]
+    assert len(RecordingEngine.seen) == 3  # one warm-up, two timed
+    for request in RecordingEngine.seen:
+        assert_same_arrays(request, fed)
+    # the rules: token ids below the vocabulary, the mask all ones
+    assert 1 < fed["input_ids"].max() < VOCAB and (fed["attention_mask"] == 1).all()
+
+
+@pytest.mark.parametrize("source", ["model", "file", "directory", "stage list"])
+def test_example_inputs_equal_make_inputs(tmp_path, source):
+    model, path = planned_bert(tmp_path)
+    if source == "model":
+        pipe = Pipeline(model, 2)
+    elif source == "file":
+        pipe = Pipeline(path, 2)
+    elif source == "directory":
+        assert main(["split", str(path), str(tmp_path / "split"), "--shards", "2"]) == 0
+        pipe = Pipeline(tmp_path / "split")
+    else:
+        from onnx_ir_multidevice._split import split
+
+        pipe = Pipeline(split(model, 2))
+    with pipe:
+        for seed in (0, 7):
+            got = pipe.example_inputs({"batch": 4}, seed=seed)
+            assert_same_arrays(got, make_inputs(model, dims={"batch": 4}, seed=seed))
+        assert pipe.inputs[0].high == VOCAB
+        pipe.run(got)  # valid token ids
+
+
+def _two_lookups() -> tuple[ir.Model, list[ir.Model]]:
+    """ids -> Gather(table of 7) -> a; ids -> Cast -> Gather(table of 5) -> b: whole and stages."""
+
+    def table(name: str, rows: int) -> ir.Value:
+        value = ir.Value(
+            name=name,
+            type=ir.TensorType(ir.DataType.FLOAT),
+            shape=ir.Shape([rows, 2]),
+            const_value=ir.tensor(np.ones((rows, 2), np.float32), name=name),
+        )
+        return value
+
+    def graph(with_first: bool, with_second: bool) -> ir.Model:
+        ids = ir.Value(name="ids", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(["n"]))
+        nodes, outputs, inits = [], [], []
+        if with_first:
+            t7 = table("t7", 7)
+            first = ir.node("Gather", [t7, ids])
+            first.outputs[0].name = "a"
+            nodes.append(first)
+            outputs.append(first.outputs[0])
+            inits.append(t7)
+        if with_second:
+            t5 = table("t5", 5)
+            cast = ir.node("Cast", [ids], attributes={"to": ir.DataType.INT32})
+            second = ir.node("Gather", [t5, cast.outputs[0]])
+            second.outputs[0].name = "b"
+            nodes += [cast, second]
+            outputs.append(second.outputs[0])
+            inits.append(t5)
+        for v in outputs:
+            v.type = ir.TensorType(ir.DataType.FLOAT)
+        g = ir.Graph([ids], outputs, nodes=nodes, initializers=inits, opset_imports={"": 18})
+        return ir.Model(g, ir_version=10)
+
+    return graph(True, True), [graph(True, False), graph(False, True)]
+
+
+def test_bounds_are_the_smallest_table_of_any_stage():
+    whole, stages = _two_lookups()
+    assert index_bound(whole.graph.inputs[0]) == 5
+    assert [input_specs(s)["ids"].high for s in stages] == [7, 5]
+    with Pipeline(stages, outputs=["a", "b"]) as pipe:
+        assert pipe.inputs == (TensorSpec("ids", ("n",), np.dtype(np.int64), 5),)
+        got = pipe.example_inputs({"n": 200}, seed=1)
+    assert got["ids"].max() == 4
+    assert_same_arrays(got, make_inputs(whole, dims={"n": 200}, seed=1))
+
+
+def test_generate_inputs_rules_and_errors():
+    specs = [
+        TensorSpec("x", ("batch", 3), np.dtype(np.float16)),
+        TensorSpec("ids", (2, None), np.dtype(np.uint8), 1000),
+        TensorSpec("flag", (50,), np.dtype(bool)),
+        TensorSpec("Key_Mask", (2,), np.dtype(bool)),
+        TensorSpec("n", (), np.dtype(np.int32)),
+    ]
+    arrays = generate_inputs(specs, {"batch": 2}, seed=3)
+    assert arrays["x"].shape == (2, 3) and arrays["x"].dtype == np.float16
+    assert arrays["ids"].shape == (2, 1) and arrays["ids"].dtype == np.uint8
+    assert arrays["flag"].any() and not arrays["flag"].all()
+    assert arrays["Key_Mask"].all()
+    assert 0 <= arrays["n"] < DEFAULT_INT_HIGH
+    assert_same_arrays(generate_inputs(specs, {"batch": 2}, seed=3), arrays)
+    for bad, text in [
+        (TensorSpec("s", (1,), np.dtype(object)), "Cannot generate input 's'"),
+        (TensorSpec("u", (1,), None), "no declared element type"),
+        (TensorSpec("v", None, np.dtype(np.float32)), "no declared shape"),
+    ]:
+        with pytest.raises(ValueError, match=text):
+            generate_inputs([bad])
+    with pytest.raises(ValueError, match="positive integer"):
+        generate_inputs(specs, {"batch": 0})
+
+
+def test_callers_name_their_error_type():
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.STRING), shape=ir.Shape([1]))
+    y = ir.node("Identity", [x])
+    y.outputs[0].name = "y"
+    model = ir.Model(ir.Graph([x], y.outputs, nodes=[y], opset_imports={"": 18}), ir_version=10)
+    with pytest.raises(VerifyError, match="pass its array in `inputs`"):
+        make_inputs(model)
+    with Pipeline([model]) as pipe, pytest.raises(PipelineError, match="build the request"):
+        pipe.example_inputs()
