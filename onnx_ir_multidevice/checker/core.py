@@ -49,6 +49,7 @@ from onnx_ir_multidevice.analysis.stages import (
     precompute_stages,
 )
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
+from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX, configuration_names
 from onnx_ir_multidevice.checker.diagnostics import (
     Diagnostic,
     Severity,
@@ -1056,8 +1057,6 @@ class _Checker:
             )
 
     def _check_sharding(self, metadata, usable: Mapping[str, ir.Value]) -> list[_PlanConfiguration]:
-        from onnx_ir_multidevice.passes.annotation import configuration_names
-
         sharding = metadata.sharding
         self._check_limits(sharding)
         if not sharding.configurations:
@@ -1230,8 +1229,6 @@ class _Checker:
             if entry.cuts is not None:
                 self._plan_stages(entry)
         by_name = {entry.name: entry for entry in plan}
-        from onnx_ir_multidevice.passes.annotation import OMNY_CONFIGURATION_PREFIX
-
         annotated: set[str] = set()
         seen_names: set[str] = set()
         for configuration in self.model.device_configurations:

@@ -16,14 +16,11 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import CheckError
 from onnx_ir_multidevice._util import gc_paused
+from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX
 from onnx_ir_multidevice.checker import core as _check
 from onnx_ir_multidevice.checker.diagnostics import Diagnostic, Severity
 from onnx_ir_multidevice.graph.index import GraphIndex
-from onnx_ir_multidevice.passes.annotation import (
-    OMNY_CONFIGURATION_PREFIX,
-    AnnotatePass,
-    DeviceNames,
-)
+from onnx_ir_multidevice.passes.annotation import AnnotatePass, DeviceNames
 
 _CONFIGURATION_PATH = re.compile(r"sharding\.configurations\[(\d+)\]")
 _CUT_PATH = re.compile(r"cut_points\[(\d+)\]")
