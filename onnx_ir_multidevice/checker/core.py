@@ -1288,15 +1288,13 @@ class _Checker:
             )
         # The same plan gives the same boundaries: cached on the index (shared with the
         # checker gate of annotate()).
-        key = ("plan_boundaries", entry.num_shards, *map(id, entry.cuts))
-        cached = self.index._cache.get(key)
-        if cached is None or cached[0] != entry.cuts:
+        # (num_shards is len(cuts) + 1 here: a configuration has cuts only then.)
+        boundaries = self.index.boundary_cache.get(entry.cuts)
+        if boundaries is None:
             boundaries = boundary_crossings(
                 self.graph, stages, num_stages=entry.num_shards, index=self.index
             )
-            self.index._cache[key] = (list(entry.cuts), boundaries)
-        else:
-            boundaries = cached[1]
+            self.index.boundary_cache.put(entry.cuts, boundaries)
         for boundary in boundaries:
             location = f"{path}.cut_point_ids[{boundary.index}]"
             activations = boundary.activations
