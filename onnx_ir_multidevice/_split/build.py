@@ -381,8 +381,9 @@ def split(
     """Split ``model`` into ``shards`` runnable single-device models, one per pipeline stage.
 
     Stage ``i``'s inputs are names resolved against the original graph inputs and the outputs
-    of earlier stages; stage outputs keep the original tensor names. A ``.omny`` cut point
-    is located by its ``tensor_name`` (its ``after_node`` is checked by ``omny check``).
+    of earlier stages; stage outputs keep the original tensor names. The ``.omny`` cut points
+    are resolved by :func:`~onnx_ir_multidevice.binding.bind.bind`, the resolver ``check``
+    and ``annotate`` use: a cut point the checker rejects fails the split with its message.
     Weights are shared with ``model`` in memory (not copied); a weight read by several
     stages is an initializer of each. Replicable values (masks, shape arithmetic, transposed
     weights) are recomputed in every stage that reads them.

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import SplitError
+from onnx_ir_multidevice._errors import BindingError, SplitError
 from onnx_ir_multidevice._util import gc_paused, require_model
 from onnx_ir_multidevice.analysis.stages import assign_stages, stages_from_annotations
+from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
+from onnx_ir_multidevice.omny._props import read as read_omny
 from onnx_ir_multidevice.omny._schema import (
     OMNY_METADATA_KEY,
     OMNY_VERSION_KEY,
@@ -93,18 +95,17 @@ def _stages_from_annotations(
 def _read_metadata(model: ir.Model) -> OmnyMetadata | None:
     if not any(key in model.metadata_props for key in (OMNY_VERSION_KEY, OMNY_METADATA_KEY)):
         return None
-    from onnx_ir_multidevice import omny
-
-    return omny.read(model)
+    return read_omny(model)
 
 
 def _cuts_from_metadata(
     index: GraphIndex,
+    model: ir.Model,
     metadata: OmnyMetadata,
     shards: int,
     configuration: int | ShardConfiguration | None,
 ) -> list[ir.Value]:
-    """Resolve the cut tensors of the chosen ``.omny`` shard configuration."""
+    """The cut tensors of the chosen ``.omny`` shard configuration, from :func:`bind`."""
     configurations = tuple(metadata.sharding.configurations)
     if configuration is None:
         matches = [i for i, c in enumerate(configurations) if c.num_shards == shards]
@@ -138,28 +139,12 @@ def _cuts_from_metadata(
             f"{path} lists {len(chosen.cut_point_ids)} cut point(s); {shards} shards need "
             f"{shards - 1}."
         )
-    cut_points = {c.id: c for c in metadata.cut_points}
-    by_name = {
-        name: found[0]
-        for name, found in index.values_named(
-            [cut_points[i].tensor_name for i in chosen.cut_point_ids if i in cut_points]
-        ).items()
-    }
-    cuts: list[ir.Value] = []
-    for j, cut_id in enumerate(chosen.cut_point_ids):
-        cut_point = cut_points.get(cut_id)
-        if cut_point is None:
-            raise SplitError(
-                f"{path}.cut_point_ids[{j}]: cut point {cut_id!r} is not defined in cut_points."
-            )
-        value = by_name.get(cut_point.tensor_name)
-        if value is None:
-            raise SplitError(
-                f"{path}.cut_point_ids[{j}]: cut point {cut_id!r} names tensor "
-                f"{cut_point.tensor_name!r}, which is not a value of the main graph."
-            )
-        cuts.append(value)
-    return cuts
+    # The one cut resolver: the same references, verdicts and messages as the checker's.
+    bound = bind(model, metadata, index=index).configurations[position]
+    try:
+        return list(bound.cut_values())
+    except BindingError as error:
+        raise SplitError(str(error)) from error
 
 
 def _sort_cuts(index: GraphIndex, cuts: Sequence[ir.Value]) -> list[ir.Value]:
@@ -170,12 +155,20 @@ def _sort_cuts(index: GraphIndex, cuts: Sequence[ir.Value]) -> list[ir.Value]:
     return sorted(cuts, key=key)
 
 
-def _stages_from_cuts(index: GraphIndex, cuts: Sequence[ir.Value]) -> dict[ir.Node, int]:
+def _stages_from_cuts(
+    index: GraphIndex, cuts: Sequence[ir.Value], *, sort: bool = True
+) -> dict[ir.Node, int]:
+    """Stages from cut tensors, sorted into graph order or in the order given.
+
+    ``sort=False`` for a ``.omny`` configuration: its cuts out of pipeline order are an
+    error, as in the checker.
+    """
     for cut in cuts:
         if cut.graph is not index.graph:
             raise SplitError(f"Cut tensor {_value_label(cut)} is not a value of the main graph.")
+    ordered = _sort_cuts(index, cuts) if sort else list(cuts)
     try:
-        return assign_stages(index.graph, _sort_cuts(index, cuts), index=index)
+        return assign_stages(index.graph, ordered, index=index)
     except SplitError:
         raise
     except ValueError as error:
@@ -246,11 +239,13 @@ def _resolve(
     if configuration is not None:
         if metadata is None:
             raise SplitError("The model has no .omny metadata to take the configuration from.")
-        return _stages_from_cuts(index, _cuts_from_metadata(index, metadata, shards, configuration))
+        cuts = _cuts_from_metadata(index, model, metadata, shards, configuration)
+        return _stages_from_cuts(index, cuts, sort=False)
     if metadata is not None and any(
         c.num_shards == shards for c in metadata.sharding.configurations
     ):
-        return _stages_from_cuts(index, _cuts_from_metadata(index, metadata, shards, None))
+        cuts = _cuts_from_metadata(index, model, metadata, shards, None)
+        return _stages_from_cuts(index, cuts, sort=False)
     annotated = [c for c in pipeline_configurations(index.graph) if c.num_devices == shards]
     if annotated:
         return _stages_from_annotations(index, annotated[0])

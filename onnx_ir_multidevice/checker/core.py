@@ -41,14 +41,16 @@ import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
+from onnx_ir_multidevice._proto import files as _io
 from onnx_ir_multidevice._util import gc_paused
-from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
+from onnx_ir_multidevice.analysis.boundaries import Boundary, boundary_crossings, edge_violations
 from onnx_ir_multidevice.analysis.stages import (
     annotated_stage_list,
     assign_stages,
     precompute_stages,
 )
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
+from onnx_ir_multidevice.binding.bind import BoundConfiguration, BoundPlan, bind
 from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX, configuration_names
 from onnx_ir_multidevice.checker.diagnostics import (
     Diagnostic,
@@ -63,6 +65,13 @@ from onnx_ir_multidevice.graph.index import (
     GraphIndex,
     holds_subgraphs,
     node_subgraphs,
+)
+from onnx_ir_multidevice.omny._schema import (
+    OMNY_FORMAT_VERSION,
+    OMNY_METADATA_KEY,
+    OMNY_VERSION_KEY,
+    OmnyMetadata,
+    Sharding,
 )
 
 #: Largest pipeline stage protobuf can hold (``int32``).
@@ -87,6 +96,10 @@ class CheckReport:
 
     model: ir.Model | None
     """The checked model, or ``None`` when the input could not be read as ONNX."""
+
+    plan: BoundPlan | None = None
+    """The model's ``.omny`` plan bound to it (what the cut-point rules judged), or ``None``
+    when it has no readable plan."""
 
     @property
     def errors(self) -> tuple[Diagnostic, ...]:
@@ -145,6 +158,7 @@ def run_check(
         TypeError: ``model`` is of another type.
     """
     diagnostics: list[Diagnostic] = []
+    plan: BoundPlan | None = None
     ir_model = _as_model(model, onnx_checker, diagnostics)
     if ir_model is not None:
         with gc_paused():
@@ -157,9 +171,11 @@ def run_check(
                     index = None
             found, entries_list = _check_device_configurations(ir_model, index)
             diagnostics.extend(found)
-            _Checker(ir_model, relaxed_cuts, diagnostics, index, entries_list).run()
+            checker = _Checker(ir_model, relaxed_cuts, diagnostics, index, entries_list)
+            checker.run()
+            plan = checker.plan
     diagnostics.sort(key=Diagnostic.sort_key)
-    return CheckReport(tuple(diagnostics), ir_model)
+    return CheckReport(tuple(diagnostics), ir_model, plan)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,8 +224,6 @@ def _as_model(
 def _load_path(
     path: str, onnx_checker: bool | None, diagnostics: list[Diagnostic]
 ) -> ir.Model | None:
-    from onnx_ir_multidevice._proto import files as _io
-
     if os.path.isdir(path):
         raise OmnyIOError(
             f"{path}: is a directory, not a model file; give the path of a .onnx or .omny "
@@ -669,26 +683,6 @@ def dtype_name(dtype: ir.DataType) -> str:
     return "string" if name == "object" else name
 
 
-class _FirstOf(Mapping):
-    """A read-only view ``name -> first object`` of a ``name -> list of objects`` index."""
-
-    def __init__(self, lists: Mapping[str, list]) -> None:
-        self._lists = lists
-
-    def __getitem__(self, key: str):
-        return self._lists[key][0]
-
-    def get(self, key, default=None):
-        found = self._lists.get(key)
-        return found[0] if found else default
-
-    def __iter__(self):
-        return iter(self._lists)
-
-    def __len__(self) -> int:
-        return len(self._lists)
-
-
 @dataclasses.dataclass
 class _PlanConfiguration:
     """One ``.omny`` configuration, resolved against the graph."""
@@ -718,8 +712,9 @@ class _Checker:
         self._entries_list = entries_list
         self.out = diagnostics
         self._index = index
-        self._sub_names: tuple[set[str], set[str]] | None = None
         self._bodies: list[tuple[ir.Node, list[ir.Graph]]] | None = None
+        #: The plan bound to the model (by the one cut resolver), once read.
+        self.plan: BoundPlan | None = None
 
     # -- shared lazily built indexes --
 
@@ -743,20 +738,6 @@ class _Checker:
                         self._bodies.append((node, list(node_subgraphs(node))))
         return self._bodies
 
-    def subgraph_names(self) -> tuple[set[str], set[str]]:
-        """Node names and value names found inside subgraph bodies."""
-        if self._sub_names is None:
-            nodes: set[str] = set()
-            values: set[str] = set()
-            for _, bodies in self.bodies:
-                for body in bodies:
-                    values.update(v.name for v in body.inputs if v.name)
-                    for inner in body.all_nodes():
-                        nodes.add(inner.name)
-                        values.update(v.name for v in inner.outputs if v.name)
-            self._sub_names = (nodes, values)
-        return self._sub_names
-
     def run(self) -> None:
         try:
             plan = self._check_metadata()
@@ -767,13 +748,6 @@ class _Checker:
     # -- OMNY1xx --
 
     def _check_metadata(self) -> list[_PlanConfiguration]:
-        from onnx_ir_multidevice.omny._schema import (
-            OMNY_FORMAT_VERSION,
-            OMNY_METADATA_KEY,
-            OMNY_VERSION_KEY,
-            OmnyMetadata,
-        )
-
         props = self.model.metadata_props
         version = props.get(OMNY_VERSION_KEY)
         text = props.get(OMNY_METADATA_KEY)
@@ -829,142 +803,31 @@ class _Checker:
                     "version",
                 )
             )
-        cuts = self._check_cut_points(metadata)
-        self._check_io(metadata)
-        return self._check_sharding(metadata, cuts)
+        plan = self.plan = bind(self.model, metadata, index=self._index)
+        self._check_cut_points(plan)
+        self._check_io(plan)
+        return self._check_sharding(plan)
 
-    def _check_io(self, metadata) -> None:
-        for field, graph_values in (
-            ("inputs", self.graph.inputs),
-            ("outputs", self.graph.outputs),
-        ):
-            names = {v.name for v in graph_values}
-            for k, info in enumerate(getattr(metadata, field)):
-                if info.name not in names:
-                    self.out.append(
-                        make(
-                            "OMNY138",
-                            f"{field[:-1]} {info.name!r} is not a graph {field[:-1]} (graph "
-                            f"{field}: {_names(sorted(n for n in names if n))}); update the "
-                            "metadata",
-                            f"{field}[{k}].name",
-                        )
-                    )
+    def _check_io(self, plan: BoundPlan) -> None:
+        for reference in plan.unresolved:
+            if reference.kind in ("input", "output"):
+                self.out.append(make(reference.code, reference.message, reference.json_path))
 
-    def _check_cut_points(self, metadata) -> dict[str, ir.Value]:
-        """Check every cut point; return id -> cut value for the usable ones."""
-        nodes_by_name: Mapping[str, ir.Node]
-        values_by_name: Mapping[str, ir.Value]
-        if self._index is not None:
-            cut_points = metadata.cut_points
-            nodes_by_name = _FirstOf(self._index.nodes_named(c.after_node for c in cut_points))
-            values_by_name = _FirstOf(self._index.values_named(c.tensor_name for c in cut_points))
-        else:
-            nodes_by_name = {}
-            for node in self.graph:
-                if node.name:
-                    nodes_by_name.setdefault(node.name, node)  # type: ignore[attr-defined]
-            values_by_name = {}
-            for value in (*self.graph.inputs, *self.graph.initializers.values()):
-                if value.name:
-                    values_by_name.setdefault(value.name, value)  # type: ignore[attr-defined]
-            for node in self.graph:
-                for value in node.outputs:
-                    if value.name:
-                        values_by_name.setdefault(value.name, value)  # type: ignore[attr-defined]
-
-        usable: dict[str, ir.Value] = {}
+    def _check_cut_points(self, plan: BoundPlan) -> None:
+        """Check every cut point: its references (from :func:`bind`), shape and memory."""
         seen_ids: set[str] = set()
         previous_cumulative: int | None = None
-        for k, cut in enumerate(metadata.cut_points):
-            path = f"cut_points[{k}]"
+        for bound in plan.cut_points:
+            for reference in bound.problems:
+                self.out.append(make(reference.code, reference.message, reference.json_path))
+            cut = bound.spec
             if cut.id in seen_ids:
-                self.out.append(
-                    make(
-                        "OMNY118",
-                        f"cut point id {cut.id!r} is defined twice; give each cut a unique id",
-                        f"{path}.id",
-                    )
-                )
-                continue
+                continue  # a second definition (OMNY118): its numbers are not the plan's
             seen_ids.add(cut.id)
-            value = self._resolve_cut(cut, path, nodes_by_name, values_by_name)
-            self._check_cut_shape(cut, path, value)
+            path = bound.json_path
+            self._check_cut_shape(cut, path, bound.value if bound.resolved else None)
             self._check_cut_memory(cut, path, previous_cumulative)
             previous_cumulative = cut.cumulative_memory_mb
-            if value is not None:
-                usable[cut.id] = value
-        return usable
-
-    def _resolve_cut(
-        self,
-        cut,
-        path: str,
-        nodes_by_name: Mapping[str, ir.Node],
-        values_by_name: Mapping[str, ir.Value],
-    ) -> ir.Value | None:
-        node = nodes_by_name.get(cut.after_node)
-        value = values_by_name.get(cut.tensor_name)
-        ok = True
-        if node is None:
-            ok = False
-            if cut.after_node in self.subgraph_names()[0]:
-                self.out.append(
-                    make(
-                        "OMNY117",
-                        f"cut point {cut.id!r} is after node {cut.after_node!r}, which is "
-                        "inside a control-flow body; cut after the If/Loop/Scan node instead",
-                        f"{path}.after_node",
-                    )
-                )
-            else:
-                self.out.append(
-                    make(
-                        "OMNY110",
-                        f"cut point {cut.id!r}: node {cut.after_node!r} is not in the main "
-                        "graph (renamed or removed?); point after_node at an existing node",
-                        f"{path}.after_node",
-                    )
-                )
-        if value is None:
-            ok = False
-            inside = cut.tensor_name in self.subgraph_names()[1]
-            if not inside or node is not None:
-                self.out.append(
-                    make(
-                        "OMNY117" if inside else "OMNY111",
-                        f"cut point {cut.id!r}: tensor {cut.tensor_name!r} "
-                        + (
-                            "is inside a control-flow body; cut an output of the If/Loop/Scan"
-                            if inside
-                            else "is not a value of the main graph; point tensor_name at an "
-                            "output of after_node"
-                        ),
-                        f"{path}.tensor_name",
-                    )
-                )
-        elif node is not None and value.producer() is not node:
-            ok = False
-            outputs = [v.name for v in node.outputs]
-            self.out.append(
-                make(
-                    "OMNY112",
-                    f"cut point {cut.id!r}: tensor {cut.tensor_name!r} is not an output of "
-                    f"node {cut.after_node!r} (its outputs: {_names(outputs)})",
-                    f"{path}.tensor_name",
-                )
-            )
-        if node is not None and len(node.outputs) > 1:
-            ok = False
-            self.out.append(
-                make(
-                    "OMNY113",
-                    f"cut point {cut.id!r}: node {cut.after_node!r} has {len(node.outputs)} "
-                    "outputs; a cut needs a node with exactly one output tensor",
-                    f"{path}.after_node",
-                )
-            )
-        return value if ok else None
 
     def _check_cut_shape(self, cut, path: str, value: ir.Value | None) -> None:
         for i, dim in enumerate(cut.shape):
@@ -1056,8 +919,8 @@ class _Checker:
                 )
             )
 
-    def _check_sharding(self, metadata, usable: Mapping[str, ir.Value]) -> list[_PlanConfiguration]:
-        sharding = metadata.sharding
+    def _check_sharding(self, plan: BoundPlan) -> list[_PlanConfiguration]:
+        sharding = plan.metadata.sharding
         self._check_limits(sharding)
         if not sharding.configurations:
             self.out.append(
@@ -1068,15 +931,13 @@ class _Checker:
                     "sharding.configurations",
                 )
             )
-        defined = {cut.id for cut in metadata.cut_points}
         names = configuration_names(sharding.configurations)
-        plan: list[_PlanConfiguration] = []
-        for i, configuration in enumerate(sharding.configurations):
-            entry = _PlanConfiguration(i, configuration.num_shards, names[i])
-            cuts = self._check_configuration(i, configuration, sharding, defined, usable)
-            entry.cuts = cuts
-            plan.append(entry)
-        return plan
+        entries: list[_PlanConfiguration] = []
+        for bound in plan.configurations:
+            entry = _PlanConfiguration(bound.index, bound.num_shards, names[bound.index])
+            entry.cuts = self._check_configuration(bound, sharding)
+            entries.append(entry)
+        return entries
 
     def _check_limits(self, sharding) -> None:
         for field in ("min_vram_mb", "max_shard_size_mb"):
@@ -1119,14 +980,11 @@ class _Checker:
                 )
 
     def _check_configuration(
-        self,
-        i: int,
-        configuration,
-        sharding,
-        defined: set[str],
-        usable: Mapping[str, ir.Value],
+        self, bound: BoundConfiguration, sharding: Sharding
     ) -> list[ir.Value] | None:
-        path = f"sharding.configurations[{i}]"
+        """Check one configuration; return its cut values when they all resolve."""
+        configuration = bound.spec
+        path = bound.json_path
         n = configuration.num_shards
         if n < 1:
             self.out.append(
@@ -1159,33 +1017,9 @@ class _Checker:
                     f"{path}.cut_point_ids",
                 )
             )
-        resolved: list[ir.Value] | None = [] if len(ids) == n - 1 else None
-        seen: set[str] = set()
-        for j, cut_id in enumerate(ids):
-            if cut_id not in defined:
-                self.out.append(
-                    make(
-                        "OMNY132",
-                        f"configuration {i} ({n} shards) uses cut point {cut_id!r}, which is "
-                        f"not defined in cut_points (defined: {_names(sorted(defined))}); "
-                        "define it or remove it",
-                        f"{path}.cut_point_ids[{j}]",
-                    )
-                )
-            elif cut_id in seen:
-                self.out.append(
-                    make(
-                        "OMNY139",
-                        f"configuration {i} lists cut point {cut_id!r} twice",
-                        f"{path}.cut_point_ids[{j}]",
-                    )
-                )
-            seen.add(cut_id)
-            value = usable.get(cut_id)
-            if value is None or cut_id in ids[:j]:
-                resolved = None
-            elif resolved is not None:
-                resolved.append(value)
+        for _, reference in bound.problems:
+            if reference.json_path.startswith(path):  # OMNY118 is reported at the cut point
+                self.out.append(make(reference.code, reference.message, reference.json_path))
         memory = configuration.memory_per_shard_mb
         if len(memory) != n:
             self.out.append(
@@ -1215,7 +1049,9 @@ class _Checker:
                         location,
                     )
                 )
-        return resolved
+        if len(ids) != n - 1 or not bound.resolved:
+            return None
+        return list(bound.cut_values())
 
     # -- OMNY3xx --
 
@@ -1311,6 +1147,19 @@ class _Checker:
                     )
                 )
             self.out.append(_crossing_info(entry.name, boundary, location))
+        idle = [
+            s for s in _idle_stages(self.graph, stages, boundaries, entry.num_shards) if s in used
+        ]
+        if idle:
+            self.out.append(
+                make(
+                    "OMNY324",
+                    f"configuration {entry.index}: stage(s) {idle} would produce nothing that a "
+                    "later stage or the graph outputs read (what crosses their boundary is "
+                    "recomputed downstream); cut at an activation instead",
+                    f"{path}.cut_point_ids",
+                )
+            )
 
     def _check_annotation(
         self, configuration: ir.ModelConfiguration, entry: _PlanConfiguration | None
@@ -1528,6 +1377,35 @@ class _Checker:
                     location,
                 )
             )
+
+
+def _idle_stages(
+    graph: ir.Graph,
+    stages: Mapping[ir.Node, int],
+    boundaries: Sequence[Boundary],
+    num_stages: int,
+) -> list[int]:
+    """The stages whose results nothing reads: no graph output, no activation to a later stage.
+
+    The split's rule: replicable values crossing a boundary are recomputed by the stages that
+    read them, so they are no output of the stage that computes them.
+    """
+    produces = [False] * num_stages
+    for value in graph.outputs:
+        producer = value.producer()
+        if producer is not None:
+            stage = stages.get(producer)
+            if stage is not None:
+                produces[stage] = True
+        elif not value.is_graph_input():
+            produces[-1] = True  # an initializer output: the last stage returns it
+    for boundary in boundaries:
+        for value in boundary.activations:
+            producer = value.producer()
+            stage = stages.get(producer) if producer is not None else None
+            if stage is not None:
+                produces[stage] = True
+    return [s for s, produced in enumerate(produces) if not produced]
 
 
 def _crossing_info(name: str, boundary, location: str) -> Diagnostic:

@@ -147,6 +147,7 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY116", _E, "A cut point's shape or dtype disagrees with the graph."),
     ("OMNY117", _E, "A cut point is inside a control-flow body (If/Loop/Scan)."),
     ("OMNY118", _E, "Two cut points have the same id."),
+    ("OMNY119", _E, "A cut point's node or tensor name is shared by several main-graph objects."),
     ("OMNY120", _E, "A memory estimate is not positive."),
     ("OMNY121", _W, "Memory estimates are inconsistent with each other."),
     ("OMNY130", _E, "No shard configuration is defined."),
@@ -196,6 +197,7 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY321", _I, "Tensors crossing a stage boundary."),
     ("OMNY322", _E, "A configuration's cut points cannot be ordered into a pipeline."),
     ("OMNY323", _E, "A stage of a configuration's plan has no node."),
+    ("OMNY324", _E, "A stage of a configuration's plan produces nothing that is read."),
 )
 """Every diagnostic code, in order, with its default severity and title."""
 

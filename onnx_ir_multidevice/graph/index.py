@@ -480,10 +480,23 @@ class GraphIndex:
             return cls._build(graph, functions)
 
     @classmethod
+    def _build_unsorted(cls, graph: ir.Graph) -> GraphIndex:
+        """Index ``graph`` in graph order even when it is not sorted (a cycle is no error).
+
+        For name lookups only (:func:`~onnx_ir_multidevice.binding.bind.bind` of a graph
+        with a cycle): :attr:`nodes` is then not a topological order, which the analyses
+        need.
+        """
+        with gc_paused():
+            return cls._build(graph, None, sort=False)
+
+    @classmethod
     def _build(
         cls,
         graph: ir.Graph,
         functions: Mapping[ir.OperatorIdentifier, ir.Function] | None,
+        *,
+        sort: bool = True,
     ) -> GraphIndex:
         graph_nodes = list(graph)
         n = len(graph_nodes)
@@ -529,7 +542,7 @@ class GraphIndex:
         index._graph_nodes = index.nodes
         # Each node's outputs in graph order, for the name lookups.
         index._graph_outputs = outputs_list
-        if not in_order:
+        if not in_order and sort:
             index._sort()
         return index
 
