@@ -41,12 +41,12 @@ from itertools import repeat
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import BindingError
 from onnx_ir_multidevice.analysis.stages import assign_stages, precompute_stages
 from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX, configuration_names
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
+from onnx_ir_multidevice.omny._props import read as read_omny
 from onnx_ir_multidevice.passes.strip import strip_configurations
 
 #: The IR version that introduced the multi-device fields.
@@ -69,7 +69,7 @@ def _select(
     model: ir.Model, configurations: Collection[int] | None, index: GraphIndex | None = None
 ) -> tuple[list[_Selected], list[str]]:
     """Bind the model's plan; return the selected configurations and every plan name."""
-    metadata = omny.read(model)
+    metadata = read_omny(model)
     if metadata is None:
         raise BindingError(
             "the model has no .omny metadata (omnynet_metadata); plan it first "
