@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "AnalysisError",
+    "CutListCache",
     "GraphIndex",
     "graph_uses",
     "holds_subgraphs",
@@ -27,6 +28,7 @@ __all__ = [
 
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,
+    CutListCache,
     GraphIndex,
     graph_uses,
     holds_subgraphs,

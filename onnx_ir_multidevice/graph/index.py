@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "AnalysisError",
+    "CutListCache",
     "holds_subgraphs",
     "GraphIndex",
     "graph_uses",
