@@ -332,28 +332,18 @@ def _names(items: Iterable[str]) -> str:
 
 
 class _Resolver:
-    """Name lookups of one main graph for one :func:`bind` call, from its graph index."""
+    """The names one :func:`bind` call looks up, from the graph index of the main graph."""
 
-    def __init__(self, graph: ir.Graph, index: GraphIndex, metadata: OmnyMetadata) -> None:
-        self.graph = graph
+    def __init__(self, index: GraphIndex, metadata: OmnyMetadata) -> None:
         self.index = index
         cut_points = metadata.cut_points
         # Only the names asked for are looked up.
         self.nodes = index.nodes_named(cut.after_node for cut in cut_points)
         self.values = index.values_named(cut.tensor_name for cut in cut_points)
-        self._positions: dict[ir.Node, int] | None = None
-
-    def position(self, node: ir.Node) -> int:
-        """Position of a main-graph node in graph order (for messages)."""
-        if self.index.in_graph_order:
-            return self.index.position[node]
-        if self._positions is None:
-            self._positions = {n: i for i, n in enumerate(self.index.graph_nodes)}
-        return self._positions[node]
 
     def node_label(self, node: ir.Node) -> str:
         """``#<position> (<op_type>)``: a node among others of the same name."""
-        return f"#{self.position(node)} ({node.op_type})"
+        return f"#{self.index.graph_positions[node]} ({node.op_type})"
 
     def value_label(self, value: ir.Value) -> str:
         """Where a main-graph value comes from, for a message."""
@@ -615,7 +605,7 @@ def bind(model: ir.Model, metadata: OmnyMetadata, *, index: GraphIndex | None = 
     """
     _check_arguments(model, metadata)
     graph = model.graph
-    resolver = _Resolver(graph, _graph_index(graph, index), metadata)
+    resolver = _Resolver(_graph_index(graph, index), metadata)
     unresolved: list[UnresolvedReference] = []
     inputs = _bind_tensor_infos(metadata.inputs, graph.inputs, "inputs", unresolved)
     outputs = _bind_tensor_infos(metadata.outputs, graph.outputs, "outputs", unresolved)

@@ -457,6 +457,9 @@ class GraphIndex:
     _initializer_set: frozenset[ir.Value] | None = dataclasses.field(
         default=None, init=False, repr=False
     )
+    _graph_positions: dict[ir.Node, int] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
 
     @classmethod
     def build(
@@ -601,6 +604,17 @@ class GraphIndex:
         cached = self._graph_nodes
         if cached is None:
             cached = self._graph_nodes = tuple(self.graph)
+        return cached
+
+    @property
+    def graph_positions(self) -> dict[ir.Node, int]:
+        """Position of each node in graph order (:attr:`position` when the graph is sorted)."""
+        if self.in_graph_order:
+            return self.position
+        cached = self._graph_positions
+        if cached is None:
+            nodes = self.graph_nodes
+            cached = self._graph_positions = dict(zip(nodes, range(len(nodes))))
         return cached
 
     def slot_of(self, value: ir.Value) -> int | None:
