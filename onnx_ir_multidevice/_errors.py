@@ -50,7 +50,16 @@ class OmnyIOError(OmnyError, OSError):
 
 
 class BindingError(OmnyError, ValueError):
-    """A ``.omny`` plan cannot be bound to a model in the way requested."""
+    """A ``.omny`` plan cannot be bound to a model in the way requested.
+
+    Attributes:
+        code: The checker's diagnostic code of the problem (``OMNY110``...) when it is an
+            unresolved reference of the plan, else ``None``.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        self.code = code
+        super().__init__(message)
 
 
 class CheckError(OmnyError, ValueError):

@@ -802,6 +802,44 @@ def test_graph_index_shared_results_match_unindexed() -> None:
         assign_stages(other, [], index=index)
 
 
+def test_graph_index_keeps_the_analyses_results_in_typed_slots() -> None:
+    """The analyses fill the index's typed caches; the index computes none of them itself."""
+    import subprocess
+    import sys
+
+    from onnx_ir_multidevice import zoo
+    from onnx_ir_multidevice.analysis import GraphIndex, assign_stages, default_classes
+    from onnx_ir_multidevice.graph.index import CutListCache
+
+    model = zoo.synthetic_chain(40)
+    graph = model.graph
+    index = GraphIndex.for_model(model)
+    assert not hasattr(index, "_cache") and not hasattr(index, "classes")
+    assert index.value_classes is None and index.slot_flags is None
+    classes = default_classes(index)
+    assert index.value_classes is classes and default_classes(index) is classes
+    assert classes == classify_values(graph)
+    assert index.slot_flags is not None  # kept by classify_values for the stage walks
+    outs = [v for node in graph for v in node.outputs if v.name.endswith(".out")]
+    cuts = [outs[2], outs[6]]
+    assert isinstance(index.stage_cache, CutListCache) and cuts not in index.stage_cache
+    stages = assign_stages(graph, cuts, index=index)
+    assert index.stage_cache.get(cuts) == stages and [outs[6], outs[2]] not in index.stage_cache
+    assert index.replicable_positions is not None
+    # One topological order: topological_order() is the index's.
+    assert topological_order(graph, index=index) == list(index.nodes) == topological_order(graph)
+    # graph sits below analysis: building and querying an index imports no analysis module.
+    code = (
+        "import sys; from onnx_ir_multidevice import zoo; "
+        "from onnx_ir_multidevice.graph.index import GraphIndex, topological_order; "
+        "m = zoo.synthetic_chain(8); i = GraphIndex.for_model(m); topological_order(m.graph); "
+        "i.value_names; i.inner_node_names; "
+        "print(sorted(n for n in sys.modules if n.startswith('onnx_ir_multidevice.analysis')))"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]", found.stdout
+
+
 def test_check_and_annotate_accept_a_shared_index() -> None:
     from onnx_ir_multidevice import omny, zoo
     from onnx_ir_multidevice.analysis import GraphIndex

@@ -97,7 +97,9 @@ def test_spec_example_resolves_except_cut_3():
             "cut_point",
             "sharding.configurations[1].cut_point_ids[2]",
             "cut_3",
-            "is not the id of any entry of cut_points; define the cut point or remove the id",
+            "is not the id of any entry of cut_points (defined: 'cut_1', 'cut_2'); define the "
+            "cut point or remove the id",
+            "OMNY132",
         ),
     )
     assert str(plan.unresolved[0]).startswith(
@@ -262,6 +264,7 @@ def test_ambiguous_names_are_unresolved():
     plan = bind(model, _metadata([CutPoint("c", "encoder.layer.3", "hidden_states_3", (1,))]))
     (unresolved,) = plan.unresolved
     assert unresolved.kind == "node" and "ambiguous: 2 nodes" in unresolved.reason
+    assert unresolved.code == "OMNY119" and "(#3 (Relu), #5 (Relu))" in unresolved.reason
 
 
 def test_inputs_and_outputs_bind_by_name():
@@ -291,7 +294,15 @@ def test_duplicate_cut_ids_bind_to_the_first():
     plan = bind(model, _metadata([first, second], [ShardConfiguration(2, (1, 1), ("c",))]))
     assert plan.cut_point("c").spec is first
     assert plan.configurations[0].cut_points[0] is plan.cut_points[0]
-    assert plan.unresolved == ()
+    # The second definition is reported (the checker's OMNY118) and makes every
+    # configuration that names the id unusable, as the checker says.
+    (duplicate,) = plan.unresolved
+    assert (duplicate.code, duplicate.json_path) == ("OMNY118", "cut_points[1].id")
+    assert plan.cut_points[0].resolved and not plan.cut_points[1].resolved
+    assert not plan.configurations[0].resolved
+    with pytest.raises(BindingError, match=r"cut_point_ids\[0\].*OMNY118") as error:
+        plan.configurations[0].cut_values()
+    assert error.value.code == "OMNY118"
 
 
 def test_bind_does_not_modify_the_model():

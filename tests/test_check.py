@@ -274,6 +274,12 @@ def _t118() -> ir.Model:
     return edit_metadata(planned(), lambda d: d["cut_points"][1].__setitem__("id", "cut_h2"))
 
 
+def _t119() -> ir.Model:
+    model = planned()
+    node(model, "L3").name = "L1"  # two main-graph nodes named L1; cut_h2 comes after L1
+    return model
+
+
 def _t137() -> ir.Model:
     return edit_metadata(
         planned(), lambda d: d["sharding"].update(max_shard_size_mb=2000, min_vram_mb=1500)
@@ -428,6 +434,26 @@ def _t323() -> ir.Model:
     return model
 
 
+def _t324() -> ir.Model:
+    """x -> R (Relu) -> r -> L (MatMul) -> y, cut at r: r is replicable (recomputed by stage
+    1 from x), so stage 0 produces nothing that is read."""
+    x, r, y = _value("x"), _value("r"), _value("y")
+    w = ir.Value(
+        name="w",
+        shape=ir.Shape([8, 8]),
+        type=ir.TensorType(F32),
+        const_value=ir.tensor(np.full((8, 8), 0.1, np.float32), name="w"),
+    )
+    nodes = [
+        ir.Node("", "Relu", [x], outputs=[r], name="R"),
+        ir.Node("", "MatMul", [r, w], outputs=[y], name="L"),
+    ]
+    graph = ir.Graph([x], [y], nodes=nodes, initializers=[w], opset_imports={"": 18})
+    model = ir.Model(graph, ir_version=11)
+    plan(model, [["r"]])
+    return model
+
+
 TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY100": lambda: chain(2),
     "OMNY101": _t101,
@@ -444,6 +470,7 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY116": _cut("dtype", "int64"),
     "OMNY117": _t117,
     "OMNY118": _t118,
+    "OMNY119": _t119,
     "OMNY120": _cut("shard_memory_mb", 0),
     "OMNY121": _cut("shard_memory_mb", 100),
     "OMNY130": _sharding("configurations", []),
@@ -495,6 +522,7 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY321": annotated,
     "OMNY322": _configuration("cut_point_ids", ["cut_h4", "cut_h2"]),
     "OMNY323": _t323,
+    "OMNY324": _t324,
 }
 
 #: A clean counterpart for each code: by default the annotated chain (no error, no warning).
@@ -696,7 +724,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 def test_blocks_annotate_is_false_only_for_rules_about_an_existing_annotation():
     # What annotate() skipped before the registry had the field: OMNY3xx but the plan rules.
     not_blocking = {code for code, info in CODES.items() if not info.blocks_annotate}
-    plan_rules = {"OMNY320", "OMNY322", "OMNY323"}
+    plan_rules = {"OMNY320", "OMNY322", "OMNY323", "OMNY324"}
     assert not_blocking == {c for c in CODES if c.startswith("OMNY3")} - plan_rules
 
 

@@ -39,11 +39,10 @@ PUBLIC_PATHS = (
 )
 """Where the API page may document names (every other module is an implementation detail)."""
 
-SET_MODULE = ("omny", "checker", "passes", "analysis", "graph", "exporters")
+SET_MODULE = ("omny", "binding", "checker", "passes", "analysis", "graph", "exporters")
 """Public subpackages whose classes and functions show the public module path."""
 
 PENDING: dict[str, str] = {
-    "binding": "binding/__init__.py",
     "planner": "planner/__init__.py",
     "runtime": "runtime/__init__.py",
     "_split": "_split/__init__.py",

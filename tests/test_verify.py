@@ -220,6 +220,7 @@ def test_cli_verify_mismatch_exits_1(tmp_path, capsys):
     second = ir.node("RandomNormalLike", [y.outputs[0]])
     z = ir.node("Add", [y.outputs[0], second.outputs[0]])
     for node, name in ((first, "first"), (y, "y"), (second, "second"), (z, "z")):
+        node.name = name  # the plan's after_node (the one cut resolver checks it)
         node.outputs[0].name = name
         node.outputs[0].type = ir.TensorType(FLOAT)
     graph = ir.Graph([x], [z.outputs[0]], nodes=[first, y, second, z], opset_imports={"": 18})

@@ -44,7 +44,7 @@ from onnx_ir import _cloner
 from onnx_ir_multidevice._errors import SplitError
 from onnx_ir_multidevice._split.select import (
     Configuration,
-    _GraphIndex,
+    _build_index,
     _node_label,
     _resolve,
     _stages_from_cuts,
@@ -52,8 +52,8 @@ from onnx_ir_multidevice._split.select import (
     pipeline_configurations,
 )
 from onnx_ir_multidevice._util import gc_paused, require_model
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
-from onnx_ir_multidevice.graph.index import holds_subgraphs
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, default_classes
+from onnx_ir_multidevice.graph.index import GraphIndex, holds_subgraphs
 from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY, OmnyMetadata
 
 STAGE_INDEX_KEY = "onnx_ir_multidevice.stage"
@@ -78,11 +78,11 @@ class _StagePlan:
 
 
 def _plan_stages(
-    index: _GraphIndex, stage_of: Mapping[ir.Node, int], num_stages: int
+    index: GraphIndex, stage_of: Mapping[ir.Node, int], num_stages: int
 ) -> list[_StagePlan]:
     """Decide the nodes, inputs, initializers and outputs of every stage."""
     graph = index.graph
-    for node in index.order:
+    for node in index.nodes:
         stage = stage_of.get(node)
         if stage is None:
             raise SplitError(f"Node {_node_label(node)} has no stage.")
@@ -90,10 +90,10 @@ def _plan_stages(
             raise SplitError(
                 f"Node {_node_label(node)} is in stage {stage}, outside 0..{num_stages - 1}."
             )
-    replicable = {v for v, c in index.classes.items() if c is TensorClass.REPLICABLE}
+    replicable = {v for v, c in default_classes(index).items() if c is TensorClass.REPLICABLE}
     plans = [_StagePlan() for _ in range(num_stages)]
     home_nodes: list[list[ir.Node]] = [[] for _ in range(num_stages)]
-    for node in index.order:
+    for node in index.nodes:
         home_nodes[stage_of[node]].append(node)
     for stage, nodes in enumerate(home_nodes):
         if not nodes:
@@ -107,7 +107,7 @@ def _plan_stages(
         producer = value.producer()
         if producer is not None and producer.graph is graph:
             plans[stage_of[producer]].outputs[value] = None
-        elif value in index.initializers and value not in index.graph_inputs:
+        elif value in index.initializer_set and value not in index.graph_input_positions:
             last = plans[-1]
             last.initializers[value] = None
             last.outputs[value] = None
@@ -115,18 +115,18 @@ def _plan_stages(
     for stage, plan in enumerate(plans):
         members: set[ir.Node] = set(home_nodes[stage])
         pending: list[tuple[ir.Node, ir.Value]] = [
-            (node, v) for node in home_nodes[stage] for v in index.reads[node]
+            (node, v) for node in home_nodes[stage] for v in index.uses_of(node)
         ]
         while pending:
             reader, value = pending.pop()
-            if value in index.graph_inputs:
+            if value in index.graph_input_positions:
                 plan.inputs[value] = None
-                if value in index.initializers:
+                if value in index.initializer_set:
                     plan.initializers[value] = None
                 continue
             producer = value.producer()
             if producer is None:
-                if value in index.initializers:
+                if value in index.initializer_set:
                     plan.initializers[value] = None
                     continue
                 raise SplitError(
@@ -138,7 +138,7 @@ def _plan_stages(
             home = stage_of[producer]
             if value in replicable and home != stage:
                 members.add(producer)
-                pending.extend((producer, v) for v in index.reads[producer])
+                pending.extend((producer, v) for v in index.uses_of(producer))
             elif home < stage:
                 plan.inputs[value] = None
                 plans[home].outputs[value] = None
@@ -178,10 +178,10 @@ def _plan_stages(
     return plans
 
 
-def _value_order(index: _GraphIndex, value: ir.Value) -> tuple[int, int]:
+def _value_order(index: GraphIndex, value: ir.Value) -> tuple[int, int]:
     producer = value.producer()
     if producer is None or producer not in index.position:
-        return (-1, index.graph_inputs.get(value, len(index.graph_inputs)))
+        return (-1, index.graph_input_positions.get(value, len(index.graph_input_positions)))
     return (index.position[producer], value.index() or 0)
 
 
@@ -353,11 +353,11 @@ def split_by_stages(
     """
     require_model(model, "split_by_stages")
     with gc_paused():
-        return _split_with_index(_GraphIndex.build(model.graph), model, stages, num_stages)
+        return _split_with_index(_build_index(model.graph), model, stages, num_stages)
 
 
 def _split_with_index(
-    index: _GraphIndex,
+    index: GraphIndex,
     model: ir.Model,
     stages: Mapping[ir.Node, int],
     num_stages: int | None,
@@ -381,8 +381,9 @@ def split(
     """Split ``model`` into ``shards`` runnable single-device models, one per pipeline stage.
 
     Stage ``i``'s inputs are names resolved against the original graph inputs and the outputs
-    of earlier stages; stage outputs keep the original tensor names. A ``.omny`` cut point
-    is located by its ``tensor_name`` (its ``after_node`` is checked by ``omny check``).
+    of earlier stages; stage outputs keep the original tensor names. The ``.omny`` cut points
+    are resolved by :func:`~onnx_ir_multidevice.binding.bind.bind`, the resolver ``check``
+    and ``annotate`` use: a cut point the checker rejects fails the split with its message.
     Weights are shared with ``model`` in memory (not copied); a weight read by several
     stages is an initializer of each. Replicable values (masks, shape arithmetic, transposed
     weights) are recomputed in every stage that reads them.
@@ -411,7 +412,7 @@ def split(
     """
     require_model(model, "split")
     with gc_paused():
-        index = _GraphIndex.build(model.graph)
+        index = _build_index(model.graph)
         stages = _resolve(index, model, shards, configuration, metadata)
         return _split_with_index(index, model, stages, shards)
 
@@ -436,15 +437,20 @@ def split_at(model: ir.Model, cuts: Sequence[ir.Value | str]) -> list[ir.Model]:
 
 
 def _split_at(model: ir.Model, cuts: Sequence[ir.Value | str]) -> list[ir.Model]:
-    index = _GraphIndex.build(model.graph)
+    index = _build_index(model.graph)
     by_name = index.values_named([cut for cut in cuts if isinstance(cut, str)])
     values: list[ir.Value] = []
     for cut in cuts:
         if isinstance(cut, str):
-            value = by_name.get(cut)
-            if value is None:
+            found = by_name.get(cut)
+            if not found:
                 raise SplitError(f"Cut tensor {cut!r} is not a value of the main graph.")
-            values.append(value)
+            if len(found) > 1:
+                raise SplitError(
+                    f"Cut tensor {cut!r} is ambiguous: {len(found)} values of the main graph "
+                    "have this name; pass the value itself or rename one."
+                )
+            values.append(found[0])
         else:
             values.append(cut)
     stages = _stages_from_cuts(index, values)

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 __all__ = ["pipeline_configurations", "resolve_stages"]
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import SplitError
+from onnx_ir_multidevice._errors import BindingError, SplitError
 from onnx_ir_multidevice._util import gc_paused, require_model
 from onnx_ir_multidevice.analysis.stages import assign_stages, stages_from_annotations
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
+from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
+from onnx_ir_multidevice.omny._props import read as read_omny
 from onnx_ir_multidevice.omny._schema import (
     OMNY_METADATA_KEY,
     OMNY_VERSION_KEY,
@@ -30,7 +30,7 @@ Configuration = int | str | ir.ModelConfiguration | ShardConfiguration | None
 
 
 # ---------------------------------------------------------------------------------------------
-# Graph indexes
+# Labels and the graph index
 
 
 def _node_label(node: ir.Node) -> str:
@@ -41,54 +41,12 @@ def _value_label(value: ir.Value) -> str:
     return repr(value.name) if value.name else "<unnamed value>"
 
 
-@dataclasses.dataclass
-class _GraphIndex:
-    """Indexes of a main graph computed once per split (all linear in the graph size).
-
-    A thin view of one shared :class:`~onnx_ir_multidevice.graph.index.GraphIndex`
-    (:attr:`shared`): its topological order, uses and tensor classes are computed once and
-    passed as ``index=`` to the analyses, which then reuse them instead of recomputing.
-    """
-
-    graph: ir.Graph
-    shared: GraphIndex
-    """The analysis index of :attr:`graph`, passed to the analyses as ``index=``."""
-    order: Sequence[ir.Node]
-    """Main-graph nodes in a topological order (captured values count as inputs)."""
-    position: dict[ir.Node, int]
-    reads: Mapping[ir.Node, Sequence[ir.Value]]
-    """Main-graph values each node reads: its inputs, then values captured by its bodies."""
-    graph_inputs: dict[ir.Value, int]
-    """Graph inputs and their positions."""
-    initializers: set[ir.Value]
-
-    @classmethod
-    def build(cls, graph: ir.Graph) -> _GraphIndex:
-        try:
-            shared = GraphIndex.build(graph)
-        except AnalysisError as error:
-            raise SplitError(f"The main graph cannot be split: {error}") from error
-        return cls(
-            graph=graph,
-            shared=shared,
-            order=shared.nodes,
-            position=shared.position,
-            reads=dict(zip(shared.nodes, shared.uses)),
-            graph_inputs={v: i for i, v in enumerate(graph.inputs)},
-            initializers=set(graph.initializers.values()),
-        )
-
-    @property
-    def classes(self) -> dict[ir.Value, TensorClass]:
-        """``classify_values(graph)``, computed once (cached on :attr:`shared`)."""
-        return self.shared.classes
-
-    def values_named(self, names: Sequence[str]) -> dict[str, ir.Value]:
-        """The first main-graph value of each name in ``names``.
-
-        Inputs first, then initializers, then node outputs; only ``names`` are looked up.
-        """
-        return {name: found[0] for name, found in self.shared.values_named(names).items()}
+def _build_index(graph: ir.Graph) -> GraphIndex:
+    """The analysis index of the main graph, shared by every step of a split."""
+    try:
+        return GraphIndex.build(graph)
+    except AnalysisError as error:
+        raise SplitError(f"The main graph cannot be split: {error}") from error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,12 +73,10 @@ def pipeline_configurations(graph: ir.Graph) -> list[ir.ModelConfiguration]:
 
 
 def _stages_from_annotations(
-    index: _GraphIndex, configuration: ir.ModelConfiguration
+    index: GraphIndex, configuration: ir.ModelConfiguration
 ) -> dict[ir.Node, int]:
     stages: dict[ir.Node, int] = {}
-    for node, stage in stages_from_annotations(
-        index.graph, configuration, index=index.shared
-    ).items():
+    for node, stage in stages_from_annotations(index.graph, configuration, index=index).items():
         if stage is None:
             raise SplitError(
                 f"Node {_node_label(node)} has no pipeline stage in configuration "
@@ -139,18 +95,17 @@ def _stages_from_annotations(
 def _read_metadata(model: ir.Model) -> OmnyMetadata | None:
     if not any(key in model.metadata_props for key in (OMNY_VERSION_KEY, OMNY_METADATA_KEY)):
         return None
-    from onnx_ir_multidevice import omny
-
-    return omny.read(model)
+    return read_omny(model)
 
 
 def _cuts_from_metadata(
-    index: _GraphIndex,
+    index: GraphIndex,
+    model: ir.Model,
     metadata: OmnyMetadata,
     shards: int,
     configuration: int | ShardConfiguration | None,
 ) -> list[ir.Value]:
-    """Resolve the cut tensors of the chosen ``.omny`` shard configuration."""
+    """The cut tensors of the chosen ``.omny`` shard configuration, from :func:`bind`."""
     configurations = tuple(metadata.sharding.configurations)
     if configuration is None:
         matches = [i for i, c in enumerate(configurations) if c.num_shards == shards]
@@ -184,28 +139,15 @@ def _cuts_from_metadata(
             f"{path} lists {len(chosen.cut_point_ids)} cut point(s); {shards} shards need "
             f"{shards - 1}."
         )
-    cut_points = {c.id: c for c in metadata.cut_points}
-    by_name = index.values_named(
-        [cut_points[i].tensor_name for i in chosen.cut_point_ids if i in cut_points]
-    )
-    cuts: list[ir.Value] = []
-    for j, cut_id in enumerate(chosen.cut_point_ids):
-        cut_point = cut_points.get(cut_id)
-        if cut_point is None:
-            raise SplitError(
-                f"{path}.cut_point_ids[{j}]: cut point {cut_id!r} is not defined in cut_points."
-            )
-        value = by_name.get(cut_point.tensor_name)
-        if value is None:
-            raise SplitError(
-                f"{path}.cut_point_ids[{j}]: cut point {cut_id!r} names tensor "
-                f"{cut_point.tensor_name!r}, which is not a value of the main graph."
-            )
-        cuts.append(value)
-    return cuts
+    # The one cut resolver: the same references, verdicts and messages as the checker's.
+    bound = bind(model, metadata, index=index).configurations[position]
+    try:
+        return list(bound.cut_values())
+    except BindingError as error:
+        raise SplitError(str(error)) from error
 
 
-def _sort_cuts(index: _GraphIndex, cuts: Sequence[ir.Value]) -> list[ir.Value]:
+def _sort_cuts(index: GraphIndex, cuts: Sequence[ir.Value]) -> list[ir.Value]:
     def key(value: ir.Value) -> int:
         producer = value.producer()
         return index.position.get(producer, -1) if producer is not None else -1
@@ -213,12 +155,20 @@ def _sort_cuts(index: _GraphIndex, cuts: Sequence[ir.Value]) -> list[ir.Value]:
     return sorted(cuts, key=key)
 
 
-def _stages_from_cuts(index: _GraphIndex, cuts: Sequence[ir.Value]) -> dict[ir.Node, int]:
+def _stages_from_cuts(
+    index: GraphIndex, cuts: Sequence[ir.Value], *, sort: bool = True
+) -> dict[ir.Node, int]:
+    """Stages from cut tensors, sorted into graph order or in the order given.
+
+    ``sort=False`` for a ``.omny`` configuration: its cuts out of pipeline order are an
+    error, as in the checker.
+    """
     for cut in cuts:
         if cut.graph is not index.graph:
             raise SplitError(f"Cut tensor {_value_label(cut)} is not a value of the main graph.")
+    ordered = _sort_cuts(index, cuts) if sort else list(cuts)
     try:
-        return assign_stages(index.graph, _sort_cuts(index, cuts), index=index.shared)
+        return assign_stages(index.graph, ordered, index=index)
     except SplitError:
         raise
     except ValueError as error:
@@ -256,11 +206,11 @@ def resolve_stages(
     """
     require_model(model, "resolve_stages")
     with gc_paused():
-        return _resolve(_GraphIndex.build(model.graph), model, shards, configuration, metadata)
+        return _resolve(_build_index(model.graph), model, shards, configuration, metadata)
 
 
 def _resolve(
-    index: _GraphIndex,
+    index: GraphIndex,
     model: ir.Model,
     shards: int,
     configuration: Configuration,
@@ -289,16 +239,18 @@ def _resolve(
     if configuration is not None:
         if metadata is None:
             raise SplitError("The model has no .omny metadata to take the configuration from.")
-        return _stages_from_cuts(index, _cuts_from_metadata(index, metadata, shards, configuration))
+        cuts = _cuts_from_metadata(index, model, metadata, shards, configuration)
+        return _stages_from_cuts(index, cuts, sort=False)
     if metadata is not None and any(
         c.num_shards == shards for c in metadata.sharding.configurations
     ):
-        return _stages_from_cuts(index, _cuts_from_metadata(index, metadata, shards, None))
+        cuts = _cuts_from_metadata(index, model, metadata, shards, None)
+        return _stages_from_cuts(index, cuts, sort=False)
     annotated = [c for c in pipeline_configurations(index.graph) if c.num_devices == shards]
     if annotated:
         return _stages_from_annotations(index, annotated[0])
     if shards == 1:
-        return dict.fromkeys(index.order, 0)
+        return dict.fromkeys(index.nodes, 0)
     available = sorted({c.num_shards for c in metadata.sharding.configurations}) if metadata else []
     raise SplitError(
         f"No configuration for {shards} shards: the model's .omny metadata offers "

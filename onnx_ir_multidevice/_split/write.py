@@ -22,7 +22,7 @@ from onnx_ir_multidevice._split.build import _build_stage_model, _plan_stages, _
 from onnx_ir_multidevice._split.manifest import _stage_file, build_manifest
 from onnx_ir_multidevice._split.select import (
     Configuration,
-    _GraphIndex,
+    _build_index,
     _resolve,
     pipeline_configurations,
 )
@@ -238,7 +238,7 @@ def _save_split(
     metadata: OmnyMetadata | None,
     external_data_threshold: int,
 ) -> dict[str, Any]:
-    index = _GraphIndex.build(model.graph)
+    index = _build_index(model.graph)
     stage_of = _resolve(index, model, shards, configuration, metadata)
     plans = _plan_stages(index, stage_of, shards)
     stripped = {id(c) for c in pipeline_configurations(model.graph)}

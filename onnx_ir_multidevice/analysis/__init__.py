@@ -23,6 +23,7 @@ __all__ = [
     "NONDETERMINISTIC_OPS",
     "TensorClass",
     "classify_values",
+    "default_classes",
     # stages
     "StageAssignmentError",
     "assign_stages",
@@ -63,6 +64,7 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
     NONDETERMINISTIC_OPS,
     TensorClass,
     classify_values,
+    default_classes,
 )
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,

@@ -62,7 +62,11 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
+from onnx_ir_multidevice.analysis.tensor_classes import (
+    TensorClass,
+    classify_values,
+    default_classes,
+)
 from onnx_ir_multidevice.graph.index import GraphIndex
 
 _PRODUCER = operator.methodcaller("producer")
@@ -285,7 +289,9 @@ def analyse_cut_points(
     else:
         index.check_graph(graph)
     if classes is None:
-        classes = index.classes if not index.functions else classify_values(graph, index=index)
+        classes = (
+            default_classes(index) if not index.functions else classify_values(graph, index=index)
+        )
     if sizes is None:
         sizes = ValueSizes(graph, dims)
     return _Finder(graph, classes, sizes, relaxed, side_limit_bytes, index).run()

@@ -125,22 +125,19 @@ def assign_stages(
         index = GraphIndex.build(graph)
     else:
         index.check_graph(graph)
-    if classes is None or classes is index._cache.get("classes"):
+    if classes is None or classes is index.value_classes:
         # Same cuts, same index, default classes: the same stages (cached on the index).
-        key = _stages_key(cuts)
-        cached = index._cache.get(key)
-        if cached is None or cached[0] != list(cuts):
-            _fused_stages(index, [(key, cuts, cut_positions)])
-            cached = index._cache.get(key)
-        if cached is None or cached[0] != list(cuts):
+        cache = index.stage_cache
+        cached = cache.get(cuts)
+        if cached is None:
+            _fused_stages(index, [(cuts, cut_positions)])
+            cached = cache.get(cuts)
+        if cached is None:
             stage = _stage_list(index, cuts, cut_positions, None)
-            index._cache[key] = cached = (list(cuts), dict(zip(index.nodes, stage)))
-        return cached[1].copy()
+            cached = dict(zip(index.nodes, stage))
+            cache.put(cuts, cached)
+        return cached.copy()
     return dict(zip(index.nodes, _stage_list(index, cuts, cut_positions, classes)))
-
-
-def _stages_key(cuts: Sequence[ir.Value]) -> tuple:
-    return ("stages", *map(id, cuts))
 
 
 def precompute_stages(
@@ -159,23 +156,21 @@ def precompute_stages(
     index.check_graph(graph)
     todo = []
     for cuts in cut_lists:
-        key = _stages_key(cuts)
-        cached = index._cache.get(key)
-        if cached is not None and cached[0] == list(cuts):
+        if cuts in index.stage_cache:
             continue
         try:
             cut_positions = _validate_cuts(graph, cuts)
         except StageAssignmentError:
             continue
-        todo.append((key, cuts, cut_positions))
+        todo.append((cuts, cut_positions))
     if todo:
         _fused_stages(index, todo)
 
 
 def _fused_stages(
-    index: GraphIndex, todo: Sequence[tuple[tuple, Sequence[ir.Value], Mapping[ir.Value, int]]]
+    index: GraphIndex, todo: Sequence[tuple[Sequence[ir.Value], Mapping[ir.Value, int]]]
 ) -> None:
-    """Stages of validated cut lists (``(cache key, cuts, positions)``), cached on ``index``.
+    """Stages of validated cut lists (``(cuts, positions)``), cached on ``index``.
 
     Each distinct cut tensor gets a mark bit that
     :func:`~onnx_ir_multidevice.analysis.tensor_classes.propagate_marks` ORs down the graph
@@ -190,7 +185,7 @@ def _fused_stages(
     n = len(nodes)
     bit_of: dict[ir.Value, int] = {}
     marks_at: dict[int, int] = {}
-    for _, cuts, _ in todo:
+    for cuts, _ in todo:
         for value in cuts:
             if value in bit_of:
                 continue
@@ -205,7 +200,7 @@ def _fused_stages(
     flags = propagate_marks(index, marks)
     del flags[n:]
     distinct = set(flags)
-    for key, cuts, cut_positions in todo:
+    for cuts, cut_positions in todo:
         bits = [bit_of[value] for value in cuts]
         mask = sum(bits)
 
@@ -227,7 +222,7 @@ def _fused_stages(
         if not in_order:
             continue  # _stage_list names the offending cuts
         _sink_replicable(index, stage, cut_positions, None, len(cuts))
-        index._cache[key] = (list(cuts), dict(zip(nodes, stage)))
+        index.stage_cache.put(cuts, dict(zip(nodes, stage)))
 
 
 def _stage_list(
@@ -274,16 +269,15 @@ def _replicable_positions(
 ) -> list[int]:
     """Positions of the nodes whose outputs are all replicable (and that have outputs)."""
     replicable = TensorClass.REPLICABLE
-    if classes is None or classes is index._cache.get("classes"):
-        cached = index._cache.get("replicable_positions")
+    if classes is None or classes is index.value_classes:
+        cached = index.replicable_positions
         if cached is None:
             by_slot = slot_classes(index)
-            cached = [
+            cached = index.replicable_positions = [
                 i
                 for i, node_class in enumerate(by_slot)
                 if node_class is replicable and index.nodes[i].outputs
             ]
-            index._cache["replicable_positions"] = cached
         return cached
     get = classes.get
     return [

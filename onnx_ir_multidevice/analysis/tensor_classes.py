@@ -38,6 +38,7 @@ __all__ = [
     "NONDETERMINISTIC_OPS",
     "TensorClass",
     "classify_values",
+    "default_classes",
     "graph_uses",
     "node_uses",
 ]
@@ -454,9 +455,29 @@ def classify_values(
             node_class = by_flags[node_flags]
             for output in outputs:
                 classes[output] = node_class
-    if judge.is_default() and functions is index.functions:
-        index._cache.setdefault("slot_flags", flags)
+    if judge.is_default() and functions is index.functions and index.slot_flags is None:
+        index.slot_flags = flags
     return classes
+
+
+def default_classes(index: GraphIndex) -> dict[ir.Value, TensorClass]:
+    """:func:`classify_values` of ``index.graph`` with the default rules, computed once.
+
+    Calls are judged by ``index.functions``. The result is kept on ``index``
+    (:attr:`~onnx_ir_multidevice.graph.index.GraphIndex.value_classes`) and shared by every
+    caller: do not modify it.
+
+    Args:
+        index: The :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of the graph.
+
+    Returns:
+        The class of every value (see :func:`classify_values`).
+    """
+    cached = index.value_classes
+    if cached is None:
+        cached = classify_values(index.graph, functions=index.functions, index=index)
+        index.value_classes = cached  # type: ignore[assignment]
+    return cached  # type: ignore[return-value]
 
 
 def slot_classes(index: GraphIndex) -> list[TensorClass]:
@@ -464,17 +485,17 @@ def slot_classes(index: GraphIndex) -> list[TensorClass]:
 
     Uses ``index.functions``; computed once per index.
     """
-    cached = index._cache.get("slot_classes")
+    cached = index.slot_classes
     if cached is None:
-        flags = index._cache.get("slot_flags")
+        flags = index.slot_flags
         if flags is None:
             judge = _Judge(
                 HEAVY_OPS, NONDETERMINISTIC_OPS, DEFAULT_LARGE_CONSTANT_BYTES, index.functions
             )
-            flags = index._cache["slot_flags"] = slot_flags(index, judge)
+            flags = index.slot_flags = slot_flags(index, judge)
         by_flags = _CLASS_BY_FLAGS
-        cached = index._cache["slot_classes"] = [by_flags[f] for f in flags[: len(index.nodes)]]
-    return cached
+        cached = index.slot_classes = [by_flags[f] for f in flags[: len(index.nodes)]]
+    return cached  # type: ignore[return-value]
 
 
 #: Cone flags occupy the low 4 bits; callers' marks (see :func:`propagate_marks`) go above.
@@ -495,13 +516,13 @@ def propagate_marks(index: GraphIndex, marks: Sequence[int]) -> list[int]:
         marks (mask them off).
     """
     n = len(index.nodes)
-    if index._cache.get("slot_classes") is None and index._cache.get("slot_flags") is None:
+    if index.slot_classes is None and index.slot_flags is None:
         judge = _Judge(
             HEAVY_OPS, NONDETERMINISTIC_OPS, DEFAULT_LARGE_CONSTANT_BYTES, index.functions
         )
         flags = slot_flags(index, judge, marks)
         by_flags = _CLASS_BY_FLAGS
-        index._cache["slot_classes"] = list(
+        index.slot_classes = list(
             map(by_flags.__getitem__, map(operator.and_, islice(flags, n), repeat(_CONE_MASK)))
         )
         return flags

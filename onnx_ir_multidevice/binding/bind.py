@@ -3,8 +3,15 @@
 The ``.omny`` JSON refers to the graph by name: a cut point names the node it comes after
 (``after_node``) and the tensor it cuts (``tensor_name``), a shard configuration names its
 cut points by id, ``inputs`` / ``outputs`` name graph inputs and outputs. :func:`bind`
-resolves every such name once, against dict indexes of the main graph, and returns a
-:class:`BoundPlan` that holds the :class:`onnx_ir.Node` / :class:`onnx_ir.Value` objects.
+resolves every such name once, against the name lookups of the main graph's
+:class:`~onnx_ir_multidevice.graph.index.GraphIndex`, and returns a :class:`BoundPlan` that
+holds the :class:`onnx_ir.Node` / :class:`onnx_ir.Value` objects.
+
+``bind`` is the package's one cut resolver: the checker, :func:`~onnx_ir_multidevice.split`
+and :func:`~onnx_ir_multidevice.annotate` all take their cut values from its result, so they
+give one verdict on every file. Each :class:`UnresolvedReference` carries the diagnostic
+code that the checker reports for it, and :meth:`BoundConfiguration.cut_values` raises a
+:class:`~onnx_ir_multidevice._errors.BindingError` with that code and message.
 
 As in onnx-ir's multi-device metadata, the objects are the source of truth:
 :meth:`BoundPlan.to_metadata` derives the names back from ``node.name`` and ``value.name``,
@@ -14,15 +21,21 @@ so the JSON is written back byte for byte.
 
 A reference that does not resolve is never dropped: the spec entry keeps its names (written
 back unchanged) and an :class:`UnresolvedReference` with the JSON path says what is wrong.
-Resolution rules:
+Resolution rules (with the code of each failure):
 
-* ``cut_points[i].after_node``: the node of the *main graph* with that name; a node that
-  exists only inside a control-flow body is unresolved (the spec forbids such cuts).
-* ``cut_points[i].tensor_name``: the main-graph value (graph input, initializer or node
-  output) with that name; it must be an output of ``after_node``.
+* ``cut_points[i].after_node``: the one node of the *main graph* with that name, which must
+  have exactly one output (``OMNY113``). No such node: ``OMNY110``; a node that exists only
+  inside a control-flow body: ``OMNY117`` (the spec forbids such cuts); several nodes of that
+  name: ``OMNY119`` (ambiguous).
+* ``cut_points[i].tensor_name``: the one main-graph value (graph input, initializer or node
+  output) with that name (``OMNY111`` none, ``OMNY117`` only inside a body, ``OMNY119``
+  several); it must be an output of ``after_node`` (``OMNY112``).
+* ``cut_points[i].id``: unique; a second cut point with the same id is ``OMNY118``, and a
+  configuration that lists that id does not resolve.
 * ``sharding.configurations[i].cut_point_ids[j]``: the cut point with that id (the first one
-  when ids repeat).
-* ``inputs[i].name`` / ``outputs[i].name``: the graph input / output with that name.
+  when ids repeat); none: ``OMNY132``; an id listed twice in a configuration: ``OMNY139``.
+* ``inputs[i].name`` / ``outputs[i].name``: the graph input / output with that name
+  (``OMNY138``).
 
 .. versionadded:: 0.1
 """
@@ -39,18 +52,21 @@ __all__ = [
 ]
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import BindingError
-from onnx_ir_multidevice.graph.index import GraphIndex
+from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     OmnyMetadata,
     ShardConfiguration,
     TensorInfo,
 )
+
+#: At most this many names listed in one reason.
+_MAX_NAMES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +90,23 @@ class UnresolvedReference:
     reason: str
     """Why it does not resolve, and what to do."""
 
+    code: str
+    """The diagnostic code the checker reports for it (``OMNY110``...; see
+    :data:`~onnx_ir_multidevice.checker.diagnostics.CODES`)."""
+
+    @property
+    def message(self) -> str:
+        """The problem in one sentence, without the JSON path: the checker's message."""
+        return f"{self.kind} {self.name!r} {self.reason}"
+
     def __str__(self) -> str:
-        return f"{self.json_path}: {self.kind} {self.name!r} {self.reason}"
+        return f"{self.json_path}: {self.message}"
+
+
+def _binding_error(path: str, what: str, problems: Sequence[UnresolvedReference]) -> BindingError:
+    """The error :meth:`BoundConfiguration.cut_values` raises: every problem, with its code."""
+    details = "; ".join(f"{p} [{p.code}]" for p in problems)
+    return BindingError(f"{path}: {what}: {details}", code=problems[0].code)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -98,7 +129,12 @@ class BoundCutPoint:
     """The main-graph value named ``tensor_name``, or ``None`` when it does not resolve."""
 
     resolved: bool
-    """Whether both resolve and the value is an output of the node: a usable cut."""
+    """Whether both resolve, the node has one output and the value is that output, and the
+    id is unique: a usable cut."""
+
+    problems: tuple[UnresolvedReference, ...] = ()
+    """Why it is not usable: its entries of :attr:`BoundPlan.unresolved` (empty when
+    :attr:`resolved`)."""
 
     @property
     def id(self) -> str:
@@ -166,6 +202,11 @@ class BoundConfiguration:
     cut_points: tuple[BoundCutPoint | None, ...]
     """One entry per ``cut_point_ids`` entry; ``None`` where no cut point has the id."""
 
+    problems: tuple[tuple[int, UnresolvedReference], ...] = ()
+    """The ``cut_point_ids`` entries that do not name one usable cut point by themselves, as
+    ``(j, reference)``: an undefined id (``OMNY132``), an id listed twice (``OMNY139``), an id
+    that two cut points have (``OMNY118``, the reference of the second definition)."""
+
     @property
     def num_shards(self) -> int:
         """Number of shards (stages)."""
@@ -178,28 +219,33 @@ class BoundConfiguration:
 
     @property
     def resolved(self) -> bool:
-        """Whether every cut point id is defined and every cut point resolves."""
-        return all(cut is not None and cut.resolved for cut in self.cut_points)
+        """Whether every cut point id names one usable cut point."""
+        return not self.problems and all(
+            cut is not None and cut.resolved for cut in self.cut_points
+        )
 
     def cut_values(self) -> tuple[ir.Value, ...]:
-        """Return the cut tensors in pipeline order, ready for stage assignment.
+        """Return the cut tensors in the listed order, ready for stage assignment.
 
         Raises:
-            BindingError: If a cut point id is undefined or a cut point does not resolve;
-                the message names the JSON path.
+            BindingError: If a cut point id is undefined, repeated or ambiguous, or a cut
+                point does not resolve; the message names the JSON paths and holds the
+                checker's message of each problem, and ``code`` is the checker's code.
         """
+        problems: dict[int, list[UnresolvedReference]] = {}
+        for j, reference in self.problems:
+            problems.setdefault(j, []).append(reference)
         values = []
         for j, cut in enumerate(self.cut_points):
             path = f"{self.json_path}.cut_point_ids[{j}]"
-            if cut is None:
-                raise BindingError(
-                    f"{path}: no cut point has id {self.spec.cut_point_ids[j]!r}; define it "
-                    "in cut_points or remove it from the configuration"
-                )
+            cut_id = self.spec.cut_point_ids[j]
+            if j in problems or cut is None:
+                raise _binding_error(path, f"cut point id {cut_id!r} is not usable", problems[j])
             if not cut.resolved or cut.value is None:
-                raise BindingError(
-                    f"{path}: cut point {cut.id!r} ({cut.json_path}) does not resolve against "
-                    "the model; fix its after_node / tensor_name"
+                raise _binding_error(
+                    path,
+                    f"cut point {cut.id!r} ({cut.json_path}) does not resolve against the model",
+                    cut.problems,
                 )
             values.append(cut.value)
         return tuple(values)
@@ -279,134 +325,162 @@ def _derived_name(obj: ir.Node | ir.Value | None, spec_name: str, path: str) -> 
     return obj.name
 
 
-class _GraphIndex:
-    """Name indexes of a main graph.
-
-    Main-graph names come from an analysis index; names inside control-flow bodies are only
-    collected when a name does not resolve (to give a precise reason).
-    """
-
-    def __init__(
-        self,
-        graph: ir.Graph,
-        index: GraphIndex | None = None,
-        node_names: Iterable[str] | None = None,
-        value_names: Iterable[str] | None = None,
-    ) -> None:
-        if index is None or index.graph is not graph:
-            index = GraphIndex.build(graph)
-        self.graph = graph
-        # Only the names asked for are indexed (all of them when not given).
-        self.nodes = index.node_names if node_names is None else index.nodes_named(node_names)
-        self.values = index.value_names if value_names is None else index.values_named(value_names)
-        self._inner: tuple[dict[str, ir.Node], set[str]] | None = None
-        self.inputs = {v.name: v for v in reversed(graph.inputs) if v.name}
-        self.outputs = {v.name: v for v in reversed(graph.outputs) if v.name}
-
-    def _inner_names(self) -> tuple[dict[str, ir.Node], set[str]]:
-        if self._inner is None:
-            graph = self.graph
-            inner_nodes: dict[str, ir.Node] = {}
-            inner_values: set[str] = set()
-            top = set(graph)
-            for node in graph.all_nodes():
-                if node in top:
-                    continue
-                if node.name:
-                    inner_nodes.setdefault(node.name, node)
-                inner_values.update(v.name for v in node.outputs if v.name)
-            for body in graph.subgraphs():
-                inner_values.update(v.name for v in body.inputs if v.name)
-                inner_values.update(name for name in body.initializers if name)
-            self._inner = (inner_nodes, inner_values)
-        return self._inner
-
-    @property
-    def inner_nodes(self) -> dict[str, ir.Node]:
-        """Node names that exist only inside control-flow bodies."""
-        return self._inner_names()[0]
-
-    @property
-    def inner_values(self) -> set[str]:
-        """Value names that exist only inside control-flow bodies."""
-        return self._inner_names()[1]
+def _names(items: Iterable[str]) -> str:
+    items = list(items)
+    shown = ", ".join(items[:_MAX_NAMES])
+    return shown + (f" and {len(items) - _MAX_NAMES} more" if len(items) > _MAX_NAMES else "")
 
 
-def _label(node: ir.Node) -> str:
+class _Resolver:
+    """The names one :func:`bind` call looks up, from the graph index of the main graph."""
+
+    def __init__(self, index: GraphIndex, metadata: OmnyMetadata) -> None:
+        self.index = index
+        cut_points = metadata.cut_points
+        # Only the names asked for are looked up.
+        self.nodes = index.nodes_named(cut.after_node for cut in cut_points)
+        self.values = index.values_named(cut.tensor_name for cut in cut_points)
+
+    def node_label(self, node: ir.Node) -> str:
+        """``#<position> (<op_type>)``: a node among others of the same name."""
+        return f"#{self.index.graph_positions[node]} ({node.op_type})"
+
+    def value_label(self, value: ir.Value) -> str:
+        """Where a main-graph value comes from, for a message."""
+        producer = value.producer()
+        if producer is not None:
+            return f"output of node {self.node_label(producer)}"
+        if value.is_graph_input():
+            return "a graph input"
+        return "an initializer"
+
+
+def _node_name(node: ir.Node) -> str:
     return f"{node.name!r}" if node.name else f"<anonymous {node.op_type}>"
 
 
 def _bind_node(
-    index: _GraphIndex, name: str, path: str, unresolved: list[UnresolvedReference]
+    resolver: _Resolver, name: str, path: str, problems: list[UnresolvedReference]
 ) -> ir.Node | None:
-    found = index.nodes.get(name, [])
+    found = resolver.nodes.get(name, [])
     if len(found) == 1:
-        return found[0]
+        node = found[0]
+        if len(node.outputs) != 1:
+            problems.append(
+                UnresolvedReference(
+                    "node",
+                    path,
+                    name,
+                    f"has {len(node.outputs)} outputs; a cut needs a node with exactly one "
+                    "output tensor",
+                    "OMNY113",
+                )
+            )
+        return node
     if len(found) > 1:
-        reason = f"is ambiguous: {len(found)} nodes of the main graph have this name"
-    elif name in index.inner_nodes:
-        body = index.inner_nodes[name].graph
+        code = "OMNY119"
+        reason = (
+            f"is ambiguous: {len(found)} nodes of the main graph have this name "
+            f"({_names(map(resolver.node_label, found))}); give them unique names "
+            "(onnx_ir.passes.common.NameFixPass) and point after_node at one"
+        )
+    elif name in resolver.index.inner_node_names:
+        code = "OMNY117"
+        body = resolver.index.inner_node_names[name].graph
         reason = (
             f"is inside the control-flow body {body.name if body else '?'!r}; a cut point "
             "must come after a node of the main graph (cut after the If/Loop/Scan node)"
         )
     else:
-        reason = "is not a node of the main graph"
-    unresolved.append(UnresolvedReference("node", path, name, reason))
+        code = "OMNY110"
+        reason = (
+            "is not a node of the main graph (renamed or removed?); point after_node at an "
+            "existing node"
+        )
+    problems.append(UnresolvedReference("node", path, name, reason, code))
     return None
 
 
 def _bind_value(
-    index: _GraphIndex, name: str, path: str, unresolved: list[UnresolvedReference]
+    resolver: _Resolver, name: str, path: str, problems: list[UnresolvedReference]
 ) -> ir.Value | None:
-    found = index.values.get(name, [])
+    found = resolver.values.get(name, [])
     if len(found) == 1:
         return found[0]
     if len(found) > 1:
-        reason = f"is ambiguous: {len(found)} values of the main graph have this name"
-    elif name in index.inner_values:
-        reason = "is a value inside a control-flow body; a cut must be a tensor of the main graph"
+        code = "OMNY119"
+        reason = (
+            f"is ambiguous: {len(found)} values of the main graph have this name "
+            f"({_names(map(resolver.value_label, found))}); give them unique names "
+            "(onnx_ir.passes.common.NameFixPass) and point tensor_name at one"
+        )
+    elif name in resolver.index.inner_value_names:
+        code = "OMNY117"
+        reason = (
+            "is a value inside a control-flow body; a cut must be a tensor of the main graph "
+            "(cut an output of the If/Loop/Scan node)"
+        )
     else:
-        reason = "is not a tensor of the main graph"
-    unresolved.append(UnresolvedReference("value", path, name, reason))
+        code = "OMNY111"
+        reason = "is not a tensor of the main graph; point tensor_name at the output of after_node"
+    problems.append(UnresolvedReference("value", path, name, reason, code))
     return None
 
 
 def _bind_cut_point(
-    index: _GraphIndex, spec: CutPoint, i: int, unresolved: list[UnresolvedReference]
+    resolver: _Resolver, spec: CutPoint, i: int, first: BoundCutPoint | None
 ) -> BoundCutPoint:
     path = f"cut_points[{i}]"
-    node = _bind_node(index, spec.after_node, f"{path}.after_node", unresolved)
-    value = _bind_value(index, spec.tensor_name, f"{path}.tensor_name", unresolved)
-    resolved = node is not None and value is not None
-    if resolved and value.producer() is not node:  # type: ignore[union-attr]
-        producer = value.producer()  # type: ignore[union-attr]
+    problems: list[UnresolvedReference] = []
+    if first is not None:
+        problems.append(
+            UnresolvedReference(
+                "cut_point",
+                f"{path}.id",
+                spec.id,
+                f"is defined twice (first at {first.json_path}); give each cut point a unique id",
+                "OMNY118",
+            )
+        )
+    node = _bind_node(resolver, spec.after_node, f"{path}.after_node", problems)
+    value = _bind_value(resolver, spec.tensor_name, f"{path}.tensor_name", problems)
+    if node is not None and value is not None and value.producer() is not node:
+        producer = value.producer()
         if producer is not None:
-            source = f"an output of node {_label(producer)}"
-        elif value.is_graph_input():  # type: ignore[union-attr]
+            source = f"an output of node {_node_name(producer)}"
+        elif value.is_graph_input():
             source = "a graph input"
         else:
             source = "an initializer"
-        unresolved.append(
+        outputs = _names(repr(v.name) for v in node.outputs)
+        problems.append(
             UnresolvedReference(
                 "value",
                 f"{path}.tensor_name",
                 spec.tensor_name,
-                f"is {source}, not an output of after_node {spec.after_node!r}; "
-                "name the node that produces the tensor",
+                f"is {source}, not an output of after_node {spec.after_node!r} (its outputs: "
+                f"{outputs}); name the node that produces the tensor",
+                "OMNY112",
             )
         )
-        resolved = False
-    return BoundCutPoint(spec=spec, index=i, node=node, value=value, resolved=resolved)
+    return BoundCutPoint(
+        spec=spec,
+        index=i,
+        node=node,
+        value=value,
+        resolved=not problems,
+        problems=tuple(problems),
+    )
 
 
 def _bind_tensor_infos(
     specs: Iterable[TensorInfo],
-    by_name: Mapping[str, ir.Value],
+    graph_values: Sequence[ir.Value],
     field: str,
     unresolved: list[UnresolvedReference],
 ) -> tuple[BoundTensorInfo, ...]:
     kind = field[:-1]  # "input" / "output"
+    by_name = {v.name: v for v in reversed(graph_values) if v.name}
     result = []
     for i, spec in enumerate(specs):
         path = f"{field}[{i}]"
@@ -414,11 +488,59 @@ def _bind_tensor_infos(
         if value is None:
             unresolved.append(
                 UnresolvedReference(
-                    kind, f"{path}.name", spec.name, f"is not a graph {kind} of the model"
+                    kind,
+                    f"{path}.name",
+                    spec.name,
+                    f"is not a graph {kind} (graph {field}: "
+                    f"{_names(sorted(repr(n) for n in by_name))}); update the metadata",
+                    "OMNY138",
                 )
             )
         result.append(BoundTensorInfo(spec=spec, json_path=path, value=value))
     return tuple(result)
+
+
+def _bind_configuration(
+    spec: ShardConfiguration,
+    i: int,
+    by_id: Mapping[str, BoundCutPoint],
+    duplicated: Mapping[str, UnresolvedReference],
+    unresolved: list[UnresolvedReference],
+) -> BoundConfiguration:
+    bound: list[BoundCutPoint | None] = []
+    problems: list[tuple[int, UnresolvedReference]] = []
+    listed: dict[str, int] = {}
+    for j, cut_id in enumerate(spec.cut_point_ids):
+        path = f"sharding.configurations[{i}].cut_point_ids[{j}]"
+        cut = by_id.get(cut_id)
+        reference = None
+        if cut is None:
+            reference = UnresolvedReference(
+                "cut_point",
+                path,
+                cut_id,
+                f"is not the id of any entry of cut_points (defined: "
+                f"{_names(sorted(repr(d) for d in by_id))}); define the cut point or remove "
+                "the id",
+                "OMNY132",
+            )
+        elif cut_id in listed:
+            reference = UnresolvedReference(
+                "cut_point",
+                path,
+                cut_id,
+                f"is listed twice in this configuration (also at cut_point_ids"
+                f"[{listed[cut_id]}]); list each cut point once",
+                "OMNY139",
+            )
+        listed.setdefault(cut_id, j)
+        if reference is not None:
+            unresolved.append(reference)
+            problems.append((j, reference))
+        elif cut_id in duplicated:
+            problems.append((j, duplicated[cut_id]))  # reported once, at the cut point
+        bound.append(cut)
+    return BoundConfiguration(spec=spec, index=i, cut_points=tuple(bound), problems=tuple(problems))
 
 
 def _check_arguments(model: object, metadata: object) -> None:
@@ -443,11 +565,22 @@ def _check_arguments(model: object, metadata: object) -> None:
         )
 
 
+def _graph_index(graph: ir.Graph, index: GraphIndex | None) -> GraphIndex:
+    if index is not None and index.graph is graph:
+        return index
+    try:
+        return GraphIndex.build(graph)
+    except AnalysisError:
+        # A cycle (reported by the checker as OMNY101): the names still resolve.
+        return GraphIndex._build_unsorted(graph)
+
+
 def bind(model: ir.Model, metadata: OmnyMetadata, *, index: GraphIndex | None = None) -> BoundPlan:
     """Bind ``.omny`` metadata to ``model``.
 
     Never raises on content: every name that does not resolve is listed in
-    :attr:`BoundPlan.unresolved` (with its JSON path) and kept as written.
+    :attr:`BoundPlan.unresolved` (with its JSON path and diagnostic code) and kept as
+    written.
 
     Unlike :func:`~onnx_ir_multidevice.annotate`, ``bind`` does not load files: the bound
     objects belong to the model passed in, so pass the model you will work on, e.g.
@@ -460,7 +593,7 @@ def bind(model: ir.Model, metadata: OmnyMetadata, *, index: GraphIndex | None = 
             :class:`~onnx_ir_multidevice.omny._schema.OmnyMetadata` (from
             :func:`onnx_ir_multidevice.omny.read` or ``OmnyMetadata.from_json``).
         index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``model.graph``
-            to take the name indexes from (built when not given or for another graph).
+            to take the name lookups from (built when not given or for another graph).
 
     Returns:
         The bound plan. The model is not modified.
@@ -472,43 +605,31 @@ def bind(model: ir.Model, metadata: OmnyMetadata, *, index: GraphIndex | None = 
     """
     _check_arguments(model, metadata)
     graph = model.graph
-    index = _GraphIndex(
-        graph,
-        index,
-        node_names=[cut.after_node for cut in metadata.cut_points],
-        value_names=[cut.tensor_name for cut in metadata.cut_points],
-    )
+    resolver = _Resolver(_graph_index(graph, index), metadata)
     unresolved: list[UnresolvedReference] = []
-    inputs = _bind_tensor_infos(metadata.inputs, index.inputs, "inputs", unresolved)
-    outputs = _bind_tensor_infos(metadata.outputs, index.outputs, "outputs", unresolved)
-    cut_points = tuple(
-        _bind_cut_point(index, spec, i, unresolved) for i, spec in enumerate(metadata.cut_points)
-    )
+    inputs = _bind_tensor_infos(metadata.inputs, graph.inputs, "inputs", unresolved)
+    outputs = _bind_tensor_infos(metadata.outputs, graph.outputs, "outputs", unresolved)
     by_id: dict[str, BoundCutPoint] = {}
-    for cut in cut_points:
-        by_id.setdefault(cut.id, cut)
-    configurations = []
-    for i, spec in enumerate(metadata.sharding.configurations):
-        bound: list[BoundCutPoint | None] = []
-        for j, cut_id in enumerate(spec.cut_point_ids):
-            cut = by_id.get(cut_id)
-            if cut is None:
-                unresolved.append(
-                    UnresolvedReference(
-                        "cut_point",
-                        f"sharding.configurations[{i}].cut_point_ids[{j}]",
-                        cut_id,
-                        "is not the id of any entry of cut_points; define the cut point or "
-                        "remove the id",
-                    )
-                )
-            bound.append(cut)
-        configurations.append(BoundConfiguration(spec=spec, index=i, cut_points=tuple(bound)))
+    duplicated: dict[str, UnresolvedReference] = {}
+    cut_points = []
+    for i, spec in enumerate(metadata.cut_points):
+        first = by_id.get(spec.id)
+        cut = _bind_cut_point(resolver, spec, i, first)
+        cut_points.append(cut)
+        unresolved.extend(cut.problems)
+        if first is None:
+            by_id[spec.id] = cut
+        else:
+            duplicated.setdefault(spec.id, cut.problems[0])
+    configurations = tuple(
+        _bind_configuration(spec, i, by_id, duplicated, unresolved)
+        for i, spec in enumerate(metadata.sharding.configurations)
+    )
     return BoundPlan(
         model=model,
         metadata=metadata,
-        cut_points=cut_points,
-        configurations=tuple(configurations),
+        cut_points=tuple(cut_points),
+        configurations=configurations,
         inputs=inputs,
         outputs=outputs,
         unresolved=tuple(unresolved),

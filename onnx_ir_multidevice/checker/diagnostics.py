@@ -168,6 +168,7 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY116", _E, True, "A cut point's shape or dtype disagrees with the graph."),
     ("OMNY117", _E, True, "A cut point is inside a control-flow body (If/Loop/Scan)."),
     ("OMNY118", _E, True, "Two cut points have the same id."),
+    ("OMNY119", _E, True, "A cut point's node or tensor name is shared by several objects."),
     ("OMNY120", _E, True, "A memory estimate is not positive."),
     ("OMNY121", _W, True, "Memory estimates are inconsistent with each other."),
     ("OMNY130", _E, True, "No shard configuration is defined."),
@@ -217,6 +218,7 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY321", _I, False, "Tensors crossing a stage boundary."),
     ("OMNY322", _E, True, "A configuration's cut points cannot be ordered into a pipeline."),
     ("OMNY323", _E, True, "A stage of a configuration's plan has no node."),
+    ("OMNY324", _E, True, "A stage of a configuration's plan produces nothing that is read."),
 )
 """Every diagnostic code, in order: its default severity, whether an error with it blocks
 :func:`~onnx_ir_multidevice.annotate`, and its summary (the registry behind the docs' table)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "AnalysisError",
+    "CutListCache",
     "GraphIndex",
     "graph_uses",
     "holds_subgraphs",
@@ -28,6 +29,7 @@ __all__ = [
 from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,
+    CutListCache,
     GraphIndex,
     graph_uses,
     holds_subgraphs,

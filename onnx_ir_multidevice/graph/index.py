@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "AnalysisError",
+    "CutListCache",
     "holds_subgraphs",
     "GraphIndex",
     "graph_uses",
@@ -24,16 +25,19 @@ __all__ = [
 ]
 
 import dataclasses
+import enum
 import operator
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress, islice, repeat
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyError
 from onnx_ir_multidevice._util import gc_paused
+
+_T = TypeVar("_T")
 
 
 class AnalysisError(OmnyError, ValueError):
@@ -297,16 +301,45 @@ def _node_reads(
     return uses, reads, external_slot, bodies, in_order
 
 
+class CutListCache(Generic[_T]):
+    """Results computed from a list of cut values of one graph, keyed by the cut values.
+
+    A key is the cut values in order, by identity. An entry keeps its values alive, so a key
+    never matches another list whose values merely reuse the ids of dead ones.
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, ...], tuple[tuple[ir.Value, ...], _T]] = {}
+
+    def get(self, cuts: Sequence[ir.Value]) -> _T | None:
+        """The result stored for ``cuts``, or ``None``."""
+        entry = self._entries.get(tuple(map(id, cuts)))
+        return None if entry is None else entry[1]
+
+    def __contains__(self, cuts: Sequence[ir.Value]) -> bool:
+        return tuple(map(id, cuts)) in self._entries
+
+    def put(self, cuts: Sequence[ir.Value], result: _T) -> None:
+        """Store ``result`` for ``cuts``."""
+        self._entries[tuple(map(id, cuts))] = (tuple(cuts), result)
+
+
 @dataclasses.dataclass(eq=False)
 class GraphIndex:
     """Per-graph analysis index, built once in O(N + E) and shared by the analyses.
 
+    :func:`~onnx_ir_multidevice.binding.bind.bind`,
     :func:`~onnx_ir_multidevice.analysis.stages.assign_stages`,
     :func:`~onnx_ir_multidevice.analysis.boundaries.boundary_crossings`,
     :func:`~onnx_ir_multidevice.analysis.boundaries.edge_violations`,
-    :func:`~onnx_ir_multidevice.analysis.tensor_classes.classify_values`, the checker and
-    the annotation passes accept it as ``index=`` so that the uses, the topological order and
-    the tensor classes of a graph are computed once instead of once per call.
+    :func:`~onnx_ir_multidevice.analysis.tensor_classes.classify_values`, the checker, the
+    annotation passes and the split accept it as ``index=`` so that the uses, the topological
+    order, the name lookups and the tensor classes of a graph are computed once instead of
+    once per call.
 
     Nodes are numbered by their position in the topological order. Every value a node reads
     has a *slot*: the position of its producer for a value produced by a node of the graph,
@@ -315,6 +348,11 @@ class GraphIndex:
 
     The index describes the graph as it was when built: rebuild it after changing the graph's
     nodes, inputs, outputs or initializers (annotations, names and metadata do not count).
+
+    Besides what it computes itself, the index holds the results of the analyses above in
+    typed slots (:attr:`slot_flags`, :attr:`slot_classes`, :attr:`value_classes`,
+    :attr:`replicable_positions`, :attr:`stage_cache`, :attr:`boundary_cache`): the modules
+    that compute them fill them, the index only keeps them.
 
     Build it with :meth:`build` (or :meth:`for_model`).
 
@@ -350,9 +388,78 @@ class GraphIndex:
     """Whether :attr:`nodes` is the graph's own order (the graph is already sorted)."""
 
     functions: Mapping[ir.OperatorIdentifier, ir.Function] | None = None
-    """The model-local functions used for :attr:`classes` (``None``: calls judged by op)."""
+    """The model-local functions the default tensor classes judge calls by (``None``: calls
+    are judged by op)."""
 
-    _cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    # -- analysis results, filled by the analyses (the index only keeps them) --
+
+    slot_flags: list[int] | None = dataclasses.field(default=None, init=False, repr=False)
+    """Cone flags of each slot under the default tensor-class rules (filled by
+    :mod:`~onnx_ir_multidevice.analysis.tensor_classes`)."""
+
+    slot_classes: list[enum.Enum] | None = dataclasses.field(default=None, init=False, repr=False)
+    """Default tensor class of each node's outputs, by position (filled by
+    :func:`~onnx_ir_multidevice.analysis.tensor_classes.slot_classes`)."""
+
+    value_classes: dict[ir.Value, enum.Enum] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    """Default tensor class of every value (filled by
+    :func:`~onnx_ir_multidevice.analysis.tensor_classes.default_classes`)."""
+
+    replicable_positions: list[int] | None = dataclasses.field(default=None, init=False, repr=False)
+    """Positions of the nodes whose outputs are all replicable under the default classes
+    (filled by :mod:`~onnx_ir_multidevice.analysis.stages`)."""
+
+    stage_cache: CutListCache[dict[ir.Node, int]] = dataclasses.field(
+        default_factory=CutListCache, init=False, repr=False
+    )
+    """Default stage assignment of each cut list (filled by
+    :func:`~onnx_ir_multidevice.analysis.stages.assign_stages`)."""
+
+    boundary_cache: CutListCache[Sequence[Any]] = dataclasses.field(
+        default_factory=CutListCache, init=False, repr=False
+    )
+    """Boundary crossings of the default stages of each cut list (filled by the checker,
+    shared between the checker gate of ``annotate()`` and a later ``check``)."""
+
+    # -- the index's own lazily built lookups --
+
+    _graph_nodes: tuple[ir.Node, ...] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _graph_outputs: list[Sequence[ir.Value]] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _consumers: list[list[int]] | None = dataclasses.field(default=None, init=False, repr=False)
+    _output_slots: frozenset[int] | None = dataclasses.field(default=None, init=False, repr=False)
+    _uses_by_node: dict[ir.Node, tuple[ir.Value, ...]] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _node_names: dict[str, list[ir.Node]] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _value_names: dict[str, list[ir.Value]] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _nodes_named: dict[frozenset[str], dict[str, list[ir.Node]]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False
+    )
+    _values_named: dict[frozenset[str], dict[str, list[ir.Value]]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False
+    )
+    _inner_names: tuple[dict[str, ir.Node], frozenset[str]] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _input_positions: dict[ir.Value, int] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _initializer_set: frozenset[ir.Value] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _graph_positions: dict[ir.Node, int] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
 
     @classmethod
     def build(
@@ -377,10 +484,23 @@ class GraphIndex:
             return cls._build(graph, functions)
 
     @classmethod
+    def _build_unsorted(cls, graph: ir.Graph) -> GraphIndex:
+        """Index ``graph`` in graph order even when it is not sorted (a cycle is no error).
+
+        For name lookups only (:func:`~onnx_ir_multidevice.binding.bind.bind` of a graph
+        with a cycle): :attr:`nodes` is then not a topological order, which the analyses
+        need.
+        """
+        with gc_paused():
+            return cls._build(graph, None, sort=False)
+
+    @classmethod
     def _build(
         cls,
         graph: ir.Graph,
         functions: Mapping[ir.OperatorIdentifier, ir.Function] | None,
+        *,
+        sort: bool = True,
     ) -> GraphIndex:
         graph_nodes = list(graph)
         n = len(graph_nodes)
@@ -423,10 +543,10 @@ class GraphIndex:
             in_graph_order=in_order,
             functions=functions,
         )
-        index._cache["graph_nodes"] = index.nodes
+        index._graph_nodes = index.nodes
         # Each node's outputs in graph order, for the name lookups.
-        index._cache["graph_outputs"] = outputs_list
-        if not in_order:
+        index._graph_outputs = outputs_list
+        if not in_order and sort:
             index._sort()
         return index
 
@@ -481,9 +601,20 @@ class GraphIndex:
     @property
     def graph_nodes(self) -> tuple[ir.Node, ...]:
         """The nodes in graph order."""
-        cached = self._cache.get("graph_nodes")
+        cached = self._graph_nodes
         if cached is None:
-            cached = self._cache["graph_nodes"] = tuple(self.graph)
+            cached = self._graph_nodes = tuple(self.graph)
+        return cached
+
+    @property
+    def graph_positions(self) -> dict[ir.Node, int]:
+        """Position of each node in graph order (:attr:`position` when the graph is sorted)."""
+        if self.in_graph_order:
+            return self.position
+        cached = self._graph_positions
+        if cached is None:
+            nodes = self.graph_nodes
+            cached = self._graph_positions = dict(zip(nodes, range(len(nodes))))
         return cached
 
     def slot_of(self, value: ir.Value) -> int | None:
@@ -494,7 +625,7 @@ class GraphIndex:
     @property
     def consumers(self) -> list[list[int]]:
         """Positions of the nodes reading each slot, in topological order (built once)."""
-        cached = self._cache.get("consumers")
+        cached = self._consumers
         if cached is None:
             cached = [[] for _ in range(len(self.nodes) + len(self.external))]
             for i, slots in enumerate(self.reads):
@@ -502,16 +633,16 @@ class GraphIndex:
                     readers = cached[p]
                     if not readers or readers[-1] != i:
                         readers.append(i)
-            self._cache["consumers"] = cached
+            self._consumers = cached
         return cached
 
     def value_readers(self, value: ir.Value) -> list[int]:
         """Positions of the nodes whose :attr:`uses` include ``value``, in order."""
-        if "consumers" in self._cache:
+        if self._consumers is not None:
             slot = self.slot_of(value)
             if slot is None:
                 return []
-            return [i for i in self.consumers[slot] if value in self.uses[i]]
+            return [i for i in self._consumers[slot] if value in self.uses[i]]
         position = self.position
         readers = {position[c] for c in value.consumers() if c in position}
         for node, _ in self.bodies:
@@ -523,42 +654,49 @@ class GraphIndex:
     @property
     def output_slots(self) -> frozenset[int]:
         """Positions of the nodes that produce a graph output."""
-        cached = self._cache.get("output_slots")
+        cached = self._output_slots
         if cached is None:
             pos_get = self.position.get
-            cached = frozenset(
+            cached = self._output_slots = frozenset(
                 p for p in (pos_get(v.producer()) for v in self.graph.outputs) if p is not None
             )
-            self._cache["output_slots"] = cached
         return cached
 
     @property
     def uses_by_node(self) -> dict[ir.Node, tuple[ir.Value, ...]]:
         """:func:`graph_uses` of the graph (graph order), from the index."""
-        cached = self._cache.get("uses_by_node")
+        cached = self._uses_by_node
         if cached is None:
             by_node = dict(zip(self.nodes, self.uses))
             if not self.in_graph_order:
                 by_node = {node: by_node[node] for node in self.graph_nodes}
-            cached = self._cache["uses_by_node"] = by_node
+            cached = self._uses_by_node = by_node
+        return cached
+
+    def uses_of(self, node: ir.Node) -> tuple[ir.Value, ...]:
+        """:func:`node_uses` of ``node``, a node of the graph."""
+        return self.uses[self.position[node]]
+
+    @property
+    def graph_input_positions(self) -> dict[ir.Value, int]:
+        """Each graph input with its position in ``graph.inputs``."""
+        cached = self._input_positions
+        if cached is None:
+            cached = self._input_positions = {v: i for i, v in enumerate(self.graph.inputs)}
         return cached
 
     @property
-    def classes(self) -> dict[ir.Value, Any]:
-        """``classify_values(graph, functions=functions)``, computed once."""
-        cached = self._cache.get("classes")
+    def initializer_set(self) -> frozenset[ir.Value]:
+        """The graph's initializers, as a set."""
+        cached = self._initializer_set
         if cached is None:
-            from onnx_ir_multidevice.analysis.tensor_classes import classify_values
-
-            cached = self._cache["classes"] = classify_values(
-                self.graph, functions=self.functions, index=self
-            )
+            cached = self._initializer_set = frozenset(_data(self.graph.initializers).values())
         return cached
 
     @property
     def node_names(self) -> dict[str, list[ir.Node]]:
         """Nodes of the graph by name (graph order; unnamed nodes left out)."""
-        cached = self._cache.get("node_names")
+        cached = self._node_names
         if cached is None:
             cached = {}
             for node in self.graph_nodes:
@@ -569,35 +707,33 @@ class GraphIndex:
                         cached[name] = [node]
                     else:
                         found.append(node)
-            self._cache["node_names"] = cached
+            self._node_names = cached
         return cached
 
     def nodes_named(self, names: Iterable[str]) -> dict[str, list[ir.Node]]:
         """:attr:`node_names` restricted to ``names`` (a scan when the full index is not built)."""
-        full = self._cache.get("node_names")
+        full = self._node_names
         wanted = frozenset(names)
         if full is not None:
             return {name: full[name] for name in wanted if name in full}
-        key = ("nodes_named", wanted)
-        found = self._cache.get(key)
+        found = self._nodes_named.get(wanted)
         if found is None:
             found = {}
             nodes = self.graph_nodes
             for node in compress(nodes, map(wanted.__contains__, map(_NAME_OF, nodes))):
-                found.setdefault(node.name, []).append(node)
-            self._cache[key] = found
+                found.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
+            self._nodes_named[wanted] = found
         return {name: list(nodes) for name, nodes in found.items()}
 
     def values_named(self, names: Iterable[str]) -> dict[str, list[ir.Value]]:
         """:attr:`value_names` restricted to ``names`` (a scan when the full index is not built)."""
-        full = self._cache.get("value_names")
+        full = self._value_names
         wanted = frozenset(names) - {""}
         if full is not None:
             return {name: full[name] for name in wanted if name in full}
-        key = ("values_named", wanted)
-        cached = self._cache.get(key)
+        cached = self._values_named.get(wanted)
         if cached is None:
-            cached = self._cache[key] = self._scan_values(wanted)
+            cached = self._values_named[wanted] = self._scan_values(wanted)
         return {name: list(values) for name, values in cached.items()}
 
     def _scan_values(self, wanted: frozenset[str]) -> dict[str, list[ir.Value]]:
@@ -605,7 +741,7 @@ class GraphIndex:
         initializers = _data(graph.initializers)
         candidates = [v for v in graph.inputs if v.name in wanted]
         candidates.extend(value for value in map(initializers.get, wanted) if value is not None)
-        outputs = list(chain.from_iterable(self._graph_outputs()))
+        outputs = list(chain.from_iterable(self._outputs_in_graph_order()))
         candidates.extend(compress(outputs, map(wanted.__contains__, map(_NAME_OF, outputs))))
         found: dict[str, list[ir.Value]] = {}
         for value in candidates:
@@ -614,22 +750,22 @@ class GraphIndex:
                 same.append(value)
         return found
 
-    def _graph_outputs(self) -> Sequence[Sequence[ir.Value]]:
+    def _outputs_in_graph_order(self) -> Sequence[Sequence[ir.Value]]:
         """Each node's outputs, in graph order."""
-        cached = self._cache.get("graph_outputs")
+        cached = self._graph_outputs
         if cached is None:
-            cached = self._cache["graph_outputs"] = list(map(_OUTPUTS, self.graph_nodes))
+            cached = self._graph_outputs = list(map(_OUTPUTS, self.graph_nodes))
         return cached
 
     @property
     def value_names(self) -> dict[str, list[ir.Value]]:
         """Main-graph values by name: inputs, initializers, then node outputs (graph order)."""
-        cached = self._cache.get("value_names")
+        cached = self._value_names
         if cached is None:
             graph = self.graph
             values = [
                 *dict.fromkeys([*graph.inputs, *_data(graph.initializers).values()]),
-                *chain.from_iterable(self._graph_outputs()),
+                *chain.from_iterable(self._outputs_in_graph_order()),
             ]
             names = list(map(_NAME_OF, values))
             # First value of each name (reversed, so the first one wins), then the duplicates.
@@ -643,8 +779,36 @@ class GraphIndex:
                         found = cached[name]
                         if value not in found:
                             found.append(value)
-            self._cache["value_names"] = cached
+            self._value_names = cached
         return cached
+
+    def _inner(self) -> tuple[dict[str, ir.Node], frozenset[str]]:
+        cached = self._inner_names
+        if cached is None:
+            nodes: dict[str, ir.Node] = {}
+            values: set[str] = set()
+            stack = [body for _, bodies in self.bodies for body in bodies]
+            while stack:
+                body = stack.pop()
+                values.update(v.name for v in body.inputs if v.name)
+                values.update(name for name in body.initializers if name)
+                for inner in body:
+                    if inner.name:
+                        nodes.setdefault(inner.name, inner)
+                    values.update(v.name for v in inner.outputs if v.name)
+                    stack.extend(node_subgraphs(inner))
+            cached = self._inner_names = (nodes, frozenset(values))
+        return cached
+
+    @property
+    def inner_node_names(self) -> dict[str, ir.Node]:
+        """Nodes inside the control-flow bodies of the graph (nested ones too), by name."""
+        return self._inner()[0]
+
+    @property
+    def inner_value_names(self) -> frozenset[str]:
+        """Names of the values defined inside the control-flow bodies of the graph."""
+        return self._inner()[1]
 
 
 def value_consumers(
@@ -659,54 +823,32 @@ def value_consumers(
 
 
 def topological_order(
-    graph: ir.Graph, uses: Mapping[ir.Node, Sequence[ir.Value]] | None = None
+    graph: ir.Graph,
+    uses: Mapping[ir.Node, Sequence[ir.Value]] | None = None,
+    *,
+    index: GraphIndex | None = None,
 ) -> list[ir.Node]:
     """Return the nodes of ``graph`` in a topological order of their uses, in O(N + E).
 
-    A well-formed ONNX graph is already sorted; its order is then returned unchanged. An
-    unsorted graph is sorted with Kahn's algorithm (first-in first-out, seeded in graph
+    A thin wrapper over :class:`GraphIndex`, which holds the one topological sort of the
+    package: a well-formed ONNX graph is already sorted and its order is returned unchanged;
+    an unsorted graph is sorted with Kahn's algorithm (first-in first-out, seeded in graph
     order), where a node depends on the producers of everything it reads, outer-scope
     captures of its bodies included.
 
     Args:
         graph: The graph whose direct nodes are ordered.
-        uses: :func:`graph_uses` of the graph, when already computed.
+        uses: Ignored (the index computes the uses); kept for callers that pass
+            :func:`graph_uses`.
+        index: A :class:`GraphIndex` of ``graph``, when already built.
 
     Raises:
         AnalysisError: If the nodes form a cycle.
+        ValueError: If ``index`` was built for another graph.
     """
-    if uses is None:
-        return list(GraphIndex.build(graph).nodes)
-    nodes = list(graph)
-    position = {node: i for i, node in enumerate(nodes)}
-
-    def producers(node: ir.Node) -> Iterator[ir.Node]:
-        for value in uses[node]:
-            producer = value.producer()
-            if producer is not None and producer in position:
-                yield producer
-
-    if all(position[producer] < position[node] for node in nodes for producer in producers(node)):
-        return nodes
-    pending = {node: 0 for node in nodes}
-    successors: dict[ir.Node, list[ir.Node]] = {node: [] for node in nodes}
-    for node in nodes:
-        for producer in set(producers(node)):
-            pending[node] += 1
-            successors[producer].append(node)
-    ready = deque(node for node in nodes if pending[node] == 0)
-    order: list[ir.Node] = []
-    while ready:
-        node = ready.popleft()
-        order.append(node)
-        for successor in successors[node]:
-            pending[successor] -= 1
-            if pending[successor] == 0:
-                ready.append(successor)
-    if len(order) != len(nodes):
-        stuck = next(node for node in nodes if pending[node] > 0)
-        raise AnalysisError(
-            f"graph {graph.name!r} has a cycle through node "
-            f"{stuck.name or stuck.op_type!r}; ONNX graphs must be acyclic"
-        )
-    return order
+    del uses  # the index computes them
+    if index is None:
+        index = GraphIndex.build(graph)
+    else:
+        index.check_graph(graph)
+    return list(index.nodes)

@@ -22,12 +22,11 @@ __all__ = [
 ]
 
 from onnx_ir_multidevice._util import set_public_module
+from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX, configuration_names
 from onnx_ir_multidevice.passes.annotation import (
-    OMNY_CONFIGURATION_PREFIX,
     AnnotatePass,
     AnnotateShardingPass,
     AnnotateStagesPass,
-    configuration_names,
 )
 from onnx_ir_multidevice.passes.api import annotate
 from onnx_ir_multidevice.passes.check import CheckPass

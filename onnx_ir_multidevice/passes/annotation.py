@@ -4,9 +4,10 @@ Rules:
 
 * **One configuration per ``.omny`` shard configuration.** Configuration ``i`` of the
   document becomes an :class:`onnx_ir.ModelConfiguration` with ``num_devices = num_shards``,
-  named by :func:`configuration_names`: ``omny/<n>-shards`` for the first configuration with
-  ``n`` shards, ``omny/<n>-shards#1`` for the second, ``#2`` for the third... Names depend
-  only on the document, so annotating a subset of the configurations gives the same names.
+  named by :func:`~onnx_ir_multidevice.binding.naming.configuration_names`:
+  ``omny/<n>-shards`` for the first configuration with ``n`` shards, ``omny/<n>-shards#1``
+  for the second, ``#2`` for the third... Names depend only on the document, so annotating a
+  subset of the configurations gives the same names.
 * **Stages** (:class:`AnnotateStagesPass`): every node of the main graph gets the
   ``pipeline_stage`` that :func:`~onnx_ir_multidevice.analysis.stages.assign_stages` computes
   from the configuration's cut tensors (cut ``j`` separates stage ``j`` from ``j + 1``, stage
@@ -40,38 +41,18 @@ from itertools import repeat
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import BindingError
 from onnx_ir_multidevice.analysis.stages import assign_stages, precompute_stages
 from onnx_ir_multidevice.binding.bind import bind
+from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX, configuration_names
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
+from onnx_ir_multidevice.omny._props import read as read_omny
+from onnx_ir_multidevice.passes.strip import strip_configurations
 
-#: Name prefix of the configurations this package creates (and :mod:`.strip` removes).
-OMNY_CONFIGURATION_PREFIX = "omny/"
 #: The IR version that introduced the multi-device fields.
 _MULTI_DEVICE_IR_VERSION = 11
 
 DeviceNames = Sequence[str] | Mapping[int, Sequence[str]]
-
-
-def configuration_names(configurations: Iterable[object]) -> list[str]:
-    """Return the IR configuration name of each ``.omny`` shard configuration, in order.
-
-    The first configuration with ``n`` shards is ``omny/<n>-shards``; the ``m``-th further
-    one with the same count is ``omny/<n>-shards#<m>``.
-
-    Args:
-        configurations: The ``.omny`` shard configurations (anything with ``num_shards``).
-    """
-    seen: dict[int, int] = {}
-    names = []
-    for configuration in configurations:
-        n = configuration.num_shards  # type: ignore[attr-defined]
-        count = seen.get(n, 0)
-        seen[n] = count + 1
-        base = f"{OMNY_CONFIGURATION_PREFIX}{n}-shards"
-        names.append(base if count == 0 else f"{base}#{count}")
-    return names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +69,7 @@ def _select(
     model: ir.Model, configurations: Collection[int] | None, index: GraphIndex | None = None
 ) -> tuple[list[_Selected], list[str]]:
     """Bind the model's plan; return the selected configurations and every plan name."""
-    metadata = omny.read(model)
+    metadata = read_omny(model)
     if metadata is None:
         raise BindingError(
             "the model has no .omny metadata (omnynet_metadata); plan it first "
@@ -403,7 +384,8 @@ class AnnotateStagesPass(_PlanPass):
     """Give every main-graph node a ``pipeline_stage`` per ``.omny`` configuration.
 
     Creates (or updates) one :class:`onnx_ir.ModelConfiguration` per selected
-    configuration, named by :func:`configuration_names`, and sets the stage that
+    configuration, named by
+    :func:`~onnx_ir_multidevice.binding.naming.configuration_names`, and sets the stage that
     :func:`~onnx_ir_multidevice.analysis.stages.assign_stages` gives each node.
 
     Raises:
@@ -456,8 +438,6 @@ class AnnotatePass(_PlanPass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         """Annotate ``model`` in place; ``modified`` says whether anything changed."""
-        from onnx_ir_multidevice.passes.strip import strip_configurations
-
         index = self._index(model)
         selected, names = _select(model, self.configurations, index)
         keep = set(names)

@@ -15,15 +15,15 @@ import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import CheckError
+from onnx_ir_multidevice._proto.convert import from_proto
+from onnx_ir_multidevice._proto.files import load
 from onnx_ir_multidevice._util import gc_paused
+from onnx_ir_multidevice.binding.bind import BoundPlan
+from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX
 from onnx_ir_multidevice.checker import core as _check
 from onnx_ir_multidevice.checker.diagnostics import CODES, Diagnostic, Severity
 from onnx_ir_multidevice.graph.index import GraphIndex
-from onnx_ir_multidevice.passes.annotation import (
-    OMNY_CONFIGURATION_PREFIX,
-    AnnotatePass,
-    DeviceNames,
-)
+from onnx_ir_multidevice.passes.annotation import AnnotatePass, DeviceNames
 
 _CONFIGURATION_PATH = re.compile(r"sharding\.configurations\[(\d+)\]")
 _CUT_PATH = re.compile(r"cut_points\[(\d+)\]")
@@ -97,11 +97,10 @@ def _annotate_model(
     index: GraphIndex,
 ) -> None:
     if check:
-        errors = _blocking_errors(
-            _check.check(ir_model, relaxed_cuts=relaxed_cuts, onnx_checker=False, index=index),
-            ir_model,
-            configurations,
+        report = _check.run_check(
+            ir_model, relaxed_cuts=relaxed_cuts, onnx_checker=False, index=index
         )
+        errors = _blocking_errors(report.diagnostics, report.plan, configurations)
         if errors:
             raise CheckError(errors)
     AnnotatePass(configurations, device_names, index=index)(ir_model)
@@ -111,12 +110,8 @@ def _as_model(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> ir.Model
     if isinstance(model, ir.Model):
         return model
     if isinstance(model, onnx.ModelProto):
-        from onnx_ir_multidevice._proto.convert import from_proto
-
         return from_proto(model)
     if isinstance(model, (str, os.PathLike)):
-        from onnx_ir_multidevice._proto.files import load
-
         return load(model)
     raise TypeError(
         f"annotate() takes an onnx_ir.Model, an onnx.ModelProto or a path, not "
@@ -126,7 +121,7 @@ def _as_model(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> ir.Model
 
 def _blocking_errors(
     diagnostics: Sequence[Diagnostic],
-    model: ir.Model,
+    plan: BoundPlan | None,
     configurations: Collection[int] | None,
 ) -> list[Diagnostic]:
     """Keep the errors that concern the selected configurations (see :func:`annotate`).
@@ -135,28 +130,16 @@ def _blocking_errors(
     (:attr:`~onnx_ir_multidevice.checker.CodeInfo.blocks_annotate`: the rules about an existing
     pipeline annotation, which this call rewrites), it concerns an ``omny/`` configuration, or
     it concerns a configuration or cut point that is not selected.
-    """
-    from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OmnyMetadata
 
+    ``plan`` is the model's plan as the checker bound it (``None`` without a readable plan).
+    """
     selected_indexes: set[int] | None = None
     used_cuts: set[int] | None = None
-    text = model.metadata_props.get(OMNY_METADATA_KEY)
-    if configurations is not None and text is not None:
-        try:
-            metadata = OmnyMetadata.from_json(text)
-        except Exception:  # reported by the checker as OMNY104
-            metadata = None
-        if metadata is not None:
-            selected = [
-                c for c in metadata.sharding.configurations if c.num_shards in configurations
-            ]
-            selected_indexes = {
-                i
-                for i, c in enumerate(metadata.sharding.configurations)
-                if c.num_shards in configurations
-            }
-            ids = {cut_id for c in selected for cut_id in c.cut_point_ids}
-            used_cuts = {k for k, cut in enumerate(metadata.cut_points) if cut.id in ids}
+    if configurations is not None and plan is not None:
+        selected = [c for c in plan.configurations if c.num_shards in configurations]
+        selected_indexes = {c.index for c in selected}
+        ids = {cut_id for c in selected for cut_id in c.spec.cut_point_ids}
+        used_cuts = {cut.index for cut in plan.cut_points if cut.id in ids}
     blocking = []
     for diagnostic in diagnostics:
         if diagnostic.severity is not Severity.ERROR:

@@ -1,7 +1,7 @@
 """Pass that removes this package's multi-device annotations, and only those.
 
 A configuration is ours when its name starts with ``omny/`` (see
-:data:`~onnx_ir_multidevice.passes.annotation.OMNY_CONFIGURATION_PREFIX`). The pass removes
+:data:`~onnx_ir_multidevice.binding.naming.OMNY_CONFIGURATION_PREFIX`). The pass removes
 those configurations from the model and every node entry that refers to them -- by object,
 or by name for the unresolved placeholders onnx-ir creates when loading a dangling
 reference -- in the main graph, in subgraph bodies and in functions, so no dangling reference
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice.passes.annotation import OMNY_CONFIGURATION_PREFIX
+from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX
 
 _ENTRIES = operator.attrgetter("device_configurations")
 

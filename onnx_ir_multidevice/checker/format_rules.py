@@ -1,0 +1,404 @@
+"""``OMNY1xx``: the ``.omny`` format, its cut points and its shard configurations.
+
+``omnynet_version`` and ``omnynet_metadata`` present and parseable; cut points that resolve
+(through :func:`~onnx_ir_multidevice.binding.bind.bind`, the one cut resolver: the codes are
+those its :class:`~onnx_ir_multidevice.binding.bind.UnresolvedReference` entries carry) to one
+main-graph node and its single output, not inside control flow, with a shape fully defined
+except the batch and the graph's dtype; positive memory numbers; at least one configuration,
+each with ``num_shards - 1`` defined cut points, ``num_shards`` memory entries within
+``max_shard_size_mb``, and a shard count consistent with ``allowed_shards`` / ``min_shards`` /
+``max_shards``. Linear in the size of the model.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = ["PlanConfiguration", "check_format", "dtype_name"]
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_ir_multidevice._errors import OmnyFormatError
+from onnx_ir_multidevice.binding.bind import BoundConfiguration, BoundPlan, bind
+from onnx_ir_multidevice.binding.naming import configuration_names
+from onnx_ir_multidevice.checker.diagnostics import Diagnostic, make, value_location
+from onnx_ir_multidevice.graph.index import GraphIndex
+from onnx_ir_multidevice.omny._schema import (
+    OMNY_FORMAT_VERSION,
+    OMNY_METADATA_KEY,
+    OMNY_VERSION_KEY,
+    OmnyMetadata,
+    Sharding,
+)
+
+
+def dtype_name(dtype: ir.DataType) -> str:
+    """Return the ``.omny`` spelling of an ONNX data type (``"float32"``, ``"int64"``...)."""
+    try:
+        name = str(np.dtype(dtype.numpy()))
+    except Exception:  # types without a numpy equivalent
+        return dtype.name.lower()
+    return "string" if name == "object" else name
+
+
+@dataclasses.dataclass
+class PlanConfiguration:
+    """One ``.omny`` configuration, resolved against the graph (what the pipeline rules use)."""
+
+    index: int
+    """Position in ``sharding.configurations``."""
+
+    num_shards: int
+    """Number of shards."""
+
+    name: str
+    """Name of its IR configuration (``omny/<n>-shards``...)."""
+
+    cuts: list[ir.Value] | None = None
+    """Its cut tensors, when they all resolve (``None`` otherwise)."""
+
+    stages: dict[ir.Node, int] | None = None
+    """The stages its cuts give, once computed by the pipeline rules."""
+
+
+def check_format(
+    model: ir.Model, diagnostics: list[Diagnostic], index: GraphIndex | None = None
+) -> tuple[BoundPlan | None, list[PlanConfiguration]]:
+    """Run the OMNY1xx rules on ``model``, appending to ``diagnostics``.
+
+    Args:
+        model: The model (not modified).
+        diagnostics: Where the findings go.
+        index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``model.graph``, or
+            ``None`` (a graph with a cycle).
+
+    Returns:
+        The plan bound to the model (``None`` without a readable plan) and its configurations,
+        for the pipeline rules.
+    """
+    rules = _FormatRules(model, diagnostics, index)
+    configurations = rules.run()
+    return rules.plan, configurations
+
+
+class _FormatRules:
+    """Runs the OMNY1xx rules on one model."""
+
+    def __init__(
+        self, model: ir.Model, diagnostics: list[Diagnostic], index: GraphIndex | None
+    ) -> None:
+        self.model = model
+        self.graph = model.graph
+        self.out = diagnostics
+        self._index = index
+        #: The plan bound to the model (by the one cut resolver), once read.
+        self.plan: BoundPlan | None = None
+
+    def run(self) -> list[PlanConfiguration]:
+        props = self.model.metadata_props
+        version = props.get(OMNY_VERSION_KEY)
+        text = props.get(OMNY_METADATA_KEY)
+        if version is None and text is None:
+            self.out.append(
+                make(
+                    "OMNY100",
+                    "no omnynet_version / omnynet_metadata in metadata_props: a plain ONNX "
+                    "model; only the IR v11 and pipeline checks ran",
+                    "model",
+                )
+            )
+            return []
+        if version is None:
+            self.out.append(
+                make(
+                    "OMNY102",
+                    f"{OMNY_METADATA_KEY!r} is set but {OMNY_VERSION_KEY!r} is missing; add "
+                    f"it with the format version ({OMNY_FORMAT_VERSION!r})",
+                    f"metadata_props[{OMNY_VERSION_KEY}]",
+                )
+            )
+        if text is None:
+            self.out.append(
+                make(
+                    "OMNY103",
+                    f"{OMNY_VERSION_KEY!r} is set but {OMNY_METADATA_KEY!r} is missing; the "
+                    "model has no plan: run the planner or remove the version",
+                    f"metadata_props[{OMNY_METADATA_KEY}]",
+                )
+            )
+            return []
+        try:
+            metadata = OmnyMetadata.from_json(text)
+        except OmnyFormatError as error:
+            self.out.append(
+                make(
+                    "OMNY104",
+                    f"omnynet_metadata is invalid: {error.reason}",
+                    error.path or f"metadata_props[{OMNY_METADATA_KEY}]",
+                )
+            )
+            return []
+        if metadata.version != OMNY_FORMAT_VERSION or (
+            version is not None and version != metadata.version
+        ):
+            self.out.append(
+                make(
+                    "OMNY105",
+                    f"format version: omnynet_version={version!r}, JSON version="
+                    f"{metadata.version!r}; this checker knows {OMNY_FORMAT_VERSION!r}. "
+                    "Make them agree",
+                    "version",
+                )
+            )
+        plan = self.plan = bind(self.model, metadata, index=self._index)
+        self._check_cut_points(plan)
+        self._check_io(plan)
+        return self._check_sharding(plan)
+
+    def _check_io(self, plan: BoundPlan) -> None:
+        for reference in plan.unresolved:
+            if reference.kind in ("input", "output"):
+                self.out.append(make(reference.code, reference.message, reference.json_path))
+
+    def _check_cut_points(self, plan: BoundPlan) -> None:
+        """Check every cut point: its references (from :func:`bind`), shape and memory."""
+        seen_ids: set[str] = set()
+        previous_cumulative: int | None = None
+        for bound in plan.cut_points:
+            for reference in bound.problems:
+                self.out.append(make(reference.code, reference.message, reference.json_path))
+            cut = bound.spec
+            if cut.id in seen_ids:
+                continue  # a second definition (OMNY118): its numbers are not the plan's
+            seen_ids.add(cut.id)
+            path = bound.json_path
+            self._check_cut_shape(cut, path, bound.value if bound.resolved else None)
+            self._check_cut_memory(cut, path, previous_cumulative)
+            previous_cumulative = cut.cumulative_memory_mb
+
+    def _check_cut_shape(self, cut, path: str, value: ir.Value | None) -> None:
+        for i, dim in enumerate(cut.shape):
+            if i > 0 and dim < 0:
+                self.out.append(
+                    make(
+                        "OMNY114",
+                        f"cut point {cut.id!r}: dimension {i} is dynamic ({dim}); only the "
+                        "batch (dimension 0) may be dynamic at a cut",
+                        f"{path}.shape[{i}]",
+                    )
+                )
+        if value is None:
+            return
+        shape = value.shape
+        if shape is None or value.dtype is None:
+            missing = "shape" if shape is None else "dtype"
+            self.out.append(
+                make(
+                    "OMNY115",
+                    f"cut point {cut.id!r}: the graph does not record the {missing} of "
+                    f"{value.name!r}; run shape inference so it can be verified",
+                    value_location(value),
+                )
+            )
+        if shape is not None:
+            dynamic = [i for i, d in enumerate(shape) if i > 0 and not isinstance(d, int)]
+            if dynamic:
+                self.out.append(
+                    make(
+                        "OMNY114",
+                        f"cut point {cut.id!r}: tensor {value.name!r} has dynamic dimension(s) "
+                        f"{dynamic} in the graph ({shape}); only the batch may be dynamic",
+                        value_location(value),
+                    )
+                )
+            graph_dims = [d if isinstance(d, int) else -1 for d in shape]
+            mismatch = len(graph_dims) != len(cut.shape) or any(
+                g >= 0 and c >= 0 and g != c for g, c in zip(graph_dims, cut.shape)
+            )
+            if mismatch:
+                self.out.append(
+                    make(
+                        "OMNY116",
+                        f"cut point {cut.id!r}: shape {list(cut.shape)} in the metadata but "
+                        f"{graph_dims} in the graph; update the metadata",
+                        f"{path}.shape",
+                    )
+                )
+        if value.dtype is not None and dtype_name(value.dtype) != cut.dtype:
+            self.out.append(
+                make(
+                    "OMNY116",
+                    f"cut point {cut.id!r}: dtype {cut.dtype!r} in the metadata but "
+                    f"{dtype_name(value.dtype)!r} in the graph; update the metadata",
+                    f"{path}.dtype",
+                )
+            )
+
+    def _check_cut_memory(self, cut, path: str, previous_cumulative: int | None) -> None:
+        for field in ("cumulative_memory_mb", "shard_memory_mb"):
+            amount = getattr(cut, field)
+            if amount <= 0:
+                self.out.append(
+                    make(
+                        "OMNY120",
+                        f"cut point {cut.id!r}: {field} is {amount}; memory estimates must be "
+                        "positive (MiB, rounded up)",
+                        f"{path}.{field}",
+                    )
+                )
+        if cut.shard_memory_mb > cut.cumulative_memory_mb > 0:
+            self.out.append(
+                make(
+                    "OMNY121",
+                    f"cut point {cut.id!r}: shard_memory_mb ({cut.shard_memory_mb}) exceeds "
+                    f"cumulative_memory_mb ({cut.cumulative_memory_mb})",
+                    f"{path}.shard_memory_mb",
+                )
+            )
+        if previous_cumulative is not None and cut.cumulative_memory_mb < previous_cumulative:
+            self.out.append(
+                make(
+                    "OMNY121",
+                    f"cut point {cut.id!r}: cumulative_memory_mb ({cut.cumulative_memory_mb}) "
+                    f"is below the previous cut's ({previous_cumulative}); list cut points in "
+                    "pipeline order with a running total",
+                    f"{path}.cumulative_memory_mb",
+                )
+            )
+
+    def _check_sharding(self, plan: BoundPlan) -> list[PlanConfiguration]:
+        sharding = plan.metadata.sharding
+        self._check_limits(sharding)
+        if not sharding.configurations:
+            self.out.append(
+                make(
+                    "OMNY130",
+                    "no shard configuration is defined; add at least one to "
+                    "sharding.configurations (the planner writes them)",
+                    "sharding.configurations",
+                )
+            )
+        names = configuration_names(sharding.configurations)
+        entries: list[PlanConfiguration] = []
+        for bound in plan.configurations:
+            entry = PlanConfiguration(bound.index, bound.num_shards, names[bound.index])
+            entry.cuts = self._check_configuration(bound, sharding)
+            entries.append(entry)
+        return entries
+
+    def _check_limits(self, sharding) -> None:
+        for field in ("min_vram_mb", "max_shard_size_mb"):
+            if getattr(sharding, field) <= 0:
+                self.out.append(
+                    make(
+                        "OMNY120",
+                        f"{field} is {getattr(sharding, field)}; it must be positive",
+                        f"sharding.{field}",
+                    )
+                )
+        if sharding.max_shard_size_mb > sharding.min_vram_mb > 0:
+            self.out.append(
+                make(
+                    "OMNY137",
+                    f"max_shard_size_mb ({sharding.max_shard_size_mb}) exceeds min_vram_mb "
+                    f"({sharding.min_vram_mb}): a shard may not fit a device with the minimum "
+                    "VRAM; the spec keeps about 20% headroom",
+                    "sharding.max_shard_size_mb",
+                )
+            )
+        if sharding.min_shards > sharding.max_shards:
+            self.out.append(
+                make(
+                    "OMNY135",
+                    f"min_shards ({sharding.min_shards}) exceeds max_shards "
+                    f"({sharding.max_shards})",
+                    "sharding.min_shards",
+                )
+            )
+        for a, count in enumerate(sharding.allowed_shards):
+            if not sharding.min_shards <= count <= sharding.max_shards:
+                self.out.append(
+                    make(
+                        "OMNY135",
+                        f"allowed shard count {count} is outside [min_shards, max_shards] = "
+                        f"[{sharding.min_shards}, {sharding.max_shards}]",
+                        f"sharding.allowed_shards[{a}]",
+                    )
+                )
+
+    def _check_configuration(
+        self, bound: BoundConfiguration, sharding: Sharding
+    ) -> list[ir.Value] | None:
+        """Check one configuration; return its cut values when they all resolve."""
+        configuration = bound.spec
+        path = bound.json_path
+        n = configuration.num_shards
+        if n < 1:
+            self.out.append(
+                make("OMNY135", f"num_shards is {n}; it must be >= 1", f"{path}.num_shards")
+            )
+        elif not sharding.min_shards <= n <= sharding.max_shards:
+            self.out.append(
+                make(
+                    "OMNY135",
+                    f"num_shards {n} is outside [min_shards, max_shards] = "
+                    f"[{sharding.min_shards}, {sharding.max_shards}]",
+                    f"{path}.num_shards",
+                )
+            )
+        if n not in sharding.allowed_shards:
+            self.out.append(
+                make(
+                    "OMNY134",
+                    f"num_shards {n} is not in allowed_shards {list(sharding.allowed_shards)}; "
+                    "add it there or remove the configuration",
+                    f"{path}.num_shards",
+                )
+            )
+        ids = configuration.cut_point_ids
+        if len(ids) != n - 1:
+            self.out.append(
+                make(
+                    "OMNY131",
+                    f"{n} shards need {n - 1} cut point(s) but {len(ids)} are listed",
+                    f"{path}.cut_point_ids",
+                )
+            )
+        for _, reference in bound.problems:
+            if reference.json_path.startswith(path):  # OMNY118 is reported at the cut point
+                self.out.append(make(reference.code, reference.message, reference.json_path))
+        memory = configuration.memory_per_shard_mb
+        if len(memory) != n:
+            self.out.append(
+                make(
+                    "OMNY133",
+                    f"memory_per_shard_mb has {len(memory)} entries for {n} shards; give one "
+                    "per shard",
+                    f"{path}.memory_per_shard_mb",
+                )
+            )
+        for s, amount in enumerate(memory):
+            location = f"{path}.memory_per_shard_mb[{s}]"
+            if amount <= 0:
+                self.out.append(
+                    make(
+                        "OMNY120",
+                        f"shard {s} memory is {amount} MiB; it must be positive",
+                        location,
+                    )  # fmt: skip
+                )
+            elif amount > sharding.max_shard_size_mb:
+                self.out.append(
+                    make(
+                        "OMNY136",
+                        f"shard {s} needs {amount} MiB, more than max_shard_size_mb "
+                        f"({sharding.max_shard_size_mb}); use more shards or move the cuts",
+                        location,
+                    )
+                )
+        if len(ids) != n - 1 or not bound.resolved:
+            return None
+        return list(bound.cut_values())
