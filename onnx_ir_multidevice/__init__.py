@@ -10,7 +10,8 @@ The public API, grouped by layer (see the docs for a guide to each):
 * **Annotation and checking** -- :func:`annotate` (IR v11 pipeline stages and sharding specs),
   :func:`check` (located :class:`Diagnostic` s), and the onnx-ir passes in
   :mod:`~onnx_ir_multidevice.passes`;
-* **Planning, splitting, running** -- :func:`plan`, :func:`split`, :func:`verify`,
+* **Planning, splitting, running** -- :func:`plan` (options: :class:`PlanOptions`),
+  :func:`split`, :func:`verify`,
   :class:`Pipeline`;
 
 The names are imported on first use (:pep:`562`), so ``import onnx_ir_multidevice`` and the
@@ -59,7 +60,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
         TensorInfo,
     )
     from onnx_ir_multidevice.passes import annotate
-    from onnx_ir_multidevice.planner import plan
+    from onnx_ir_multidevice.planner import PlanOptions, plan
     from onnx_ir_multidevice.runtime import Pipeline, VerifyReport, verify
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "check",
     "passes",
     # Planning, splitting, running
+    "PlanOptions",
     "Pipeline",
     "VerifyReport",
     "plan",
@@ -127,7 +129,7 @@ _HOMES: dict[str, str] = {
     ),
     **dict.fromkeys(("Diagnostic", "Severity", "check"), f"{_P}.checker"),
     "annotate": f"{_P}.passes",
-    "plan": f"{_P}.planner",
+    **dict.fromkeys(("PlanOptions", "plan"), f"{_P}.planner"),
     **dict.fromkeys(("save_split", "split"), f"{_P}._split"),
     **dict.fromkeys(("Pipeline", "VerifyReport", "verify"), f"{_P}.runtime"),
     **dict.fromkeys(

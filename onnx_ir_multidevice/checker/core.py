@@ -36,7 +36,6 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -57,6 +56,7 @@ from onnx_ir_multidevice.checker.diagnostics import (
     node_location,
     value_location,
 )
+from onnx_ir_multidevice.graph.dtypes import dtype_from_name, dtype_name
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,
     GraphIndex,
@@ -659,13 +659,12 @@ def _node_label(node: ir.Node) -> str:
     return node.name or f"<unnamed {node.op_type}>"
 
 
-def dtype_name(dtype: ir.DataType) -> str:
-    """Return the ``.omny`` spelling of an ONNX data type (``"float32"``, ``"int64"``...)."""
+def _same_dtype(name: str, dtype: ir.DataType) -> bool:
+    """Whether a document's dtype name (older spellings included) stands for ``dtype``."""
     try:
-        name = str(np.dtype(dtype.numpy()))
-    except Exception:  # types without a numpy equivalent
-        return dtype.name.lower()
-    return "string" if name == "object" else name
+        return dtype_name(dtype_from_name(name)) == dtype_name(dtype)
+    except ValueError:  # not a dtype name at all
+        return False
 
 
 class _FirstOf(Mapping):
@@ -1013,7 +1012,7 @@ class _Checker:
                         f"{path}.shape",
                     )
                 )
-        if value.dtype is not None and dtype_name(value.dtype) != cut.dtype:
+        if value.dtype is not None and not _same_dtype(cut.dtype, value.dtype):
             self.out.append(
                 make(
                     "OMNY116",

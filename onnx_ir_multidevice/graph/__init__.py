@@ -6,6 +6,8 @@
   its bodies included);
 * :mod:`~onnx_ir_multidevice.graph.preserve` -- replacing a value without losing its
   sharding specs (onnx-ir drops them).
+* :mod:`~onnx_ir_multidevice.graph.dtypes` -- the one table of ONNX data types: their
+  ``.omny`` spelling and their size in bits.
 
 .. versionadded:: 0.1
 """
