@@ -10,10 +10,10 @@ The public API, grouped by layer (see the docs for a guide to each):
 * **Annotation and checking** -- :func:`annotate` (IR v11 pipeline stages and sharding specs),
   :func:`check` (located :class:`Diagnostic` s), and the onnx-ir passes in
   :mod:`~onnx_ir_multidevice.passes`;
-* **Planning, splitting, running** -- :func:`plan`, :func:`split` (:func:`split_at`,
-  :func:`split_by_stages`, :func:`save_split`, :func:`build_manifest`), :func:`verify`,
-  :class:`Pipeline`, and :class:`Engine` /
-  :func:`register_engine` to run pipelines on an engine of your own;
+* **Planning, splitting, running** -- :func:`plan` (options: :class:`PlanOptions`),
+  :func:`split` (:func:`split_at`, :func:`split_by_stages`, :func:`save_split`,
+  :func:`build_manifest`, :func:`read_manifest`), :func:`verify`, :class:`Pipeline`, and
+  :class:`Engine` / :func:`register_engine` to run pipelines on an engine of your own;
 * **Exporting** -- :func:`export` to a registered format (:class:`Exporter`,
   :func:`register_exporter`, :mod:`~onnx_ir_multidevice.exporters`);
 
@@ -73,7 +73,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
         TensorInfo,
     )
     from onnx_ir_multidevice.passes import annotate
-    from onnx_ir_multidevice.planner import plan
+    from onnx_ir_multidevice.planner import PlanOptions, plan
     from onnx_ir_multidevice.runtime import Pipeline, VerifyReport, verify
     from onnx_ir_multidevice.runtime.engines import Engine, register_engine
 
@@ -109,6 +109,7 @@ __all__ = [
     "passes",
     # Planning, splitting, running
     "Engine",
+    "PlanOptions",
     "Pipeline",
     "VerifyReport",
     "Manifest",
@@ -159,7 +160,7 @@ _HOMES: dict[str, str] = {
     ),
     **dict.fromkeys(("Diagnostic", "Severity", "check"), f"{_P}.checker"),
     "annotate": f"{_P}.passes",
-    "plan": f"{_P}.planner",
+    **dict.fromkeys(("PlanOptions", "plan"), f"{_P}.planner"),
     **dict.fromkeys(
         (
             "Manifest",

@@ -40,6 +40,7 @@ from onnx_ir_multidevice import __version__, omny, zoo
 from onnx_ir_multidevice._proto.convert import to_proto
 from onnx_ir_multidevice.analysis import assign_stages, graph_uses
 from onnx_ir_multidevice.examples import BERT_TINY, GPT_TINY
+from onnx_ir_multidevice.graph.dtypes import dtype_name
 from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     ExportInfo,
@@ -62,11 +63,6 @@ PLANNING_DIMS = {"batch": 1}
 EXPORTED_AT = "2026-01-06T12:00:00Z"
 """Fixed, so regenerating gives the same bytes."""
 MIB = 1024 * 1024
-
-
-def dtype_name(dtype: ir.DataType) -> str:
-    """The ``.omny`` spelling of a dtype (``"float32"``, ``"int64"``)."""
-    return np.dtype(dtype.numpy()).name
 
 
 def spec_shape(value: ir.Value) -> tuple[int, ...]:

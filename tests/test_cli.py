@@ -171,10 +171,10 @@ def test_table_formatting():
 
 def test_shape_and_dtype_helpers():
     value = ir.Value(name="v", type=ir.TensorType(ir.DataType.FLOAT16), shape=ir.Shape(["b", 3]))
-    assert inspect_cli.dtype_name(value.dtype) == "float16"
+    assert inspect_cli._tensor(value) == {"name": "v", "dtype": "float16", "shape": ["b", 3]}
     assert inspect_cli.shape_list(value.shape) == ["b", 3]
     assert inspect_cli.shape_list(None) is None
-    assert inspect_cli.dtype_name(None) is None
+    assert inspect_cli._tensor(ir.Value(name="u"))["dtype"] is None
 
 
 def test_demo_runs_every_available_step(capsys):

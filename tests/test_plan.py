@@ -11,12 +11,19 @@ import onnx
 import onnx_ir as ir
 import pytest
 
+import onnx_ir_multidevice as root
 from onnx_ir_multidevice import omny, zoo
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
-from onnx_ir_multidevice.planner.devices import parse_devices, parse_dims, parse_size
+from onnx_ir_multidevice.planner.devices import (
+    parse_devices,
+    parse_dims,
+    parse_memory_sizes,
+    parse_size,
+)
+from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.planning import describe, guess_architecture, plan, plan_model
 
 SPEC_EXAMPLE = json.loads((Path(__file__).parent / "data" / "spec_example.json").read_text())
@@ -196,7 +203,7 @@ def test_parse_sizes_and_dims():
     assert parse_size("24GiB") == 24 * 1024**3
     assert parse_size("8GB") == 8 * 1000**3
     assert parse_size("1.5 mib") == 1572864
-    assert parse_devices("24GiB, 8GiB,8GiB") == (24 * 1024**3, 8 * 1024**3, 8 * 1024**3)
+    assert parse_memory_sizes("24GiB, 8GiB,8GiB") == (24 * 1024**3, 8 * 1024**3, 8 * 1024**3)
     assert parse_dims(["seq=512", "batch=2"]) == {"seq": 512, "batch": 2}
     for bad in ("8", "8XB", "-1GB", "GB", "0MiB"):
         with pytest.raises(ValueError):
@@ -204,7 +211,12 @@ def test_parse_sizes_and_dims():
     with pytest.raises(ValueError, match="NAME=POSITIVE_INT"):
         parse_dims(["seq"])
     with pytest.raises(ValueError, match="no device sizes"):
-        parse_devices(" , ")
+        parse_memory_sizes(" , ")
+
+
+def test_parse_devices_is_a_deprecated_alias_of_parse_memory_sizes():
+    with pytest.warns(DeprecationWarning, match="parse_memory_sizes"):
+        assert parse_devices(["1KiB", "2KiB"]) == parse_memory_sizes("1KiB,2KiB") == (1024, 2048)
 
 
 def test_cli_plan(tmp_path, capsys):
@@ -235,3 +247,60 @@ def test_docs_figure_is_drawn(tmp_path):
     assert [p.num_stages for p in result.partitions] == [2, 3, 4]
     path = figure["draw"](result, tmp_path / "memory.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_options_object_and_keywords_give_the_same_plan():
+    assert root.PlanOptions is PlanOptions and "PlanOptions" in root.__all__
+    model = zoo.resnet(depth_blocks=2)
+    options = PlanOptions(shards=[3, 2, 3], dims={"batch": 2})
+    assert options.shards == (2, 3) and dict(options.dims) == {"batch": 2}
+    assert hash(options) == hash(PlanOptions(shards=(2, 3), dims={"batch": 2}))
+    expected = plan(model, shards=[2, 3], dims={"batch": 2}).sharding
+    assert plan(model, options).sharding == expected
+    assert plan_model(model, options).metadata.sharding == expected
+    # Keywords replace the fields of the object; the object itself is unchanged.
+    assert plan(model, options, shards=[2]).sharding.allowed_shards == (2,)
+    assert options.shards == (2, 3)
+    devices = PlanOptions(devices="1GiB, 2GiB")
+    assert devices.devices == (1 << 30, 2 << 30)
+    assert (devices.shard_counts, devices.explicit) == ((2,), True)
+    assert (PlanOptions().shard_counts, PlanOptions().explicit) == (tuple(range(2, 9)), False)
+    with pytest.raises(TypeError, match="shard"):
+        plan(model, shard=[2])
+    with pytest.raises(TypeError, match="PlanOptions"):
+        plan(model, {"shards": [2]})
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"max_shard_size_mb": 0}, "max_shard_size_mb must be a positive number of MiB"),
+        ({"max_shard_size_mb": 1.5}, "max_shard_size_mb must be a positive number of MiB"),
+        ({"headroom": 1}, "headroom must be in [0, 1)"),
+        ({"headroom": float("nan")}, "headroom must be in [0, 1)"),
+        ({"headroom": "0.2"}, "headroom must be in [0, 1)"),
+        ({"dims": {"seq": 0}}, "planning dim 'seq' must be a positive integer"),
+        ({"dims": ["seq=2"]}, "dims must map dim names to sizes"),
+        ({"side_limit_bytes": -1}, "side_limit_bytes must be a byte count"),
+        ({"name": 3}, "name must be a string"),
+        ({"devices": []}, "devices is empty"),
+        ({"devices": [0]}, "device size 0 must be a positive byte count"),
+        ({"devices": ["1GiB"], "shards": [2]}, "2 shards need 2 devices"),
+    ],
+)
+def test_plan_options_refuse_bad_values_with_plan_error_naming_the_field(keywords, message):
+    with pytest.raises(PlanError, match=re.escape(message)):
+        PlanOptions(**keywords)
+    with pytest.raises(PlanError, match=re.escape(message)):
+        plan(zoo.resnet(depth_blocks=2), **keywords)
+
+
+def test_cli_plan_bad_options_are_usage_errors(tmp_path, capsys):
+    source = tmp_path / "m.onnx"
+    ir.save(zoo.resnet(depth_blocks=2), source)
+    out = tmp_path / "m.omny"
+    argv = ["plan", str(source), "-o", str(out)]
+    assert main([*argv, "--devices", "1GiB", "--shards", "2"]) == 2
+    assert "2 shards need 2 devices" in capsys.readouterr().err
+    assert main([*argv, "--max-shard-mb", "0"]) == 2
+    assert not out.exists()

@@ -39,14 +39,20 @@ PUBLIC_PATHS = (
 )
 """Where the API page may document names (every other module is an implementation detail)."""
 
-SET_MODULE = ("omny", "binding", "checker", "passes", "analysis", "graph", "exporters")
+SET_MODULE = (
+    "omny",
+    "binding",
+    "checker",
+    "passes",
+    "planner",
+    "runtime",
+    "analysis",
+    "graph",
+    "exporters",
+)
 """Public subpackages whose classes and functions show the public module path."""
 
-PENDING: dict[str, str] = {
-    "planner": "planner/__init__.py",
-    "runtime": "runtime/__init__.py",
-    "_split": "_split/__init__.py",
-}
+PENDING: dict[str, str] = {}
 """Packages whose ``__init__`` does not call ``set_public_module`` yet (edited in parallel);
 each needs ``set_public_module(globals(), root={<its root names>})`` at the end."""
 

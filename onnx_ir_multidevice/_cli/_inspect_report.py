@@ -17,6 +17,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._proto.files import load
 from onnx_ir_multidevice.binding import bind
+from onnx_ir_multidevice.graph.dtypes import dtype_name, tensor_nbytes
 from onnx_ir_multidevice.omny import OMNY_VERSION_KEY
 
 SCHEMA = "onnx-ir-multidevice/inspect"
@@ -29,16 +30,6 @@ SCHEMA_VERSION = 1
 # Collecting
 
 
-def dtype_name(dtype: ir.DataType | None) -> str | None:
-    """``"float32"``-style name of an ONNX dtype (the ``.omny`` spelling); ``None`` if unknown."""
-    if dtype is None:
-        return None
-    try:
-        return np.dtype(dtype.numpy()).name
-    except Exception:  # a dtype numpy cannot represent (e.g. STRING)
-        return dtype.name.lower()
-
-
 def shape_list(shape: ir.Shape | None) -> list[int | str | None] | None:
     """Dims as JSON: ints, names of symbolic dims, ``None`` for unknown dims."""
     if shape is None:
@@ -47,7 +38,9 @@ def shape_list(shape: ir.Shape | None) -> list[int | str | None] | None:
 
 
 def _tensor(value: ir.Value) -> dict[str, Any]:
-    return {"name": value.name, "dtype": dtype_name(value.dtype), "shape": shape_list(value.shape)}
+    """``{"name", "dtype", "shape"}`` of a graph value; ``dtype`` ``None`` when not known."""
+    dtype = None if value.dtype is None else dtype_name(value.dtype)
+    return {"name": value.name, "dtype": dtype, "shape": shape_list(value.shape)}
 
 
 def _initializer_size(value: ir.Value) -> tuple[int, int]:
@@ -55,9 +48,11 @@ def _initializer_size(value: ir.Value) -> tuple[int, int]:
     tensor = value.const_value
     if tensor is not None:
         return tensor.size, tensor.nbytes
-    if value.shape is not None and value.shape.is_static() and value.dtype is not None:
-        size = int(np.prod(value.shape.numpy(), dtype=np.int64))
-        return size, size * value.dtype.itemsize
+    if value.shape is not None and value.shape.is_static():
+        shape = value.shape.numpy()
+        nbytes = tensor_nbytes(shape, value.dtype)
+        if nbytes is not None:
+            return int(np.prod(shape, dtype=np.int64)), nbytes
     return 0, 0
 
 

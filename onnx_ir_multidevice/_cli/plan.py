@@ -6,7 +6,8 @@ nodes and values are given names first (onnx-ir ``NameFixPass``), since ``.omny`
 cut points by name: the written graph may differ from ``IN`` in those names only.
 
 Prints a table of the chosen configurations (``--json``: the metadata document). Exit
-status 1 when no plan fits the request; the message names the stage, device and overflow.
+status 1 when no plan fits the request (the message names the stage, device and overflow),
+2 for an option that is not valid.
 """
 
 from __future__ import annotations
@@ -77,14 +78,22 @@ def run(args: argparse.Namespace) -> int:
     """Plan ``args.input`` and write ``args.output``."""
     from onnx_ir_multidevice import omny
     from onnx_ir_multidevice._proto.files import load, save
-    from onnx_ir_multidevice.planner.devices import parse_devices, parse_dims
+    from onnx_ir_multidevice.planner.devices import parse_dims, parse_memory_sizes
+    from onnx_ir_multidevice.planner.options import PlanOptions
     from onnx_ir_multidevice.planner.planning import describe, plan_model
 
-    try:
-        shards = None if args.shards is None else _counts(args.shards)
-        devices = None if args.devices is None else parse_devices(args.devices)
-        dims = parse_dims(args.dim)
-    except ValueError as exc:
+    try:  # every bad option is a usage error (exit 2), found before the model is read
+        options = PlanOptions(
+            devices=None if args.devices is None else parse_memory_sizes(args.devices),
+            shards=None if args.shards is None else _counts(args.shards),
+            max_shard_size_mb=args.max_shard_mb,
+            dims=parse_dims(args.dim),
+            relaxed=args.relaxed,
+            headroom=args.headroom,
+            name=args.name or args.input.stem,
+            assign_names=True,
+        )
+    except ValueError as exc:  # PlanError included
         error(str(exc))
         return EXIT_USAGE
     started = time.perf_counter()
@@ -97,24 +106,10 @@ def run(args: argparse.Namespace) -> int:
     progress(f"loading {args.input}")
     model = load(args.input)
     try:
-        result = plan_model(
-            model,
-            devices=devices,
-            shards=shards,
-            max_shard_size_mb=args.max_shard_mb,
-            dims=dims,
-            relaxed=args.relaxed,
-            headroom=args.headroom,
-            name=args.name or args.input.stem,
-            assign_names=True,
-            progress=progress,
-        )
+        result = plan_model(model, options, progress=progress)
     except PlanError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
-    except ValueError as exc:  # e.g. headroom outside [0, 1)
-        error(str(exc))
-        return EXIT_USAGE
     for caveat in result.warnings:
         print(f"omny plan: warning: {caveat}", file=sys.stderr)
     omny.write(model, result.metadata)

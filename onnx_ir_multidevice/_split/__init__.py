@@ -50,3 +50,18 @@ from onnx_ir_multidevice._split.manifest import (
 )
 from onnx_ir_multidevice._split.select import pipeline_configurations, resolve_stages
 from onnx_ir_multidevice._split.write import save_split
+from onnx_ir_multidevice._util import set_public_module
+
+set_public_module(
+    globals(),
+    root={
+        "Manifest",
+        "ManifestError",
+        "build_manifest",
+        "read_manifest",
+        "save_split",
+        "split",
+        "split_at",
+        "split_by_stages",
+    },
+)

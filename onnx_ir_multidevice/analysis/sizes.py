@@ -21,52 +21,39 @@ from __future__ import annotations
 __all__ = [
     "DEFAULT_BATCH",
     "ValueSizes",
-    "dtype_name",
+    "check_dims",
     "planning_dims",
 ]
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import onnx
 import onnx_ir as ir
 
+from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
+
 DEFAULT_BATCH = 1
 """Value of a graph input's unnamed-by-the-user symbolic first (batch) dimension."""
-
-_DTYPE_NAMES = {
-    ir.DataType.FLOAT: "float32",
-    ir.DataType.DOUBLE: "float64",
-    ir.DataType.FLOAT16: "float16",
-    ir.DataType.BFLOAT16: "bfloat16",
-    ir.DataType.INT8: "int8",
-    ir.DataType.INT16: "int16",
-    ir.DataType.INT32: "int32",
-    ir.DataType.INT64: "int64",
-    ir.DataType.UINT8: "uint8",
-    ir.DataType.UINT16: "uint16",
-    ir.DataType.UINT32: "uint32",
-    ir.DataType.UINT64: "uint64",
-    ir.DataType.BOOL: "bool",
-    ir.DataType.STRING: "string",
-    ir.DataType.COMPLEX64: "complex64",
-    ir.DataType.COMPLEX128: "complex128",
-}
-
 
 _MISSING: Any = object()
 
 
-def dtype_name(dtype: ir.DataType | None) -> str:
-    """Return the ``.omny`` spelling of a dtype (``"float32"``, ``"int64"``...).
+def check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
+    """Return planning dims given by the user as a new ``dict``, after checking them.
 
-    Types without a NumPy name are spelled in lower case (``"float8e4m3fn"``); an unknown
-    dtype is ``"undefined"``, never a guess.
+    Raises:
+        ValueError: If a value is not a positive integer.
     """
-    if dtype is None:
-        return "undefined"
-    return _DTYPE_NAMES.get(dtype, dtype.name.lower())
+    result: dict[str, int] = {}
+    for name, size in (dims or {}).items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(
+                f"planning dim {name!r} must be a positive integer, got {size!r} "
+                "(e.g. dims={'seq': 512})"
+            )
+        result[str(name)] = size
+    return result
 
 
 def planning_dims(graph: ir.Graph, dims: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -83,14 +70,7 @@ def planning_dims(graph: ir.Graph, dims: Mapping[str, int] | None = None) -> dic
     Raises:
         ValueError: If a value in ``dims`` is not a positive integer.
     """
-    result: dict[str, int] = {}
-    for name, size in (dims or {}).items():
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(
-                f"planning dim {name!r} must be a positive integer, got {size!r} "
-                "(e.g. dims={'seq': 512})"
-            )
-        result[str(name)] = size
+    result = check_dims(dims)
     for value in graph.inputs:
         shape = value.shape
         if shape is None or shape.rank() == 0:
@@ -113,12 +93,6 @@ def _concrete(shape: ir.Shape | None, dims: Mapping[str, int]) -> tuple[int, ...
     get = dims.get
     result = [dim if type(dim) is int else get(dim.value) for dim in values]  # type: ignore[union-attr]
     return None if None in result else tuple(result)  # type: ignore[arg-type]
-
-
-def _nbytes(shape: tuple[int, ...] | None, dtype: ir.DataType | None) -> int | None:
-    if shape is None or dtype is None or dtype in (ir.DataType.UNDEFINED, ir.DataType.STRING):
-        return None
-    return math.ceil(math.prod(shape) * dtype.bitwidth / 8)
 
 
 class ValueSizes:
@@ -234,13 +208,13 @@ class ValueSizes:
             try:
                 result = self._nbytes_by_key[key]
             except KeyError:
-                result = self._nbytes_by_key[key] = _nbytes(shape, dtype)
+                result = self._nbytes_by_key[key] = tensor_nbytes(shape, dtype)
         if result is None:
             tensor = value.const_value
             if tensor is not None:
                 result = tensor.nbytes
             else:
-                result = _nbytes(shape, self.dtype(value))
+                result = tensor_nbytes(shape, self.dtype(value))
         self._nbytes_cache[value] = result
         return result
 

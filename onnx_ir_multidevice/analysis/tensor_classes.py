@@ -51,6 +51,15 @@ from itertools import compress, islice, repeat
 
 import onnx_ir as ir
 
+from onnx_ir_multidevice.analysis.ops import (
+    ATTENTION_OPS,
+    CONV_OPS,
+    GEMM_OPS,
+    MATMUL_OPS,
+    OTHER_HEAVY_OPS,
+    RECURRENT_OPS,
+)
+from onnx_ir_multidevice.graph.dtypes import dtype_bits
 from onnx_ir_multidevice.graph.index import (
     OP_TYPE_OF,
     GraphIndex,
@@ -74,46 +83,14 @@ class TensorClass(enum.Enum):
     """Computed once, by one stage; a later stage needs it sent over."""
 
 
-HEAVY_OPS: frozenset[str] = frozenset(
-    {
-        # Matrix products and convolutions (float and quantised).
-        "MatMul",
-        "Gemm",
-        "Einsum",
-        "Conv",
-        "ConvTranspose",
-        "ConvInteger",
-        "DeformConv",
-        "QLinearConv",
-        "QLinearMatMul",
-        "MatMulInteger",
-        "MatMulInteger16",
-        "MatMulIntegerToFloat",
-        "MatMulNBits",
-        "MatMulBnb4",
-        "FusedMatMul",
-        "FusedConv",
-        "FusedGemm",
-        "QGemm",
-        "DynamicQuantizeMatMul",
-        "GatherBlockQuantized",
-        # Attention and recurrent layers.
-        "Attention",
-        "MultiHeadAttention",
-        "GroupQueryAttention",
-        "PackedAttention",
-        "PackedMultiHeadAttention",
-        "QAttention",
-        "DecoderMaskedMultiHeadAttention",
-        "SparseAttention",
-        "LSTM",
-        "GRU",
-        "RNN",
-        "MoE",
-        "QMoE",
-    }
+HEAVY_OPS: frozenset[str] = (
+    MATMUL_OPS | GEMM_OPS | CONV_OPS | ATTENTION_OPS | RECURRENT_OPS | OTHER_HEAVY_OPS
 )
-"""Op types (any domain) whose presence in a cone makes an input-derived value an activation."""
+"""Op types (any domain) whose presence in a cone makes an input-derived value an activation.
+
+Every family of :mod:`~onnx_ir_multidevice.analysis.ops`: matrix products, ``Gemm``,
+convolutions, attention, recurrent layers and the other heavy ops.
+"""
 
 NONDETERMINISTIC_OPS: frozenset[str] = frozenset(
     {
@@ -144,7 +121,8 @@ _PINNED = 4  # a non-deterministic op is in the cone
 # A graph constant whose size was not computed yet is in the cone (see :func:`slot_flags`).
 _UNSIZED = 8
 
-_ITEMSIZE: dict[int, float] = {}
+_BITS: dict[int, int | None] = {}
+"""Bits of one element by ``TensorProto`` data type (``None``: no fixed size), filled lazily."""
 _PROTO = ir.TensorProtoTensor
 _CONST_VALUE = operator.attrgetter("const_value")
 _RAW = operator.attrgetter("raw")
@@ -155,15 +133,27 @@ _NAME = operator.attrgetter("name")
 _OP_IDENTIFIER = operator.methodcaller("op_identifier")
 
 
+def _bits(data_type: int) -> int | None:
+    """Bits of one element of a ``TensorProto`` data type; ``None`` for strings."""
+    try:
+        return _BITS[data_type]
+    except KeyError:
+        pass
+    try:
+        bits: int | None = dtype_bits(ir.DataType(data_type))
+    except ValueError:  # STRING, UNDEFINED or a type onnx-ir does not know
+        bits = None
+    _BITS[data_type] = bits
+    return bits
+
+
 def _nbytes(tensor: ir.TensorProtocol) -> int:
     """``tensor.nbytes``, without building a shape object for a tensor read from a proto."""
     if type(tensor) is ir.TensorProtoTensor:
         proto = tensor.raw
-        data_type = proto.data_type
-        itemsize = _ITEMSIZE.get(data_type)
-        if itemsize is None:
-            itemsize = _ITEMSIZE[data_type] = ir.DataType(data_type).itemsize
-        return math.ceil(itemsize * math.prod(proto.dims))
+        bits = _bits(proto.data_type)
+        if bits is not None:
+            return (math.prod(proto.dims) * bits + 7) // 8
     return tensor.nbytes
 
 
@@ -298,13 +288,16 @@ def _external_flags(index: GraphIndex, judge: _Judge, *, sized: bool = True) -> 
     if from_proto:
         protos = list(map(_RAW, map(tensors.__getitem__, from_proto)))
         data_types = list(map(_DATA_TYPE, protos))
-        for data_type in set(data_types) - _ITEMSIZE.keys():
-            _ITEMSIZE[data_type] = ir.DataType(data_type).itemsize
-        sizes = map(
-            operator.mul, map(_ITEMSIZE.__getitem__, data_types), map(math.prod, map(_DIMS, protos))
+        if None in list(map(_bits, set(data_types))):  # strings: sized from the tensor below
+            fixed = [k for k, data_type in enumerate(data_types) if _BITS[data_type] is not None]
+            from_proto = [from_proto[k] for k in fixed]
+            protos = [protos[k] for k in fixed]
+            data_types = [data_types[k] for k in fixed]
+        bits = map(
+            operator.mul, map(_BITS.__getitem__, data_types), map(math.prod, map(_DIMS, protos))
         )
-        # ceil(size) >= large  <=>  size > large - 1 (large is an integer).
-        for t, small in zip(from_proto, map(operator.le, sizes, repeat(large - 1))):
+        # ceil(bits / 8) >= large  <=>  bits > 8 * (large - 1) (large is an integer).
+        for t, small in zip(from_proto, map(operator.le, bits, repeat(8 * (large - 1)))):
             flags[constants[t]] = 0 if small else _COSTLY
     if len(from_proto) < len(tensors):
         done = set(from_proto)

@@ -49,7 +49,6 @@ from onnx_ir_multidevice.binding.bind import BoundPlan
 from onnx_ir_multidevice.checker.device_rules import check_device_configurations, run_device_rules
 from onnx_ir_multidevice.checker.diagnostics import Diagnostic, Severity, make
 from onnx_ir_multidevice.checker.format_rules import check_format
-from onnx_ir_multidevice.checker.format_rules import dtype_name as dtype_name  # passes.reverse
 from onnx_ir_multidevice.checker.pipeline_rules import check_pipeline
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 

@@ -14,17 +14,17 @@ each with ``num_shards - 1`` defined cut points, ``num_shards`` memory entries w
 
 from __future__ import annotations
 
-__all__ = ["PlanConfiguration", "check_format", "dtype_name"]
+__all__ = ["PlanConfiguration", "check_format"]
 
 import dataclasses
 
-import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError
 from onnx_ir_multidevice.binding.bind import BoundConfiguration, BoundPlan, bind
 from onnx_ir_multidevice.binding.naming import configuration_names
 from onnx_ir_multidevice.checker.diagnostics import Diagnostic, make, value_location
+from onnx_ir_multidevice.graph.dtypes import dtype_from_name, dtype_name
 from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.omny._schema import (
     OMNY_FORMAT_VERSION,
@@ -35,13 +35,12 @@ from onnx_ir_multidevice.omny._schema import (
 )
 
 
-def dtype_name(dtype: ir.DataType) -> str:
-    """Return the ``.omny`` spelling of an ONNX data type (``"float32"``, ``"int64"``...)."""
+def _same_dtype(name: str, dtype: ir.DataType) -> bool:
+    """Whether a document's dtype name (older spellings included) stands for ``dtype``."""
     try:
-        name = str(np.dtype(dtype.numpy()))
-    except Exception:  # types without a numpy equivalent
-        return dtype.name.lower()
-    return "string" if name == "object" else name
+        return dtype_name(dtype_from_name(name)) == dtype_name(dtype)
+    except ValueError:  # not a dtype name at all
+        return False
 
 
 @dataclasses.dataclass
@@ -227,7 +226,7 @@ class _FormatRules:
                         f"{path}.shape",
                     )
                 )
-        if value.dtype is not None and dtype_name(value.dtype) != cut.dtype:
+        if value.dtype is not None and not _same_dtype(cut.dtype, value.dtype):
             self.out.append(
                 make(
                     "OMNY116",

@@ -6,6 +6,8 @@
   its bodies included);
 * :mod:`~onnx_ir_multidevice.graph.preserve` -- replacing a value without losing its
   sharding specs (onnx-ir drops them).
+* :mod:`~onnx_ir_multidevice.graph.dtypes` -- the one table of ONNX data types: their
+  ``.omny`` spelling and their size in bits.
 
 .. versionadded:: 0.1
 """
@@ -16,17 +18,22 @@ __all__ = [
     "AnalysisError",
     "CutListCache",
     "GraphIndex",
+    "dtype_bits",
+    "dtype_from_name",
+    "dtype_name",
     "graph_uses",
     "holds_subgraphs",
     "move_sharding",
     "node_subgraphs",
     "node_uses",
     "replace_all_uses_preserving",
+    "tensor_nbytes",
     "topological_order",
     "value_consumers",
 ]
 
 from onnx_ir_multidevice._util import set_public_module
+from onnx_ir_multidevice.graph.dtypes import dtype_bits, dtype_from_name, dtype_name, tensor_nbytes
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,
     CutListCache,

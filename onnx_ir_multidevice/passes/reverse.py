@@ -12,17 +12,27 @@ The reverse of :class:`~onnx_ir_multidevice.passes.annotation.AnnotatePass`. Rul
   cut tensor and the others ride along as side activations.
 * Cut points are shared between configurations (same tensor, same cut point), sorted in
   topological order. A cut point already in the document with the same tensor keeps its
-  id; new ones are ``cut_<n>`` with the next free ``n``.
-* Memory numbers are the bytes of the weights and constants each stage uses (initializers
-  and ``Constant`` tensors read by the stage's nodes, those inside their bodies included; a
-  weight used by two stages counts in both), in MiB rounded up, at least 1. They leave out
-  activations and runtime buffers: the planner brings the full memory model.
-  ``memory_per_shard_mb[s]`` is stage ``s``; a cut point's ``shard_memory_mb`` is the stage
-  before it and ``cumulative_memory_mb`` the running sum, both from the first configuration
-  that uses the cut.
-* Existing metadata keeps every other field; the shard counts are added to
-  ``allowed_shards`` and ``min_shards`` / ``max_shards`` widened to include them. Without
-  metadata a document is built from the graph (model name, parameters, inputs, outputs).
+  id; new ones are ``cut_<n>`` with the smallest free ``n``.
+* The document is written by :func:`~onnx_ir_multidevice.planner.builder.build_metadata`,
+  the builder :func:`~onnx_ir_multidevice.planner.planning.plan` uses: the same tensor
+  descriptions (shapes with ``-1`` for symbolic dims, dtypes spelled by
+  :func:`~onnx_ir_multidevice.graph.dtypes.dtype_name`, both inferred where the graph lacks
+  them), the same model section, MiB rounded up.
+* Memory numbers are what differs from the planner: they count the bytes of the **weights and
+  constants** each stage uses (initializers and ``Constant`` tensors read by the stage's
+  nodes, those inside their bodies included; a weight used by two stages counts in both),
+  at least 1 MiB. They leave out activations and runtime buffers: the planner brings the
+  full memory model. ``memory_per_shard_mb[s]`` is stage ``s``; a cut point's
+  ``shard_memory_mb`` is the weights of the nodes between the previous listed cut and it (a
+  node follows the latest listed cut it follows in any configuration), so with one
+  configuration it is the stage before the cut; ``cumulative_memory_mb`` is the running sum.
+  ``model.inference_memory_mb`` is the weights of the whole model; without metadata,
+  ``max_shard_size_mb`` is the largest shard and ``min_vram_mb`` that plus the default
+  runtime headroom.
+* Existing metadata keeps every other field (its cut point ids too, for the same tensor and
+  node); the shard counts are added to ``allowed_shards`` and ``min_shards`` /
+  ``max_shards`` widened to include them. Without metadata a document is built from the
+  graph (model, inputs, outputs, export information).
 
 .. versionadded:: 0.1
 """
@@ -32,7 +42,6 @@ from __future__ import annotations
 __all__ = ["StagesToOmnyPass", "stage_weight_bytes"]
 
 import dataclasses
-import math
 from collections.abc import Collection, Mapping, Sequence
 
 import onnx_ir as ir
@@ -40,40 +49,21 @@ import onnx_ir as ir
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import BindingError
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import stages_from_annotations
 from onnx_ir_multidevice.analysis.tensor_classes import classify_values
-from onnx_ir_multidevice.checker.core import dtype_name
+from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
 from onnx_ir_multidevice.graph.index import graph_uses, node_subgraphs, topological_order
-from onnx_ir_multidevice.omny._schema import (
-    OMNY_METADATA_KEY,
-    OMNY_VERSION_KEY,
-    CutPoint,
-    ExportInfo,
-    ModelInfo,
-    OmnyMetadata,
-    ShardConfiguration,
-    Sharding,
-    TensorInfo,
-)
-
-_MIB = 1 << 20
-
-
-def _mib(num_bytes: int) -> int:
-    """Bytes to MiB, rounded up, at least 1 (the spec requires positive memory)."""
-    return max(1, math.ceil(num_bytes / _MIB))
+from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY
+from onnx_ir_multidevice.planner.builder import StagedConfiguration, build_metadata, weights
 
 
 def _tensor_bytes(tensor: ir.TensorProtocol | None, value: ir.Value | None = None) -> int:
+    """Bytes of a constant's tensor, else of its value's static shape; 0 when unknown."""
     if tensor is not None:
         return int(tensor.nbytes)
-    if (
-        value is not None
-        and value.shape is not None
-        and value.dtype is not None
-        and all(isinstance(d, int) for d in value.shape)
-    ):
-        return int(math.ceil(math.prod(value.shape) * value.dtype.itemsize))
+    if value is not None and value.shape is not None and value.shape.is_static():
+        return tensor_nbytes(value.shape.numpy(), value.dtype) or 0
     return 0
 
 
@@ -142,11 +132,12 @@ def stage_weight_bytes(
 
 @dataclasses.dataclass
 class _Derived:
-    """One staged configuration, turned into cut tensors and memory per stage."""
+    """One staged configuration: its stages, cut tensors and weight bytes per stage."""
 
     configuration: ir.ModelConfiguration
+    stages: dict[ir.Node, int]
     cuts: list[ir.Value]
-    memory_mb: list[int]
+    stage_bytes: list[int]
 
 
 class StagesToOmnyPass(ir.passes.InPlacePass):
@@ -155,7 +146,8 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
     Raises:
         BindingError: A staged configuration is incomplete (a node without stage, an empty
             stage, a backward edge), a boundary carries no activation, or several without
-            ``relaxed``, or a cut tensor's shape or dtype is unknown.
+            ``relaxed``, or a cut tensor's shape or dtype is unknown even after shape
+            inference.
     """
 
     def __init__(
@@ -179,12 +171,14 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
             model.metadata_props.get(OMNY_METADATA_KEY),
         )
         existing = omny.read(model)
-        classes = classify_values(model.graph, functions=model.functions)
+        graph = model.graph
+        classes = classify_values(graph, functions=model.functions)
+        sizes = ValueSizes(graph)
         derived = []
         for configuration in model.device_configurations:
             if self.configurations is not None and configuration.name not in self.configurations:
                 continue
-            item = self._derive(model.graph, configuration, classes)
+            item = self._derive(graph, configuration, classes, sizes)
             if item is not None:
                 derived.append(item)
         if self.configurations is not None:
@@ -199,8 +193,14 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
                 "no model configuration has pipeline stages; set them with "
                 "Node.set_pipeline_stage first"
             )
-        position = {node: i for i, node in enumerate(topological_order(model.graph))}
-        metadata = _build_metadata(model, existing, derived, position)
+        metadata = build_metadata(
+            model,
+            [StagedConfiguration(tuple(d.cuts), tuple(d.stage_bytes)) for d in derived],
+            _cut_bytes(graph, derived),
+            sizes=sizes,
+            inference_memory_bytes=weights(graph, sizes)[0],
+            existing=existing,
+        )
         omny.write(model, metadata)
         after = (
             model.metadata_props.get(OMNY_VERSION_KEY),
@@ -213,6 +213,7 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
         graph: ir.Graph,
         configuration: ir.ModelConfiguration,
         classes: Mapping[ir.Value, object],
+        sizes: ValueSizes,
     ) -> _Derived | None:
 
         name = configuration.name
@@ -260,121 +261,42 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
                     f"{boundary.index}: {[v.name for v in activations][:8]}; a cut carries one. "
                     "Move the stages or pass relaxed=True"
                 )
-            cut = max(activations, key=lambda v: _tensor_bytes(None, v))
-            _check_describable(name, cut)
+            cut = max(activations, key=lambda v: sizes.nbytes(v) or 0)
+            _check_describable(name, cut, sizes)
             cuts.append(cut)
-        memory = [_mib(b) for b in stage_weight_bytes(graph, staged, num_stages)]
-        return _Derived(configuration, cuts, memory)
+        stage_bytes = stage_weight_bytes(graph, staged, num_stages)
+        return _Derived(configuration, staged, cuts, stage_bytes)
 
 
-def _check_describable(name: str, value: ir.Value) -> None:
-    if value.shape is None or value.dtype is None:
+def _check_describable(name: str, value: ir.Value, sizes: ValueSizes) -> None:
+    if sizes.static_shape(value) is None or sizes.dtype(value) is None:
         raise BindingError(
-            f"configuration {name!r}: cut tensor {value.name!r} has no recorded shape or dtype; "
-            "run shape inference (onnx_ir.passes.common.ShapeInferencePass) first"
+            f"configuration {name!r}: the shape or dtype of cut tensor {value.name!r} is "
+            "unknown, even to ONNX shape inference; give the graph's values their types"
         )
     if not value.name:
         raise BindingError(f"configuration {name!r}: the cut tensor has no name; name it")
 
 
-def _tensor_info(value: ir.Value):
-    shape = tuple(d if isinstance(d, int) else -1 for d in (value.shape or ()))
-    dtype = dtype_name(value.dtype) if value.dtype is not None else "unknown"
-    return TensorInfo(value.name or "", shape, dtype)
+def _cut_bytes(graph: ir.Graph, derived: Sequence[_Derived]) -> dict[ir.Value, int]:
+    """Every cut tensor, in topological order, with the weight bytes of its segment.
 
-
-def _build_metadata(
-    model: ir.Model,
-    existing,
-    derived: Sequence[_Derived],
-    position: Mapping[ir.Node, int],
-):
-    # Cut values, shared, in topological order; memory from the first configuration using it.
-    first_use: dict[ir.Value, tuple[int, int]] = {}  # value -> (shard mb, cumulative mb)
+    The segment of cut ``k`` in that order holds the nodes that follow cut ``k - 1`` (in any
+    configuration) and no later cut: a node's segment is one past the latest listed cut that
+    precedes its stage, over every configuration. With one configuration, segments are stages.
+    """
+    position = {node: i for i, node in enumerate(topological_order(graph))}
+    listed = sorted(
+        {value for item in derived for value in item.cuts},
+        key=lambda v: position[v.producer()],  # type: ignore[index]
+    )
+    index = {value: k for k, value in enumerate(listed)}
+    segments: dict[ir.Node, int] = dict.fromkeys(position, 0)
     for item in derived:
-        running = 0
-        for j, value in enumerate(item.cuts):
-            running += item.memory_mb[j]
-            first_use.setdefault(value, (item.memory_mb[j], running))
-    ordered = sorted(first_use, key=lambda v: position[v.producer()])  # type: ignore[index]
-
-    old_ids = {}
-    used_ids: set[str] = set()
-    if existing is not None:
-        old_ids = {(c.tensor_name, c.after_node): c.id for c in existing.cut_points}
-    ids: dict[ir.Value, str] = {}
-    for value in ordered:
-        producer = value.producer()
-        cut_id = old_ids.get((value.name, producer.name if producer else ""))
-        if cut_id is not None and cut_id not in used_ids:
-            ids[value] = cut_id
-            used_ids.add(cut_id)
-    counter = 1
-    for value in ordered:
-        if value in ids:
-            continue
-        while f"cut_{counter}" in used_ids:
-            counter += 1
-        ids[value] = f"cut_{counter}"
-        used_ids.add(ids[value])
-
-    cut_points = []
-    for value in ordered:
-        info = _tensor_info(value)
-        shard_mb, cumulative_mb = first_use[value]
-        producer = value.producer()
-        cut_points.append(
-            CutPoint(
-                id=ids[value],
-                after_node=producer.name or "" if producer else "",
-                tensor_name=value.name or "",
-                shape=info.shape,
-                dtype=info.dtype,
-                cumulative_memory_mb=cumulative_mb,
-                shard_memory_mb=shard_mb,
-            )
-        )
-    configurations = tuple(
-        ShardConfiguration(
-            num_shards=item.configuration.num_devices,
-            memory_per_shard_mb=tuple(item.memory_mb),
-            cut_point_ids=tuple(ids[v] for v in item.cuts),
-        )
-        for item in derived
-    )
-    counts = {c.num_shards for c in configurations}
-    if existing is not None:
-        sharding = existing.sharding
-        allowed = tuple(sorted(set(sharding.allowed_shards) | counts))
-        sharding = dataclasses.replace(
-            sharding,
-            min_shards=min(sharding.min_shards, *counts),
-            max_shards=max(sharding.max_shards, *counts),
-            allowed_shards=allowed,
-            configurations=configurations,
-        )
-        return dataclasses.replace(existing, cut_points=tuple(cut_points), sharding=sharding)
-    defaults = Sharding()
-    sharding = Sharding(
-        min_vram_mb=defaults.min_vram_mb,
-        max_shard_size_mb=defaults.max_shard_size_mb,
-        min_shards=min(defaults.min_shards, *counts),
-        max_shards=max(defaults.max_shards, *counts),
-        allowed_shards=tuple(sorted(counts)),
-        configurations=configurations,
-    )
-    weights = [v.const_value for v in model.graph.initializers.values()]
-    params = sum(t.size for t in weights if t is not None)
-    size = sum(int(t.nbytes) for t in weights if t is not None)
-    return OmnyMetadata(
-        model=ModelInfo(
-            name=model.graph.name or "model",
-            total_params=int(params),
-            total_size_mb=_mib(size),
-        ),
-        inputs=tuple(_tensor_info(v) for v in model.graph.inputs),
-        outputs=tuple(_tensor_info(v) for v in model.graph.outputs),
-        cut_points=tuple(cut_points),
-        sharding=sharding,
-        export_info=ExportInfo(source_framework="onnx", onnx_opset=model.opset_imports.get("", 17)),
-    )
+        # The listed index of the cut ending each stage's predecessor, plus one.
+        after = [0] + [index[value] + 1 for value in item.cuts]
+        for node, stage in item.stages.items():
+            if after[stage] > segments[node]:
+                segments[node] = after[stage]
+    per_segment = stage_weight_bytes(graph, segments, len(listed) + 1)
+    return {value: per_segment[k] for k, value in enumerate(listed)}

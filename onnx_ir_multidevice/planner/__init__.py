@@ -4,7 +4,11 @@
 * :mod:`~onnx_ir_multidevice.planner.flops` -- FLOPs estimates for balancing compute;
 * :mod:`~onnx_ir_multidevice.planner.partition` -- exactly optimal cuts for N devices;
 * :mod:`~onnx_ir_multidevice.planner.planning` -- :func:`plan`: the ``.omny`` metadata;
-* :mod:`~onnx_ir_multidevice.planner.devices` -- parsing ``24GiB`` and ``seq=512``.
+* :mod:`~onnx_ir_multidevice.planner.options` -- :class:`PlanOptions`: what to plan for;
+* :mod:`~onnx_ir_multidevice.planner.builder` -- the one ``.omny`` document builder, shared
+  with :class:`~onnx_ir_multidevice.passes.StagesToOmnyPass`;
+* :mod:`~onnx_ir_multidevice.planner.devices` -- parsing ``24GiB`` and ``seq=512``
+  (:func:`parse_memory_sizes`; ``parse_devices`` is its deprecated former name).
 
 .. versionadded:: 0.1
 """
@@ -15,17 +19,31 @@ __all__ = [
     "DEFAULT_HEADROOM",
     "MemoryModel",
     "Partition",
+    "PlanOptions",
     "PlanResult",
+    "StagedConfiguration",
     "StageMemory",
+    "build_metadata",
     "parse_devices",
     "parse_dims",
+    "parse_memory_sizes",
     "parse_size",
     "partition",
     "plan",
     "plan_model",
 ]
 
-from onnx_ir_multidevice.planner.devices import parse_devices, parse_dims, parse_size
+from onnx_ir_multidevice._util import set_public_module
+from onnx_ir_multidevice.planner.builder import StagedConfiguration, build_metadata
+from onnx_ir_multidevice.planner.devices import (
+    parse_devices,
+    parse_dims,
+    parse_memory_sizes,
+    parse_size,
+)
 from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM, MemoryModel, StageMemory
+from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
 from onnx_ir_multidevice.planner.planning import PlanResult, plan, plan_model
+
+set_public_module(globals(), root={"PlanOptions", "plan"})

@@ -1,4 +1,4 @@
-"""Parse device memory sizes (``24GiB``, ``8GB``, ``512MiB``) and planning dims (``seq=512``).
+"""Parse memory sizes (``24GiB``, ``8GB``, ``512MiB``) and planning dims (``seq=512``).
 
 Units, case-insensitive: ``B``; decimal ``KB``, ``MB``, ``GB``, ``TB`` (powers of 1000);
 binary ``KiB``, ``MiB``, ``GiB``, ``TiB`` (powers of 1024). The number may have a fraction
@@ -10,9 +10,10 @@ be bytes, MB or GB.
 
 from __future__ import annotations
 
-__all__ = ["parse_devices", "parse_dims", "parse_size"]
+__all__ = ["parse_devices", "parse_dims", "parse_memory_sizes", "parse_size"]
 
 import re
+import warnings
 from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 
@@ -57,13 +58,43 @@ def parse_size(text: str) -> int:
     return nbytes
 
 
-def parse_devices(text: str | Iterable[str]) -> tuple[int, ...]:
-    """Parse a comma-separated list of device sizes (``"24GiB,8GiB,8GiB"``) into bytes."""
+def parse_memory_sizes(text: str | Iterable[str]) -> tuple[int, ...]:
+    """Parse a comma-separated list of memory sizes (``"24GiB,8GiB,8GiB"``) into bytes.
+
+    Args:
+        text: The list, or its items (``["24GiB", "8GiB"]``); empty items are skipped.
+
+    Returns:
+        One byte count per item, in order.
+
+    Raises:
+        ValueError: If no item is given or an item is not a memory size.
+
+    .. versionadded:: 0.1
+       Replaces ``parse_devices``, whose name said "devices" for memory sizes (and differed
+       by one letter from :func:`onnx_ir_multidevice.runtime.parse_device`, which reads an
+       onnxruntime device).
+    """
     items = text.split(",") if isinstance(text, str) else list(text)
     items = [item for item in (i.strip() for i in items) if item]
     if not items:
         raise ValueError("no device sizes given; write e.g. 24GiB,8GiB")
     return tuple(parse_size(item) for item in items)
+
+
+def parse_devices(text: str | Iterable[str]) -> tuple[int, ...]:
+    """Deprecated alias of :func:`parse_memory_sizes`, kept for one release.
+
+    .. deprecated:: 0.1
+       Use :func:`parse_memory_sizes`; ``parse_devices`` will be removed in the next release.
+    """
+    warnings.warn(
+        "parse_devices is deprecated and will be removed in the next release; "
+        "use parse_memory_sizes (same arguments)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return parse_memory_sizes(text)
 
 
 def parse_dims(items: Iterable[str]) -> dict[str, int]:

@@ -2,12 +2,15 @@
 
 Counted at the planning dims (multiply-add = 2 FLOPs):
 
-* ``MatMul`` (and quantised/fused variants): ``2 * elements(output) * K``;
-* ``Gemm``: ``2 * M * N * K``;
-* ``Conv`` family: ``2 * elements(output) * (C_in / group) * prod(kernel)``; ``ConvTranspose``
-  the same over the input;
-* attention ops (``Attention``, ``MultiHeadAttention``, ``GroupQueryAttention``...):
-  ``4 * elements(query) * seq``;
+* matrix products (:data:`~onnx_ir_multidevice.analysis.ops.MATMUL_OPS`: ``MatMul`` and its
+  quantised and fused variants): ``2 * elements(output) * K``;
+* ``Gemm`` and its fused and quantised variants
+  (:data:`~onnx_ir_multidevice.analysis.ops.GEMM_OPS`): ``2 * M * N * K``;
+* convolutions (:data:`~onnx_ir_multidevice.analysis.ops.CONV_OPS`):
+  ``2 * elements(output) * (C_in / group) * prod(kernel)``; ``ConvTranspose`` the same over
+  the input;
+* attention ops (:data:`~onnx_ir_multidevice.analysis.ops.ATTENTION_OPS`: ``Attention``,
+  ``MultiHeadAttention``, ``GroupQueryAttention``...): ``4 * elements(query) * seq``;
 * ``If`` / ``Loop`` / ``Scan``: the nodes of their bodies, once;
 * anything else: one operation per output element (element-wise).
 
@@ -24,25 +27,9 @@ import math
 
 import onnx_ir as ir
 
+from onnx_ir_multidevice.analysis.ops import ATTENTION_OPS, CONV_OPS, GEMM_OPS, MATMUL_OPS
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.index import node_subgraphs
-
-_MATMUL_OPS = frozenset(
-    {"MatMul", "MatMulInteger", "QLinearMatMul", "FusedMatMul", "MatMulIntegerToFloat"}
-)
-_CONV_OPS = frozenset({"Conv", "ConvInteger", "QLinearConv", "FusedConv", "DeformConv"})
-_ATTENTION_OPS = frozenset(
-    {
-        "Attention",
-        "MultiHeadAttention",
-        "GroupQueryAttention",
-        "PackedAttention",
-        "PackedMultiHeadAttention",
-        "QAttention",
-        "SparseAttention",
-        "DecoderMaskedMultiHeadAttention",
-    }
-)
 
 
 def _shape(sizes: ValueSizes, value: ir.Value | None) -> tuple[int, ...] | None:
@@ -65,17 +52,17 @@ def node_flops(node: ir.Node, sizes: ValueSizes) -> int | None:
     """
     op = node.op_type
     out = _shape(sizes, node.outputs[0]) if node.outputs else ()
-    if op in _MATMUL_OPS or op == "Gemm":
+    if op in MATMUL_OPS or op in GEMM_OPS:
         a = _shape(sizes, _input(node, 0))
         if out is None or not a:
             return None
-        if op == "Gemm":
+        if op in GEMM_OPS:
             trans_a = node.attributes.get_int("transA", 0)
             k = a[0] if trans_a else a[-1]
         else:
             k = a[-1]
         return 2 * math.prod(out) * k
-    if op in _CONV_OPS:
+    if op in CONV_OPS:
         w = _shape(sizes, _input(node, 3 if op == "QLinearConv" else 1))
         if out is None or not w:
             return None
@@ -86,7 +73,7 @@ def node_flops(node: ir.Node, sizes: ValueSizes) -> int | None:
         if x is None or not w:
             return None
         return 2 * math.prod(x) * math.prod(w[1:])
-    if op in _ATTENTION_OPS:
+    if op in ATTENTION_OPS:
         q = _shape(sizes, _input(node, 0))
         if not q or len(q) < 2:
             return None

@@ -48,6 +48,7 @@ __all__ = [
 
 from typing import Any
 
+from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.runtime import stages as _stages
 from onnx_ir_multidevice.runtime.devices import Device, parse_device
 from onnx_ir_multidevice.runtime.inputs import TensorSpec, generate_inputs, input_specs
@@ -64,6 +65,8 @@ from onnx_ir_multidevice.runtime.verification import (
     verify,
     verify_stages,
 )
+
+set_public_module(globals(), root={"Pipeline", "VerifyReport", "verify"})
 
 
 def __getattr__(name: str) -> Any:

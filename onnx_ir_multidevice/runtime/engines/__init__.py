@@ -27,7 +27,10 @@ __all__ = [
 ]
 
 # The built-in engines register themselves when imported (neither module imports Ray).
+from onnx_ir_multidevice._util import set_public_module  # noqa: E402
 from onnx_ir_multidevice.runtime.engines.protocol import Engine, EngineFactory, InlineEngine
 from onnx_ir_multidevice.runtime.engines.ray import RayEngine
 from onnx_ir_multidevice.runtime.engines.registry import engines, get_engine, register_engine
 from onnx_ir_multidevice.runtime.engines.thread import ThreadEngine
+
+set_public_module(globals(), root={"Engine", "register_engine"})

@@ -1,0 +1,67 @@
+"""Op families: the one list of each kind of operator the analysis and the planner look for.
+
+Op types are matched by name in any domain (``com.microsoft`` fuses many of them). The
+families are disjoint: :data:`~onnx_ir_multidevice.analysis.tensor_classes.HEAVY_OPS` (what
+makes a value expensive to recompute) is their union, :mod:`~onnx_ir_multidevice.planner.flops`
+counts each family with its own formula and
+:func:`~onnx_ir_multidevice.planner.builder.guess_architecture` looks for attention.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ATTENTION_OPS",
+    "CONV_OPS",
+    "GEMM_OPS",
+    "MATMUL_OPS",
+    "OTHER_HEAVY_OPS",
+    "RECURRENT_OPS",
+]
+
+MATMUL_OPS: frozenset[str] = frozenset(
+    {
+        "MatMul",
+        "MatMulInteger",
+        "MatMulInteger16",
+        "QLinearMatMul",
+        "FusedMatMul",
+        "MatMulIntegerToFloat",
+        "MatMulNBits",
+        "MatMulBnb4",
+        "DynamicQuantizeMatMul",
+    }
+)
+"""Matrix products ``A @ B`` (float and quantised): ``2 * elements(output) * K`` FLOPs."""
+
+GEMM_OPS: frozenset[str] = frozenset({"Gemm", "FusedGemm", "QGemm"})
+"""General matrix multiplication ``alpha * A' @ B' + beta * C`` (``transA`` / ``transB``)."""
+
+CONV_OPS: frozenset[str] = frozenset(
+    {"Conv", "ConvInteger", "QLinearConv", "FusedConv", "DeformConv"}
+)
+"""Convolutions with the weight as input 1 (input 3 for ``QLinearConv``)."""
+
+ATTENTION_OPS: frozenset[str] = frozenset(
+    {
+        "Attention",
+        "MultiHeadAttention",
+        "GroupQueryAttention",
+        "PackedAttention",
+        "PackedMultiHeadAttention",
+        "QAttention",
+        "SparseAttention",
+        "DecoderMaskedMultiHeadAttention",
+    }
+)
+"""Fused attention layers: ``4 * elements(query) * seq`` FLOPs."""
+
+RECURRENT_OPS: frozenset[str] = frozenset({"LSTM", "GRU", "RNN"})
+"""Recurrent layers."""
+
+OTHER_HEAVY_OPS: frozenset[str] = frozenset(
+    {"ConvTranspose", "Einsum", "GatherBlockQuantized", "MoE", "QMoE"}
+)
+"""Other ops that do model computation: transposed convolution, ``Einsum``, quantised
+embedding lookups, mixtures of experts."""

@@ -1,0 +1,209 @@
+"""What the planner is asked for: :class:`PlanOptions`, checked once when it is made.
+
+:func:`~onnx_ir_multidevice.planner.planning.plan` and
+:func:`~onnx_ir_multidevice.planner.planning.plan_model` take a :class:`PlanOptions` or the same
+fields as keywords; either way the options are built and checked once, before any analysis,
+so that a bad request fails fast with a :class:`~onnx_ir_multidevice._errors.PlanError` naming
+the field (``omny plan`` reports it as a usage error, exit status 2).
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_MAX_SHARDS", "PlanOptions"]
+
+import dataclasses
+import numbers
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from onnx_ir_multidevice._errors import PlanError
+from onnx_ir_multidevice.analysis.cut_points import DEFAULT_SIDE_LIMIT_BYTES
+from onnx_ir_multidevice.analysis.sizes import check_dims
+from onnx_ir_multidevice.planner.devices import parse_size
+from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM
+
+DEFAULT_MAX_SHARDS = 8
+"""Largest shard count tried when neither ``shards`` nor ``devices`` is given."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanOptions:
+    """The planner's request: shard counts, devices, limits, planning dims.
+
+    Every field is checked, and ``devices``, ``shards`` and ``dims`` normalised, when the
+    object is made; :func:`dataclasses.replace` checks again.
+
+    Example:
+        >>> options = PlanOptions(devices=["24GiB", "8GiB"], dims={"seq": 512})
+        >>> options.devices, options.shard_counts
+        ((25769803776, 8589934592), (2,))
+
+    Raises:
+        PlanError: If a field is not valid (the message names it).
+
+    .. versionadded:: 0.1
+    """
+
+    devices: Sequence[int | str] | str | None = None
+    """Device memory sizes in pipeline order, as bytes or strings (``"24GiB"``); a string is a
+    comma-separated list. Stored as a tuple of byte counts. Stage ``k`` must fit device ``k``
+    with the headroom. Without ``shards``, one configuration with ``len(devices)`` shards is
+    planned; with ``shards``, each count ``n`` uses the first ``n`` devices."""
+
+    shards: int | Iterable[int] | None = None
+    """Shard count(s) to plan: an int (``2``) or an iterable of ints (``[2, 4]``), each at
+    least 1; each must be feasible. Stored as a sorted tuple without repeats. ``None``: the
+    count of ``devices`` when given, else every count from 2 to :data:`DEFAULT_MAX_SHARDS`
+    that is feasible."""
+
+    max_shard_size_mb: int | None = None
+    """Upper bound on each shard's memory in MiB (headroom excluded); ``None``: no bound."""
+
+    dims: Mapping[str, int] | None = dataclasses.field(default=None, hash=False)
+    """Planning values of symbolic dimensions (``{"seq": 512}``); a graph input's symbolic
+    first dimension defaults to 1. Stored as a read-only mapping."""
+
+    relaxed: bool = False
+    """Also cut where small side activations cross (see
+    :mod:`~onnx_ir_multidevice.analysis.cut_points`)."""
+
+    headroom: float = DEFAULT_HEADROOM
+    """Share of each device kept for the runtime, in ``[0, 1)``."""
+
+    side_limit_bytes: int = DEFAULT_SIDE_LIMIT_BYTES
+    """Budget of side activations per relaxed cut, in bytes at the planning dims."""
+
+    name: str | None = None
+    """Model name for the metadata; ``None``: the graph name, else ``"model"``."""
+
+    assign_names: bool = False
+    """Name unnamed nodes and values in place (onnx-ir ``NameFixPass``) instead of refusing
+    a cut on an unnamed one."""
+
+    def __post_init__(self) -> None:
+        """Check every field; normalise ``devices``, ``shards`` and ``dims``."""
+        devices = _capacities(self.devices)
+        shards = _shard_counts(self.shards)
+        if devices is not None and shards is not None and shards[-1] > len(devices):
+            raise PlanError(
+                f"{shards[-1]} shards need {shards[-1]} devices but only {len(devices)} "
+                "device sizes were given"
+            )
+        limit = self.max_shard_size_mb
+        if limit is not None and (
+            not isinstance(limit, numbers.Integral) or isinstance(limit, bool) or limit < 1
+        ):
+            raise PlanError(f"max_shard_size_mb must be a positive number of MiB, got {limit}")
+        if self.dims is not None and not isinstance(self.dims, Mapping):
+            raise PlanError(
+                f"dims must map dim names to sizes (e.g. {{'seq': 512}}), got {self.dims!r}"
+            )
+        try:
+            dims = types.MappingProxyType(check_dims(self.dims))
+        except ValueError as exc:
+            raise PlanError(str(exc)) from exc
+        if not _is_fraction(self.headroom):
+            raise PlanError(f"headroom must be in [0, 1), got {self.headroom!r}")
+        side = self.side_limit_bytes
+        if not isinstance(side, numbers.Integral) or isinstance(side, bool) or side < 0:
+            raise PlanError(f"side_limit_bytes must be a byte count of at least 0, got {side!r}")
+        if self.name is not None and not isinstance(self.name, str):
+            raise PlanError(f"name must be a string, got {self.name!r}")
+        object.__setattr__(self, "devices", devices)
+        object.__setattr__(self, "shards", shards)
+        object.__setattr__(self, "max_shard_size_mb", None if limit is None else int(limit))
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "side_limit_bytes", int(side))
+        object.__setattr__(self, "relaxed", bool(self.relaxed))
+        object.__setattr__(self, "assign_names", bool(self.assign_names))
+
+    @property
+    def shard_counts(self) -> tuple[int, ...]:
+        """The shard counts to try: ``shards``, else ``len(devices)``, else 2 to 8."""
+        if self.shards is not None:
+            return self.shards  # type: ignore[return-value]
+        if self.devices is not None:
+            return (len(self.devices),)
+        return tuple(range(2, DEFAULT_MAX_SHARDS + 1))
+
+    @property
+    def explicit(self) -> bool:
+        """Whether the caller chose the shard counts (each must then be feasible)."""
+        return self.shards is not None or self.devices is not None
+
+    @classmethod
+    def of(cls, options: PlanOptions | None = None, **keywords: Any) -> PlanOptions:
+        """Return ``options`` with ``keywords`` replacing its fields (a new object if any).
+
+        Raises:
+            TypeError: If ``options`` is not a :class:`PlanOptions` or a keyword is not a
+                field.
+            PlanError: If a value is not valid.
+        """
+        if options is None:
+            return cls(**keywords)
+        if not isinstance(options, PlanOptions):
+            raise TypeError(f"options must be a PlanOptions, not {type(options).__name__}")
+        return dataclasses.replace(options, **keywords) if keywords else options
+
+
+def _capacities(devices: Sequence[int | str] | str | None) -> tuple[int, ...] | None:
+    if devices is None:
+        return None
+    if isinstance(devices, str):
+        devices = devices.split(",")
+    result = []
+    for device in devices:
+        if isinstance(device, str):
+            try:
+                result.append(parse_size(device))
+            except ValueError as exc:
+                raise PlanError(str(exc)) from exc
+        elif isinstance(device, numbers.Integral) and not isinstance(device, bool) and device > 0:
+            result.append(int(device))
+        else:
+            raise PlanError(f"device size {device!r} must be a positive byte count or e.g. '24GiB'")
+    if not result:
+        raise PlanError("devices is empty; give one memory size per device, e.g. ['24GiB', '8GiB']")
+    return tuple(result)
+
+
+def _is_fraction(x: object) -> bool:
+    """Whether ``x`` is a real number (not a bool) in ``[0, 1)``."""
+    if not isinstance(x, numbers.Real) or isinstance(x, bool):
+        return False
+    try:
+        return 0 <= Fraction(str(x)) < 1
+    except ValueError:  # nan, inf
+        return False
+
+
+def _is_count(n: object) -> bool:
+    """Whether ``n`` is an integer (Python or NumPy, not a bool) of at least 1."""
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1
+
+
+def _shard_counts(shards: int | Iterable[int] | None) -> tuple[int, ...] | None:
+    if shards is None:
+        return None
+    if isinstance(shards, numbers.Integral) and not isinstance(shards, bool):
+        given: list[object] = [shards]
+    elif isinstance(shards, (str, bytes)) or not isinstance(shards, Iterable):
+        raise PlanError(
+            f"shards must be a shard count or a list of them (e.g. 2 or [2, 4]), got {shards!r}"
+        )
+    else:
+        given = list(shards)
+    if not given:
+        raise PlanError("shards is empty; give at least one shard count, e.g. [2, 4]")
+    for n in given:
+        if not _is_count(n):
+            raise PlanError(
+                f"shards: shard count {n!r} must be a positive integer (at least 1), "
+                "e.g. shards=[2, 4]"
+            )
+    return tuple(sorted({int(n) for n in given if isinstance(n, numbers.Integral)}))
