@@ -49,21 +49,11 @@ def test_bad_arguments_exit_2(capsys):
     assert "required" in err
 
 
-def test_every_subcommand_is_registered_and_help_is_light():
+def test_every_subcommand_is_registered():
     # The list is explicit: each module exists and registers itself (no skip-if-missing).
     parser = _cli.build_parser()
     actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert sorted(actions[0].choices) == sorted(_cli._SUBCOMMANDS)
-    # `omny --help` imports neither onnx-ir nor the package's implementation modules.
-    code = (
-        "import sys; from onnx_ir_multidevice._cli import main; "
-        "main(['--help']) if False else main(['--version']); "
-        "heavy = [m for m in ('onnx_ir', 'onnx', 'numpy', 'onnx_ir_multidevice.planner') "
-        "if m in sys.modules]; print(heavy)"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_omny_error_becomes_one_line_and_exit_2(capsys, tmp_path):

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from onnx_ir_multidevice._errors import OmnyError, OmnyFormatError
+from onnx_ir_multidevice._version import __version__
 
 EXIT_OK = 0
 """Success."""
@@ -54,17 +55,6 @@ _SUBCOMMANDS: tuple[str, ...] = (
     "demo",
 )
 """Subcommand modules of this package, in ``--help`` order."""
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("onnx-ir-multidevice")
-    except Exception:  # not installed: fall back to the source tree's version
-        from onnx_ir_multidevice._version import __version__
-
-        return __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(.omny files and ONNX IR v11 multi-device metadata)."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"omny {_version()}")
+    parser.add_argument("--version", action="version", version=f"omny {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _SUBCOMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)

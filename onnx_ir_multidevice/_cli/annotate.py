@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Annotate ``args.input`` into ``args.output``."""
+    # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._proto.files import load, save
     from onnx_ir_multidevice.passes.api import annotate
 

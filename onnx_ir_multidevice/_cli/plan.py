@@ -76,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan ``args.input`` and write ``args.output``."""
+    # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice import omny
     from onnx_ir_multidevice._proto.files import load, save
     from onnx_ir_multidevice.planner.devices import parse_dims, parse_memory_sizes

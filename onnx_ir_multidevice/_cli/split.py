@@ -50,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Split ``args.input`` into ``args.outdir``."""
+    # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._proto.files import load
     from onnx_ir_multidevice._split import save_split
 

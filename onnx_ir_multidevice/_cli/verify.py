@@ -55,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _shard_counts(model: object) -> list[int]:
+    # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._split import pipeline_configurations
     from onnx_ir_multidevice.omny import read
 
@@ -68,6 +69,7 @@ def _shard_counts(model: object) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     """Verify ``args.file``; print a table or JSON; 1 on a mismatch."""
+    # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._proto.files import load
     from onnx_ir_multidevice.runtime.verification import verify
 

@@ -20,6 +20,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError
 from onnx_ir_multidevice._util import require_model
+from onnx_ir_multidevice._version import __version__
 from onnx_ir_multidevice.omny._schema import (
     OMNY_METADATA_KEY,
     OMNY_VERSION_KEY,
@@ -119,7 +120,5 @@ def write(model: ir.Model, metadata: OmnyMetadata, *, set_producer: bool = False
     props[OMNY_VERSION_KEY] = metadata.version
     props[OMNY_METADATA_KEY] = metadata.to_json()
     if set_producer:
-        from onnx_ir_multidevice._version import __version__
-
         model.producer_name = PRODUCER_NAME
         model.producer_version = __version__
