@@ -6,7 +6,10 @@ This layer knows JSON and the ``metadata_props`` of a model, nothing about graph
 
 * :class:`OmnyMetadata` and its parts (:class:`CutPoint`, :class:`ShardConfiguration`...) --
   the lossless JSON engine (:meth:`OmnyMetadata.from_json` / :meth:`OmnyMetadata.to_json`);
-* :func:`read` / :func:`write` -- the metadata on an :class:`onnx_ir.Model`.
+* :func:`read` / :func:`write` -- the metadata on an :class:`onnx_ir.Model`;
+* :func:`read_planning_dims` / :func:`write_planning_dims` -- the symbolic-dim values a plan
+  was made at, recorded in an entry of this package beside the ``.omny`` metadata;
+* :mod:`~onnx_ir_multidevice.omny.container` -- the ``.omny`` v2 binary container.
 
 .. versionadded:: 0.1
 """
@@ -15,9 +18,12 @@ from __future__ import annotations
 
 __all__ = [
     # Reading and writing on a model
+    "PLANNING_DIMS_KEY",
     "PRODUCER_NAME",
     "read",
+    "read_planning_dims",
     "write",
+    "write_planning_dims",
     # The schema
     "MAX_DOCUMENT_SIZE",
     "MAX_NESTING_DEPTH",
@@ -48,6 +54,11 @@ from onnx_ir_multidevice.omny._schema import (
     ShardConfiguration,
     Sharding,
     TensorInfo,
+)
+from onnx_ir_multidevice.omny.planning_dims import (
+    PLANNING_DIMS_KEY,
+    read_planning_dims,
+    write_planning_dims,
 )
 
 set_public_module(
