@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
         OmnyIOError,
         PipelineError,
         PlanError,
+        PlanningDimsError,
         SplitError,
         VerifyError,
     )
@@ -139,6 +140,7 @@ __all__ = [
     "OmnyIOError",
     "PipelineError",
     "PlanError",
+    "PlanningDimsError",
     "SplitError",
     "VerifyError",
 ]
@@ -187,6 +189,7 @@ _HOMES: dict[str, str] = {
             "OmnyIOError",
             "PipelineError",
             "PlanError",
+            "PlanningDimsError",
             "SplitError",
             "VerifyError",
         ),

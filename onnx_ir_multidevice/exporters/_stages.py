@@ -1,0 +1,349 @@
+"""The stages an exporter writes: the split machinery's stages, sizes and the planner's memory.
+
+:func:`export_stages` is what every stage-wise format (``mlf``, ``ark``) starts from, so that
+they agree with ``omny split`` and ``omny plan`` by construction:
+
+* the stage of every node comes from :func:`~onnx_ir_multidevice._split.resolve_stages` (the
+  resolver of ``omny split``), the stage models from
+  :func:`~onnx_ir_multidevice.split_by_stages` and the chaining from
+  :func:`~onnx_ir_multidevice.build_manifest`: the transfers, stage inputs and outputs are
+  those of ``manifest.json``;
+* sizes are measured at the *planning dims*: those the plan recorded
+  (:func:`~onnx_ir_multidevice.omny.read_planning_dims`), completed by the ``dims`` the caller
+  gives, through the planner's :class:`~onnx_ir_multidevice.analysis.sizes.ValueSizes` of the
+  whole model (the same shapes ``omny plan`` measured);
+* memory figures, when asked for, come from the planner's
+  :class:`~onnx_ir_multidevice.planner.MemoryModel`: the split's stage boundaries are located
+  on the planning chain (:func:`~onnx_ir_multidevice.analysis.cut_points.analyse_cut_points`)
+  and each stage is measured as the planner measured it.
+
+A size that the planning dims leave unknown is refused with
+:class:`~onnx_ir_multidevice.PlanningDimsError`, naming the dim.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ExportStages", "export_stages", "parse_dims"]
+
+import bisect
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+
+from onnx_ir_multidevice import omny
+from onnx_ir_multidevice._errors import ExportError, PlanningDimsError
+from onnx_ir_multidevice._split import build_manifest, resolve_stages, split_by_stages
+from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
+from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
+from onnx_ir_multidevice.planner import MemoryModel, StageMemory
+
+Configuration = int | str | None
+"""Which configuration to export: a ``.omny`` configuration index, an IR v11 configuration
+name, or ``None`` (the one with ``shards`` shards, as :func:`~onnx_ir_multidevice.split`)."""
+
+
+def parse_dims(value: Any, option: str = "dims") -> dict[str, int]:
+    """The ``dims`` option: a mapping, or ``"seq=128,batch=1"`` as it comes from the command line.
+
+    Raises:
+        ExportError: A name is empty or a value is not a positive integer.
+    """
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    else:
+        items = []
+        for part in str(value).split(","):
+            if not part.strip():
+                continue
+            name, sep, size = part.partition("=")
+            if not sep:
+                raise ExportError(
+                    f"option {option}: expected NAME=N[,NAME=N...] (e.g. seq=128), got {value!r}"
+                )
+            items.append((name.strip(), size.strip()))
+    dims: dict[str, int] = {}
+    for name, size in items:
+        text = str(size)
+        if not isinstance(name, str) or not name or isinstance(size, bool):
+            raise ExportError(f"option {option}: bad dimension {name!r}={size!r}")
+        if isinstance(size, int) and size >= 1:
+            dims[name] = size
+        elif isinstance(size, str) and text.isdigit() and int(text) >= 1:
+            dims[name] = int(text)
+        else:
+            raise ExportError(
+                f"option {option}: {name}={size!r}: expected a positive integer (e.g. {name}=128)"
+            )
+    return dims
+
+
+def _planning_dims(model: ir.Model, given: Mapping[str, int]) -> dict[str, int]:
+    """The recorded planning dims, completed by ``given``; a contradiction is refused."""
+    recorded = omny.read_planning_dims(model) or {}
+    clashes = sorted(n for n, v in given.items() if n in recorded and recorded[n] != v)
+    if clashes:
+        said = ", ".join(f"{n}={given[n]} (the plan says {n}={recorded[n]})" for n in clashes)
+        raise PlanningDimsError(
+            f"the plan was made at {omny.PLANNING_DIMS_KEY} {recorded}; the given dims "
+            f"contradict it: {said}. Leave them out, or re-plan at those dims (`omny plan --dim`)",
+            dims=clashes,
+        )
+    return {**recorded, **given}
+
+
+def _names(graph: ir.Graph) -> dict[str, ir.Value]:
+    """The values of the main graph by name: inputs, initializers, node outputs."""
+    values: dict[str, ir.Value] = {}
+    for value in graph.inputs:
+        if value.name:
+            values.setdefault(value.name, value)
+    for name, value in graph.initializers.items():
+        values.setdefault(name, value)
+    for node in graph:
+        for value in node.outputs:
+            if value.name:
+                values.setdefault(value.name, value)
+    return values
+
+
+def _configuration_mb(
+    model: ir.Model, shards: int, configuration: Configuration
+) -> tuple[int, ...] | None:
+    """``memory_per_shard_mb`` of the ``.omny`` configuration the split used, if any."""
+    if isinstance(configuration, str):
+        return None
+    try:
+        metadata = omny.read(model)
+    except Exception:  # the split itself reported an unreadable document already
+        return None
+    if metadata is None:
+        return None
+    configurations = metadata.sharding.configurations
+    if isinstance(configuration, int):
+        chosen = configurations[configuration] if 0 <= configuration < len(configurations) else None
+    else:
+        chosen = next((c for c in configurations if c.num_shards == shards), None)
+    return None if chosen is None else tuple(chosen.memory_per_shard_mb)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportStages:
+    """The stages of one configuration, ready to be written in another format."""
+
+    model: ir.Model
+    """The exported model (not modified)."""
+
+    stages: tuple[ir.Model, ...]
+    """The stage models, as :func:`~onnx_ir_multidevice.split` makes them."""
+
+    manifest: Mapping[str, Any]
+    """Their ``manifest.json`` (:func:`~onnx_ir_multidevice.build_manifest`)."""
+
+    dims: Mapping[str, int]
+    """The planning dims every size is measured at (recorded, given, and the default batch)."""
+
+    sizes: ValueSizes
+    """Shapes and bytes of the model's values at :attr:`dims` (the planner's measure)."""
+
+    values: Mapping[str, ir.Value]
+    """The model's main-graph values by name (stage tensors keep the model's names)."""
+
+    memory: tuple[StageMemory, ...] | None
+    """The planner's memory of each stage (``None`` unless asked for)."""
+
+    configuration_mb: tuple[int, ...] | None
+    """``memory_per_shard_mb`` of the ``.omny`` configuration used (``None``: not ``.omny``)."""
+
+    @property
+    def num_stages(self) -> int:
+        """Number of stages."""
+        return len(self.stages)
+
+    def transfers(self) -> list[tuple[int, int, str]]:
+        """Every ``(source stage, destination stage, tensor)`` of the manifest, in stage order.
+
+        Listed by destination stage, then in the order of its inputs; graph inputs (forwarded
+        to every stage) are not transfers.
+        """
+        found = []
+        for entry in self.manifest["stages"]:
+            for item in entry["inputs"]:
+                if isinstance(item["from"], int):
+                    found.append((item["from"], entry["index"], item["name"]))
+        return found
+
+    def dtype(self, name: str) -> ir.DataType:
+        """The data type of the model's value ``name``.
+
+        Raises:
+            ExportError: It is not known.
+        """
+        value = self.values.get(name)
+        dtype = None if value is None else self.sizes.dtype(value)
+        if dtype is None:
+            raise ExportError(
+                f"tensor {name!r}: its data type is not known; give the model's values their "
+                "types (onnx_ir.passes.common.ShapeInferencePass)"
+            )
+        return dtype
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The concrete shape of the model's value ``name`` at the planning dims.
+
+        Raises:
+            PlanningDimsError: A dimension is symbolic without a value at the planning dims
+                (named), or the shape is not known at all.
+        """
+        value = self.values.get(name)
+        shape = None if value is None else self.sizes.shape(value)
+        if shape is not None:
+            return tuple(int(d) for d in shape)
+        raise self._unknown([name])
+
+    def nbytes(self, name: str) -> int:
+        """The bytes of the model's value ``name`` at the planning dims (:func:`tensor_nbytes`).
+
+        Raises:
+            PlanningDimsError: Its shape is not known at the planning dims.
+            ExportError: Its data type has no fixed size (``string``).
+        """
+        shape = self.shape(name)
+        dtype = self.dtype(name)
+        size = tensor_nbytes(shape, dtype)
+        if size is None:
+            raise ExportError(
+                f"tensor {name!r} is of type {dtype.name.lower()}, whose elements have no fixed "
+                "size; the format holds fixed-size tensors only"
+            )
+        return size
+
+    def _unknown(self, names: Sequence[str]) -> PlanningDimsError:
+        """The error for values whose size is unknown at the planning dims, naming the dims."""
+        missing: dict[str, None] = {}
+        described = []
+        for name in names:
+            value = self.values.get(name)
+            shape = None if value is None else value.shape
+            if shape is None:
+                described.append(f"{name!r} (its shape could not be inferred)")
+                continue
+            dims = [
+                d.value
+                for d in shape
+                if not isinstance(d, int) and (d.value is None or d.value not in self.dims)
+            ]
+            for dim in dims:
+                if dim is not None:
+                    missing[dim] = None
+            text = ", ".join(repr(d) if d is not None else "an unnamed dim" for d in dims)
+            described.append(f"{name!r} {list(shape)} (unknown: {text or 'a dim'})")
+        shown = "; ".join(described[:5]) + (
+            f"; and {len(described) - 5} more" if len(names) > 5 else ""
+        )
+        at = ", ".join(f"{k}={v}" for k, v in sorted(self.dims.items())) or "none"
+        if missing:
+            hint = "give " + " ".join(f"--dim {d}=N" for d in missing) + " (dims={...})"
+        else:
+            hint = "give the model's values their shapes, or the dims they depend on (--dim)"
+        return PlanningDimsError(
+            f"the size of {shown} is unknown at the planning dims ({at}); {hint}, or re-plan "
+            "the model so that its planning dims are recorded",
+            dims=tuple(missing),
+        )
+
+
+def export_stages(
+    model: ir.Model,
+    shards: int,
+    *,
+    configuration: Configuration = None,
+    dims: Mapping[str, int] | None = None,
+    memory: bool = False,
+) -> ExportStages:
+    """Split ``model`` as ``omny split`` does and measure it as ``omny plan`` does.
+
+    Args:
+        model: The model with its plan (not modified).
+        shards: Number of stages.
+        configuration: See :data:`Configuration`.
+        dims: Planning dims given by the caller, completing those the plan recorded.
+        memory: Also compute the planner's memory of every stage.
+
+    Returns:
+        The stages, their manifest, sizes and (when asked) memory.
+
+    Raises:
+        SplitError: The model cannot be split so.
+        PlanningDimsError: ``dims`` contradicts the recorded planning dims, or (with
+            ``memory``) a stage's memory depends on a size unknown at the planning dims.
+        ExportError: A stage boundary is not a cut the planner measures.
+    """
+    planning = _planning_dims(model, dict(dims or {}))
+    stage_of = resolve_stages(model, shards, configuration=configuration)
+    stages = tuple(split_by_stages(model, stage_of, shards))
+    manifest = build_manifest(model, stages)
+    memories: tuple[StageMemory, ...] | None = None
+    if memory:
+        analysis = analyse_cut_points(model.graph, relaxed=True, dims=planning)
+        sizes = analysis.sizes
+        memories = _stage_memory(analysis, MemoryModel(analysis), stage_of, shards)
+    else:
+        sizes = ValueSizes(model.graph, planning)
+    result = ExportStages(
+        model=model,
+        stages=stages,
+        manifest=manifest,
+        dims=dict(sizes.dims),
+        sizes=sizes,
+        values=_names(model.graph),
+        memory=memories,
+        configuration_mb=_configuration_mb(model, shards, configuration),
+    )
+    if memories is not None:
+        unknown = list(dict.fromkeys(n for m in memories for n in m.unknown))
+        if unknown:
+            raise result._unknown(unknown)
+    return result
+
+
+def _stage_memory(
+    analysis: Any, model: MemoryModel, stage_of: Mapping[ir.Node, int], shards: int
+) -> tuple[StageMemory, ...]:
+    """The planner's memory of each stage of ``stage_of``, located on the planning chain.
+
+    Stage ``k`` is the run of segments from the chain boundary where the planning order first
+    reaches a node of stage ``k``; a stage that does not start at a chain boundary cannot be
+    measured as the planner measures it.
+    """
+    order = analysis.order
+    sequence = [stage_of[node] for node in order]
+    for position in range(1, len(sequence)):
+        if sequence[position] < sequence[position - 1]:
+            node = order[position]
+            raise ExportError(
+                f"node {node.name or node.op_type!r} (stage {sequence[position]}) comes after a "
+                f"node of stage {sequence[position - 1]} in the planner's order: the stages do "
+                "not follow the planning chain, so their memory cannot be measured; re-plan "
+                "the model (`omny plan`)"
+            )
+    boundaries = analysis.boundaries
+    segments = [0]
+    for k in range(1, shards):
+        position = bisect.bisect_left(sequence, k)
+        where = bisect.bisect_left(boundaries, position)
+        if where == len(boundaries) or boundaries[where] != position:
+            first = order[position] if position < len(order) else None
+            label = "the end of the graph" if first is None else repr(first.name or first.op_type)
+            raise ExportError(
+                f"stage {k} starts at {label}, which is not a cut point the planner measures "
+                "(strict, or relaxed within the default side limit); its memory cannot be "
+                "measured as `omny plan` does: re-plan the model (`omny plan`)"
+            )
+        segments.append(where + 1)
+    segments.append(model.num_segments)
+    return tuple(model.stage(i, j) for i, j in zip(segments, segments[1:]))
