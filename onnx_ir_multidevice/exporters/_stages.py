@@ -23,7 +23,7 @@ A size that the planning dims leave unknown is refused with
 
 from __future__ import annotations
 
-__all__ = ["ExportStages", "export_stages", "parse_dims"]
+__all__ = ["ExportStages", "export_stages", "measure_memory", "parse_dims"]
 
 import bisect
 import dataclasses
@@ -35,7 +35,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import ExportError, PlanningDimsError
 from onnx_ir_multidevice._split import build_manifest, resolve_stages, split_by_stages
-from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
+from onnx_ir_multidevice.analysis.cut_points import CutAnalysis, analyse_cut_points
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
 from onnx_ir_multidevice.planner import MemoryModel, StageMemory
@@ -159,6 +159,9 @@ class ExportStages:
     configuration_mb: tuple[int, ...] | None
     """``memory_per_shard_mb`` of the ``.omny`` configuration used (``None``: not ``.omny``)."""
 
+    stage_of: Mapping[ir.Node, int] = dataclasses.field(default_factory=dict, repr=False)
+    """The stage of every main-graph node (what the split was made from)."""
+
     @property
     def num_stages(self) -> int:
         """Number of stages."""
@@ -263,56 +266,61 @@ def export_stages(
     *,
     configuration: Configuration = None,
     dims: Mapping[str, int] | None = None,
-    memory: bool = False,
 ) -> ExportStages:
-    """Split ``model`` as ``omny split`` does and measure it as ``omny plan`` does.
+    """Split ``model`` as ``omny split`` does, and size its values as ``omny plan`` does.
 
     Args:
         model: The model with its plan (not modified).
         shards: Number of stages.
         configuration: See :data:`Configuration`.
         dims: Planning dims given by the caller, completing those the plan recorded.
-        memory: Also compute the planner's memory of every stage.
 
     Returns:
-        The stages, their manifest, sizes and (when asked) memory.
+        The stages, their manifest and sizes (no memory: see :func:`measure_memory`).
 
     Raises:
         SplitError: The model cannot be split so.
-        PlanningDimsError: ``dims`` contradicts the recorded planning dims, or (with
-            ``memory``) a stage's memory depends on a size unknown at the planning dims.
-        ExportError: A stage boundary is not a cut the planner measures.
+        PlanningDimsError: ``dims`` contradicts the recorded planning dims.
     """
     planning = _planning_dims(model, dict(dims or {}))
     stage_of = resolve_stages(model, shards, configuration=configuration)
     stages = tuple(split_by_stages(model, stage_of, shards))
-    manifest = build_manifest(model, stages)
-    memories: tuple[StageMemory, ...] | None = None
-    if memory:
-        analysis = analyse_cut_points(model.graph, relaxed=True, dims=planning)
-        sizes = analysis.sizes
-        memories = _stage_memory(analysis, MemoryModel(analysis), stage_of, shards)
-    else:
-        sizes = ValueSizes(model.graph, planning)
-    result = ExportStages(
+    sizes = ValueSizes(model.graph, planning)
+    return ExportStages(
         model=model,
         stages=stages,
-        manifest=manifest,
+        manifest=build_manifest(model, stages),
         dims=dict(sizes.dims),
         sizes=sizes,
         values=_names(model.graph),
-        memory=memories,
+        memory=None,
         configuration_mb=_configuration_mb(model, shards, configuration),
+        stage_of=stage_of,
     )
-    if memories is not None:
-        unknown = list(dict.fromkeys(n for m in memories for n in m.unknown))
-        if unknown:
-            raise result._unknown(unknown)
+
+
+def measure_memory(stages: ExportStages) -> ExportStages:
+    """Return ``stages`` with the planner's memory of every stage (:attr:`ExportStages.memory`).
+
+    The split's stage boundaries are located on the planning chain and each stage is measured
+    by the planner's :class:`~onnx_ir_multidevice.planner.MemoryModel` at the planning dims.
+
+    Raises:
+        PlanningDimsError: A stage's memory depends on a size unknown at the planning dims.
+        ExportError: A stage boundary is not a cut the planner measures.
+    """
+    planning = {n: v for n, v in stages.dims.items()}
+    analysis = analyse_cut_points(stages.model.graph, relaxed=True, dims=planning)
+    memories = _stage_memory(analysis, MemoryModel(analysis), stages.stage_of, stages.num_stages)
+    result = dataclasses.replace(stages, sizes=analysis.sizes, memory=memories)
+    unknown = list(dict.fromkeys(n for m in memories for n in m.unknown))
+    if unknown:
+        raise result._unknown(unknown)
     return result
 
 
 def _stage_memory(
-    analysis: Any, model: MemoryModel, stage_of: Mapping[ir.Node, int], shards: int
+    analysis: CutAnalysis, model: MemoryModel, stage_of: Mapping[ir.Node, int], shards: int
 ) -> tuple[StageMemory, ...]:
     """The planner's memory of each stage of ``stage_of``, located on the planning chain.
 

@@ -49,7 +49,12 @@ from onnx_ir_multidevice._atomic import (
     staged_file,
 )
 from onnx_ir_multidevice._errors import ExportError
-from onnx_ir_multidevice.exporters._stages import ExportStages, export_stages, parse_dims
+from onnx_ir_multidevice.exporters._stages import (
+    ExportStages,
+    export_stages,
+    measure_memory,
+    parse_dims,
+)
 from onnx_ir_multidevice.exporters.protocol import ExportResult
 from onnx_ir_multidevice.graph.dtypes import dtype_name, tensor_nbytes
 from onnx_ir_multidevice.omny import read as read_omny
@@ -298,15 +303,19 @@ def params_bytes(initializers: Sequence[ir.Value]) -> bytes:
 # metadata.json
 
 
-def _module_base(model: ir.Model) -> str:
-    """The model's name for module names: the ``.omny`` model name, the graph name, or ``model``."""
-    name = None
-    try:
-        metadata = read_omny(model)
-    except Exception:  # an unreadable document: the split already said so, or has no plan
-        metadata = None
-    if metadata is not None and metadata.model.name:
-        name = metadata.model.name
+def _module_base(model: ir.Model, given: Any) -> str:
+    """The model part of the module names, made a C identifier (TVM prefixes symbols with it).
+
+    ``given``, else the ``.omny`` model name, else the graph name, else ``model``.
+    """
+    name = None if given is None else str(given)
+    if not name:
+        try:
+            metadata = read_omny(model)
+        except Exception:  # an unreadable document: the split already said so
+            metadata = None
+        if metadata is not None and metadata.model.name:
+            name = metadata.model.name
     name = name or model.graph.name or "model"
     base = re.sub(r"[^0-9A-Za-z_]", "_", name).strip("_") or "model"
     return f"m_{base}" if base[0].isdigit() else base
@@ -451,7 +460,8 @@ class TvmMlfExporter:
     ``cpu``), ``per_stage`` (one archive per stage in the directory ``destination``, since
     tvmc and the STM32 emitter accept one module per archive), ``export_datetime`` (a fixed
     date makes the output reproducible byte for byte; default ``SOURCE_DATE_EPOCH`` or now),
-    ``dims`` (planning dims the plan did not record, ``seq=128``) and ``configuration``.
+    ``dims`` (planning dims the plan did not record, ``seq=128``), ``configuration`` and
+    ``name`` (the model part of the module names).
     """
 
     name = "mlf"
@@ -469,6 +479,8 @@ class TvmMlfExporter:
         "dims": "planning dims the plan did not record, NAME=N[,NAME=N] (e.g. seq=128)",
         "configuration": "the .omny configuration index or IR v11 configuration name (default: "
         "the one with --shards shards)",
+        "name": "the model part of the module names <name>_stage<k> (default: the .omny model "
+        "name, else the graph name)",
     }
 
     def export(
@@ -497,9 +509,13 @@ class TvmMlfExporter:
             check_output_directory(destination, force, holds=holds)
         else:
             check_output_file(destination, force)
-        stages = export_stages(model, shards, configuration=configuration, dims=dims, memory=True)
+        stages = export_stages(model, shards, configuration=configuration, dims=dims)
+        for stage in stages.stages:  # refuse a type TVM cannot hold before measuring anything
+            for value in stage.graph.initializers.values():
+                _tvm_dtype(value)
+        stages = measure_memory(stages)
         devices = _devices(options.get("providers"), stages.num_stages)
-        base = _module_base(model)
+        base = _module_base(model, options.get("name"))
         modules: dict[str, dict[str, Any]] = {}
         params: dict[str, list[ir.Value]] = {}
         for k in range(stages.num_stages):
@@ -507,8 +523,6 @@ class TvmMlfExporter:
             modules[module], params[module] = _module_metadata(
                 stages, k, module, devices[k], moment, configuration
             )
-            for value in params[module]:
-                _tvm_dtype(value)  # refuse a type TVM cannot hold before writing anything
         mtime = int(moment.timestamp())
         if per_stage:
             files = []
