@@ -27,6 +27,7 @@ __all__ = ["ExportStages", "export_stages", "measure_memory", "parse_dims"]
 
 import bisect
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,9 @@ from onnx_ir_multidevice.analysis.cut_points import CutAnalysis, analyse_cut_poi
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
 from onnx_ir_multidevice.planner import MemoryModel, StageMemory
+
+_EXPRESSION = re.compile(r"[-+*/%() ]")
+"""A dim name with one of these characters is an expression (``batch*seq``), not a dim."""
 
 Configuration = int | str | None
 """Which configuration to export: a ``.omny`` configuration index, an IR v11 configuration
@@ -227,7 +231,8 @@ class ExportStages:
 
     def _unknown(self, names: Sequence[str]) -> PlanningDimsError:
         """The error for values whose size is unknown at the planning dims, naming the dims."""
-        missing: dict[str, None] = {}
+        missing: dict[str, None] = {}  # plain dim names without a value: --dim NAME=N
+        expressions: dict[str, None] = {}  # dim expressions the sizes do not evaluate
         described = []
         for name in names:
             value = self.values.get(name)
@@ -235,28 +240,44 @@ class ExportStages:
             if shape is None:
                 described.append(f"{name!r} (its shape could not be inferred)")
                 continue
-            dims = [
-                d.value
-                for d in shape
-                if not isinstance(d, int) and (d.value is None or d.value not in self.dims)
-            ]
-            for dim in dims:
-                if dim is not None:
-                    missing[dim] = None
-            text = ", ".join(repr(d) if d is not None else "an unnamed dim" for d in dims)
-            described.append(f"{name!r} {list(shape)} (unknown: {text or 'a dim'})")
-        shown = "; ".join(described[:5]) + (
-            f"; and {len(described) - 5} more" if len(names) > 5 else ""
+            for dim in shape:
+                if isinstance(dim, int) or dim.value in self.dims:
+                    continue
+                if dim.value is None:
+                    continue
+                if _EXPRESSION.search(dim.value):
+                    expressions[dim.value] = None
+                else:
+                    missing[dim.value] = None
+            text = ", ".join(str(d) if isinstance(d, int) else (d.value or "?") for d in shape)
+            described.append(f"{name!r} [{text}]")
+        shown = ", ".join(described[:3]) + (
+            f" and {len(described) - 3} more" if len(described) > 3 else ""
         )
         at = ", ".join(f"{k}={v}" for k, v in sorted(self.dims.items())) or "none"
+        hints = []
         if missing:
-            hint = "give " + " ".join(f"--dim {d}=N" for d in missing) + " (dims={...})"
-        else:
-            hint = "give the model's values their shapes, or the dims they depend on (--dim)"
+            hints.append(
+                f"the dim(s) {', '.join(map(repr, missing))} have no value: give "
+                + " ".join(f"--dim {d}=N" for d in missing)
+                + " (dims={...})"
+            )
+        if expressions:
+            listed = list(expressions)
+            hints.append(
+                f"the dim expression(s) {', '.join(map(repr, listed[:3]))}"
+                f"{f' and {len(listed) - 3} more' if len(listed) > 3 else ''} are not evaluated "
+                "at the planning dims"
+            )
+        if not hints:
+            hints.append("some dims are unnamed: give the model's values concrete shapes")
+        verb = "is" if len(described) == 1 else "are"
+        recorded = omny.PLANNING_DIMS_KEY in self.model.metadata_props
         return PlanningDimsError(
-            f"the size of {shown} is unknown at the planning dims ({at}); {hint}, or re-plan "
-            "the model so that its planning dims are recorded",
-            dims=tuple(missing),
+            f"the size of {shown} {verb} unknown at the planning dims ({at}): "
+            f"{'; '.join(hints)}. The format needs whole byte counts"
+            + ("" if recorded else "; the model records no planning dims (`omny plan --dim`)"),
+            dims=(*missing, *expressions),
         )
 
 
