@@ -19,7 +19,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import _cli, export, load, omny, save_split
+from onnx_ir_multidevice import PlanningDimsError, _cli, export, load, omny, save, save_split
 from onnx_ir_multidevice._errors import ExportError, OmnyIOError
 from onnx_ir_multidevice.analysis import TensorClass, classify_values
 from onnx_ir_multidevice.examples import GPT_TINY
@@ -479,3 +479,22 @@ def test_layouts_differ_only_where_ark_changed(gpt, tmp_path):
                     assert t_a.pop("PaddedShape") == t_a["Shape"]
                     assert t_b.pop("Pads") == [1] * len(t_b["Shape"])
                     assert t_a == t_b
+
+
+def test_an_unknown_dim_is_refused_naming_it(tmp_path, capsys):
+    model = load(CORPUS / "bert_dynamo.onnx")
+    omny.write(model, plan_model(model, shards=[2], dims={"seq": 128}).metadata)  # none recorded
+    with pytest.raises(PlanningDimsError, match="--dim seq=N") as caught:
+        export(model, tmp_path / "a", "ark", shards=2)
+    assert caught.value.dims == ("seq",)
+    index, _ = read_export(
+        export(model, tmp_path / "b", "ark", shards=2, dims="seq=64").destination
+    )
+    assert index["planning_dims"] == {"batch": 1, "seq": 64}
+    hidden = [t for t in index["transfers"] if t["ark_dtype"] == "FP32"]
+    assert hidden and all(t["shape"][:2] == [1, 64] for t in hidden)
+    file = tmp_path / "bert.omny"
+    save(model, file)
+    code, _, err = _run(capsys, "export", "ark", str(file), str(tmp_path / "c"), "--shards", "2")
+    assert code == 2 and "'seq'" in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()

@@ -121,10 +121,7 @@ def _configuration_mb(
     """``memory_per_shard_mb`` of the ``.omny`` configuration the split used, if any."""
     if isinstance(configuration, str):
         return None
-    try:
-        metadata = omny.read(model)
-    except Exception:  # the split itself reported an unreadable document already
-        return None
+    metadata = omny.read(model)  # readable: the split read it already
     if metadata is None:
         return None
     configurations = metadata.sharding.configurations
@@ -170,19 +167,6 @@ class ExportStages:
     def num_stages(self) -> int:
         """Number of stages."""
         return len(self.stages)
-
-    def transfers(self) -> list[tuple[int, int, str]]:
-        """Every ``(source stage, destination stage, tensor)`` of the manifest, in stage order.
-
-        Listed by destination stage, then in the order of its inputs; graph inputs (forwarded
-        to every stage) are not transfers.
-        """
-        found = []
-        for entry in self.manifest["stages"]:
-            for item in entry["inputs"]:
-                if isinstance(item["from"], int):
-                    found.append((item["from"], entry["index"], item["name"]))
-        return found
 
     def dtype(self, name: str) -> ir.DataType:
         """The data type of the model's value ``name``.

@@ -310,10 +310,7 @@ def _module_base(model: ir.Model, given: Any) -> str:
     """
     name = None if given is None else str(given)
     if not name:
-        try:
-            metadata = read_omny(model)
-        except Exception:  # an unreadable document: the split already said so
-            metadata = None
+        metadata = read_omny(model)  # readable: the split read it already
         if metadata is not None and metadata.model.name:
             name = metadata.model.name
     name = name or model.graph.name or "model"
