@@ -394,7 +394,7 @@ def test_translate_writes_an_mlp_completely(tmp_path):
 
 
 def test_translate_refuses_a_transformer_listing_the_ops(bert, tmp_path, capsys):
-    with pytest.raises(ExportError, match=r"ops=translate: \d+ of \d+ nodes") as caught:
+    with pytest.raises(ExportError, match=r"ops=translate: \d+ of the \d+ nodes") as caught:
         export(bert, tmp_path / "b", "ark", shards=2, ops="translate")
     message = str(caught.value)
     for op in ("Softmax x", "LayerNormalization x", "Gather x", "Erf x"):

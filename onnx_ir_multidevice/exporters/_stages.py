@@ -23,7 +23,7 @@ A size that the planning dims leave unknown is refused with
 
 from __future__ import annotations
 
-__all__ = ["ExportStages", "export_stages", "measure_memory", "parse_dims"]
+__all__ = ["ExportStages", "export_stages", "measure_memory"]
 
 import bisect
 import dataclasses
@@ -47,43 +47,6 @@ _EXPRESSION = re.compile(r"[-+*/%() ]")
 Configuration = int | str | None
 """Which configuration to export: a ``.omny`` configuration index, an IR v11 configuration
 name, or ``None`` (the one with ``shards`` shards, as :func:`~onnx_ir_multidevice.split`)."""
-
-
-def parse_dims(value: Any, option: str = "dims") -> dict[str, int]:
-    """The ``dims`` option: a mapping, or ``"seq=128,batch=1"`` as it comes from the command line.
-
-    Raises:
-        ExportError: A name is empty or a value is not a positive integer.
-    """
-    if value is None:
-        return {}
-    if isinstance(value, Mapping):
-        items = list(value.items())
-    else:
-        items = []
-        for part in str(value).split(","):
-            if not part.strip():
-                continue
-            name, sep, size = part.partition("=")
-            if not sep:
-                raise ExportError(
-                    f"option {option}: expected NAME=N[,NAME=N...] (e.g. seq=128), got {value!r}"
-                )
-            items.append((name.strip(), size.strip()))
-    dims: dict[str, int] = {}
-    for name, size in items:
-        text = str(size)
-        if not isinstance(name, str) or not name or isinstance(size, bool):
-            raise ExportError(f"option {option}: bad dimension {name!r}={size!r}")
-        if isinstance(size, int) and size >= 1:
-            dims[name] = size
-        elif isinstance(size, str) and text.isdigit() and int(text) >= 1:
-            dims[name] = int(text)
-        else:
-            raise ExportError(
-                f"option {option}: {name}={size!r}: expected a positive integer (e.g. {name}=128)"
-            )
-    return dims
 
 
 def _planning_dims(model: ir.Model, given: Mapping[str, int]) -> dict[str, int]:

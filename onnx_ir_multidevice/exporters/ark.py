@@ -41,7 +41,13 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._atomic import check_output_directory, staged_directory
 from onnx_ir_multidevice._errors import ExportError
-from onnx_ir_multidevice.exporters._stages import ExportStages, export_stages, parse_dims
+from onnx_ir_multidevice.exporters._options import (
+    parse_choice,
+    parse_configuration,
+    parse_dims,
+    parse_flag,
+)
+from onnx_ir_multidevice.exporters._stages import ExportStages, export_stages
 from onnx_ir_multidevice.exporters.protocol import ExportResult
 from onnx_ir_multidevice.graph.dtypes import dtype_bits, dtype_name, tensor_nbytes
 
@@ -407,10 +413,21 @@ def _skeleton(
         local[output] = result
 
 
+def _is_constant(node: ir.Node) -> bool:
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+def _unknown_op(node: ir.Node) -> str | None:
+    """The label of ``node``'s op type when it has no ARK counterpart, else ``None``."""
+    if node.domain not in ("", "ai.onnx"):
+        return f"{node.domain}::{node.op_type}"
+    if node.op_type not in TRANSLATED_OPS and not _is_constant(node):
+        return node.op_type
+    return None
+
+
 def _untranslatable(node: ir.Node, layouts: Mapping[str, _Layout]) -> str | None:
-    """Why ``node`` has no one-to-one ARK op (a label for the refusal), or ``None``."""
-    if node.domain not in ("", "ai.onnx") or node.op_type not in TRANSLATED_OPS:
-        return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+    """Why a node of a mapped op type is not one to one here (its tensors), or ``None``."""
     values = [v for v in (*node.inputs, *node.outputs) if v is not None]
     for value in values:
         layout = layouts.get(value.name or "")
@@ -448,7 +465,7 @@ def _translate(
             rank.add("Tensor", f"weight:{name}", virtual=True, result=[tensor])
             local[name] = tensor
     for node in stage.graph:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if _is_constant(node):
             name = node.outputs[0].name or ""
             tensor = rank.tensor(layouts[name])
             rank.add("Tensor", f"weight:{name}", virtual=True, result=[tensor])
@@ -469,22 +486,28 @@ def _translate(
         local[output.name or ""] = result
 
 
-def _check_translatable(stages: ExportStages, layouts: Mapping[str, _Layout]) -> None:
+def _check_translatable(stages: ExportStages, layouts: Mapping[str, _Layout] | None = None) -> None:
+    """Refuse ``ops=translate`` when a node has no ARK op of the same meaning.
+
+    Without ``layouts`` only the op types are checked (before any tensor is sized); with them,
+    also the tensors of the mapped ops (ARK types, at most 4-D, ``MatMul`` operands of 2-D+).
+    """
     refused: collections.Counter[str] = collections.Counter()
     total = 0
     for stage in stages.stages:
         for node in stage.graph:
             total += 1
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-                continue
-            why = _untranslatable(node, layouts)
+            why = _unknown_op(node)
+            if why is None and layouts is not None and not _is_constant(node):
+                why = _untranslatable(node, layouts)
             if why is not None:
                 refused[why] += 1
     if refused:
         listed = ", ".join(f"{op} x{count}" for op, count in sorted(refused.items()))
         raise ExportError(
-            f"ops=translate: {sum(refused.values())} of {total} nodes have no one-to-one ARK "
-            f"op: {listed}. Translated: {', '.join(sorted(TRANSLATED_OPS))} on ARK types "
+            f"ops=translate: {sum(refused.values())} of the {total} nodes of the stage models "
+            f"have no one-to-one ARK op: {listed}. Translated: "
+            f"{', '.join(sorted(TRANSLATED_OPS))} on ARK types "
             f"({', '.join(ARK_DTYPES.values())}), at most {_MAX_DIMS}-D. Use ops=skeleton (the "
             "default) to write the communication with the compute as virtual tensors"
         )
@@ -501,6 +524,8 @@ def _stage_values(stage: ir.Model) -> list[str]:
 def _build(
     stages: ExportStages, ops: str, strict: bool
 ) -> tuple[list[_Rank], list[_Transfer], dict[str, _Layout]]:
+    if ops == "translate":
+        _check_translatable(stages)
     names: dict[str, None] = {}
     for k, stage in enumerate(stages.stages):
         entry = stages.manifest["stages"][k]
@@ -594,31 +619,6 @@ def _dump(document: Any) -> bytes:
     return (_json(document) + "\n").encode("utf-8")
 
 
-def _choice(value: Any, option: str, choices: Sequence[str]) -> str:
-    text = str(value).strip().lower()
-    if text not in choices:
-        raise ExportError(f"option {option}: expected one of {', '.join(choices)}, got {value!r}")
-    return text
-
-
-def _flag(value: Any, option: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ExportError(f"option {option}: expected true or false, got {value!r}")
-
-
-def _configuration(value: Any) -> int | str | None:
-    if value is None or isinstance(value, int):
-        return value
-    text = str(value)
-    return int(text) if text.isdigit() else text
-
-
 class ArkExporter:
     """Exports a plan as ARK model files, one per rank (format ``ark``), and ``index.json``.
 
@@ -657,10 +657,10 @@ class ArkExporter:
         """Write ``rank_<k>.json`` for every stage and ``index.json`` into ``destination``."""
         if shards is None:
             raise ExportError("the ark format needs the number of stages: pass shards=N")
-        layout = _choice(options.get("layout", "main"), "layout", ("main", "seed"))
-        ops = _choice(options.get("ops", "skeleton"), "ops", ("skeleton", "translate"))
-        strict = _flag(options.get("strict_dtypes", False), "strict_dtypes")
-        configuration = _configuration(options.get("configuration"))
+        layout = parse_choice(options.get("layout", "main"), "layout", ("main", "seed"))
+        ops = parse_choice(options.get("ops", "skeleton"), "ops", ("skeleton", "translate"))
+        strict = parse_flag(options.get("strict_dtypes", False), "strict_dtypes")
+        configuration = parse_configuration(options.get("configuration"))
         dims = parse_dims(options.get("dims"))
         holds = "the ark format is a directory of rank files"
         check_output_directory(destination, force, holds=holds)

@@ -49,12 +49,8 @@ from onnx_ir_multidevice._atomic import (
     staged_file,
 )
 from onnx_ir_multidevice._errors import ExportError
-from onnx_ir_multidevice.exporters._stages import (
-    ExportStages,
-    export_stages,
-    measure_memory,
-    parse_dims,
-)
+from onnx_ir_multidevice.exporters._options import parse_configuration, parse_dims, parse_flag
+from onnx_ir_multidevice.exporters._stages import ExportStages, export_stages, measure_memory
 from onnx_ir_multidevice.exporters.protocol import ExportResult
 from onnx_ir_multidevice.graph.dtypes import dtype_name, tensor_nbytes
 from onnx_ir_multidevice.omny import read as read_omny
@@ -113,23 +109,9 @@ _NOTE = (
     "no TVM code, Relay or executor configuration; not buildable by TVM"
 )
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
 
 # ---------------------------------------------------------------------------------------------
 # Options
-
-
-def _flag(value: Any, option: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ExportError(f"option {option}: expected true or false, got {value!r}")
 
 
 def _export_datetime(value: Any) -> datetime.datetime:
@@ -189,13 +171,6 @@ def _devices(value: Any, num_stages: int) -> list[Device]:
                 f"{', '.join(_TVM_DEVICES)}"
             )
     return devices
-
-
-def _configuration(value: Any) -> int | str | None:
-    if value is None or isinstance(value, int):
-        return value
-    text = str(value)
-    return int(text) if text.isdigit() else text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -492,9 +467,9 @@ class TvmMlfExporter:
         """Write the archive (or, with ``per_stage``, the directory of archives)."""
         if shards is None:
             raise ExportError("the mlf format needs the number of stages: pass shards=N")
-        per_stage = _flag(options.get("per_stage", False), "per_stage")
+        per_stage = parse_flag(options.get("per_stage", False), "per_stage")
         moment = _export_datetime(options.get("export_datetime"))
-        configuration = _configuration(options.get("configuration"))
+        configuration = parse_configuration(options.get("configuration"))
         dims = parse_dims(options.get("dims"))
         if per_stage and destination.suffix == ".tar":
             raise ExportError(
