@@ -508,3 +508,21 @@ def test_apache_tvm_reads_every_params_file(bert, tmp_path):
             for name, array in params.items():
                 expected = initializers[name].const_value.numpy()
                 np.testing.assert_array_equal(array.numpy(), expected)
+
+
+def test_an_ir_v11_annotation_gives_the_same_modules_as_the_omny_plan(gpt, tmp_path):
+    from onnx_ir_multidevice import annotate
+
+    annotated = annotate(load(GPT_TINY), relaxed_cuts=True)
+    for key in ("omnynet_metadata", "omnynet_version"):
+        del annotated.metadata_props[key]  # the annotation alone
+    by_plan = tar_metadata(export(gpt, tmp_path / "a.tar", "mlf", shards=4, name="g").destination)
+    by_annotation = tar_metadata(
+        export(annotated, tmp_path / "b.tar", "mlf", shards=4, name="g",
+               configuration="omny/4-shards").destination
+    )  # fmt: skip
+    for name, module in by_plan["modules"].items():
+        other = by_annotation["modules"][name]
+        assert other["memory"] == module["memory"]
+        assert module["onnx_ir_multidevice"]["shard_memory_mb"] == 1
+        assert other["onnx_ir_multidevice"]["shard_memory_mb"] is None  # no .omny plan
