@@ -49,8 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``omny-oaax-toolchain`` console script: exactly ``INPUT OUTDIR``.
 
     ``--help`` or ``--version`` alone are the only options (OAAX toolchains take two
-    arguments; everything else comes from the input). Any other argument count prints the
-    usage and exits with 2.
+    arguments; everything else comes from the input). Any other argument count, or an
+    argument that starts with ``-``, prints the usage and exits with 2.
 
     Args:
         argv: Arguments without the program name (default: ``sys.argv[1:]``).
@@ -67,11 +67,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args == ["--version"]:
         print(f"{_PROGRAM} {__version__}")
         return 0
-    if len(args) != 2:
+    options = [a for a in args if a.startswith("-")]
+    if len(args) != 2 or options:
         print(_USAGE, file=sys.stderr)
+        problem = (
+            f"options {options} are not accepted"
+            if options
+            else f"expected exactly two arguments, INPUT and OUTDIR (got {len(args)})"
+        )
         print(
-            f"{_PROGRAM}: error: expected exactly two arguments, INPUT and OUTDIR (got "
-            f"{len(args)}); options come from the input (an archive with a config.json)",
+            f"{_PROGRAM}: error: {problem}; options come from the input (an archive with a "
+            "config.json); write a path that starts with '-' as ./-name",
             file=sys.stderr,
         )
         return EXIT_USAGE

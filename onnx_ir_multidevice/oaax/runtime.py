@@ -43,9 +43,12 @@ key                    meaning
 ``shards``             which configuration of a several-configuration ``.omny`` to run
 ``send_timeout``       seconds ``send_input`` waits for room in the stages (default 60)
 ``log_level``          ``debug``/``info``/``warning``/``error``/``critical`` or 0-4
-                       (the reference runtime's numbers: 0 trace/debug ... 4 critical)
+                       (0 debug ... 4 critical): log at that level on stderr
 ``log_file``           a file that receives the runtime's log lines
 =====================  ===========================================================
+
+Without ``log_level`` or ``log_file`` the runtime is silent (its logger,
+``onnx_ir_multidevice.oaax.runtime.<n>``, still propagates to the application's logging).
 
 .. versionadded:: 0.1
 """
@@ -167,7 +170,8 @@ class OaaxRuntime:
         self._send_timeout = DEFAULT_SEND_TIMEOUT
         self._shards: int | None = None
         self._logger = logging.getLogger(f"{__name__}.{next(_instances)}")
-        self._handler: logging.Handler | None = None
+        self._handlers: list[logging.Handler] = [logging.NullHandler()]
+        self._logger.addHandler(self._handlers[0])  # silent unless asked (or logging is set up)
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -177,15 +181,18 @@ class OaaxRuntime:
         return code
 
     def _require(self, *states: _State, what: str) -> None:
-        if self._state in states:
+        state = self._state
+        if state in states:
             return
-        if self._state is _State.DESTROYED:
+        if state is _State.DESTROYED:
             raise _Refused(f"{what}: the runtime was destroyed; create a new one")
-        if self._state is _State.NEW:
+        if state is _State.NEW:
             raise _Refused(f"{what}: call runtime_initialization() first")
-        if self._state is _State.READY:
+        if _State.NEW in states:
+            raise _Refused(f"{what}: the runtime is already initialised (initialise it once)")
+        if state is _State.READY:
             raise _Refused(f"{what}: load a model first (runtime_model_loading)")
-        raise _Refused(f"{what}: not allowed once a model is loaded ({self._state.value})")
+        raise _Refused(f"{what}: a model is already loaded (one model per runtime instance)")
 
     # -- initialisation -------------------------------------------------------------------
 
@@ -254,20 +261,22 @@ class OaaxRuntime:
                         f"init key 'log_level': {value!r} is not one of {sorted(_LEVELS)}"
                     )
                 self._logger.setLevel(level)
+                self._add_handler(logging.StreamHandler())
             elif key == "log_file":
-                self._open_log(_text(value))
+                try:
+                    self._add_handler(logging.FileHandler(_text(value), encoding="utf-8"))
+                except OSError as error:
+                    raise _Refused(f"init key 'log_file': cannot open {value} ({error})") from None
             else:
                 self._logger.debug("ignoring unknown init key %r", key)
         self._options = options
 
-    def _open_log(self, path: str) -> None:
-        try:
-            handler = logging.FileHandler(path, encoding="utf-8")
-        except OSError as error:
-            raise _Refused(f"init key 'log_file': cannot open {path} ({error})") from None
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    def _add_handler(self, handler: logging.Handler) -> None:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s %(levelname)s {RUNTIME_NAME}: %(message)s")
+        )
         self._logger.addHandler(handler)
-        self._handler = handler
+        self._handlers.append(handler)
 
     # -- model ------------------------------------------------------------------------------
 
@@ -458,10 +467,11 @@ class OaaxRuntime:
             if pipeline is not None:
                 pipeline.close()
             self._logger.info("destroyed")
-            if self._handler is not None:
-                self._logger.removeHandler(self._handler)
-                self._handler.close()
-                self._handler = None
+            for handler in self._handlers:
+                self._logger.removeHandler(handler)
+                handler.close()
+            self._handlers = [logging.NullHandler()]
+            self._logger.addHandler(self._handlers[0])
             self._error = ""
             return OK
         except _Refused as refused:
