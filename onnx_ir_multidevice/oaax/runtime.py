@@ -56,6 +56,9 @@ Without ``log_level`` or ``log_file`` the runtime is silent (its logger,
 from __future__ import annotations
 
 __all__ = [
+    "FAILED",
+    "NOT_READY",
+    "OK",
     "RUNTIME_NAME",
     "OaaxRuntime",
     "default_runtime",
@@ -90,12 +93,21 @@ RUNTIME_NAME = "onnx-ir-multidevice-oaax"
 """What :meth:`OaaxRuntime.runtime_name` returns."""
 
 DEFAULT_MAX_QUEUED = 1024
-DEFAULT_SEND_TIMEOUT = 60.0
+"""Default of the ``max_queued`` key."""
 
-# Return codes (the specification only says 0 / non-zero).
+DEFAULT_SEND_TIMEOUT = 60.0
+"""Default of the ``send_timeout`` key, in seconds."""
+
 OK = 0
+"""Return code of a call that succeeded."""
+
 FAILED = 1
+"""Return code of a call that failed; :meth:`OaaxRuntime.runtime_error_message` says why."""
+
 NOT_READY = 2
+"""Return code of :meth:`OaaxRuntime.receive_output` when nothing is ready yet (the oldest
+request is still running, or none was sent): not an error, call again later. (The
+specification only says 0 / non-zero.)"""
 
 _LEVELS = {
     "trace": logging.DEBUG,
