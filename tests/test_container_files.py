@@ -119,7 +119,7 @@ def test_hostile_header_is_exit_2_naming_the_field_for_every_command(capsys, tmp
     assert "version 3" in diagnostic["message"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.integers(0, len(_BASES) - 1), st.binary(max_size=48))
 def test_fuzzed_containers_through_load_only_raise_typed_errors(tmp_path_factory, base, program):
     # The 10,000-example fuzz of the parser is in test_container.py; this runs the same
