@@ -14,7 +14,8 @@ input and runs the rules, which live by family in
   defined cut points, ``num_shards`` memory entries within ``max_shard_size_mb``, and a shard
   count consistent with ``allowed_shards`` / ``min_shards`` / ``max_shards``. Cut points are
   resolved by :func:`~onnx_ir_multidevice.binding.bind.bind`, as ``split`` and ``annotate``
-  resolve them.
+  resolve them. ``OMNY14x``: the ``.omny`` v2 container a model was read from
+  (:mod:`~onnx_ir_multidevice.checker.container_rules`).
 * ``OMNY2xx`` -- the IR v11 fields: what onnx-ir's private
   ``_check_device_configurations`` checks, plus duplicate or empty names, ``device_names``
   length, ``num_devices < 1``, two node entries for one configuration, device-group keys,

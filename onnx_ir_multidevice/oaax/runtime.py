@@ -172,7 +172,8 @@ class OaaxRuntime:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the state; never held while waiting on the pipeline
+        self._send_lock = threading.Lock()  # one send at a time: max_queued is exact
         self._state = _State.NEW
         self._error = ""
         self._pipeline: Pipeline | None = None
@@ -398,12 +399,13 @@ class OaaxRuntime:
                 arrays = input_tensors.validate(self._expected)
             except ValueError as error:
                 raise _Refused(f"send_input: {error}; nothing was queued") from None
-            if pipeline.in_flight >= self._max_queued:
-                raise _Refused(
-                    f"send_input: {pipeline.in_flight} requests are sent and not received "
-                    f"(max_queued {self._max_queued}); call receive_output first"
-                )
-            request = pipeline.send_input(arrays, timeout=self._send_timeout)
+            with self._send_lock:
+                if pipeline.in_flight >= self._max_queued:
+                    raise _Refused(
+                        f"send_input: {pipeline.in_flight} requests are sent and not received "
+                        f"(max_queued {self._max_queued}); call receive_output first"
+                    )
+                request = pipeline.send_input(arrays, timeout=self._send_timeout)
             self._logger.debug("request %d queued", request)
             return OK
         except _Refused as refused:
