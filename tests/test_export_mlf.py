@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import struct
 import tarfile
@@ -378,6 +379,11 @@ def test_an_existing_archive_is_kept_unless_force(gpt, tmp_path):
     export(gpt, out, "mlf", shards=2, force=True)
     assert tar_metadata(out)["version"] == 7
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.tar"]  # no temporary left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0o600
+    folder = export(gpt, tmp_path / "d", "mlf", shards=2, per_stage=True).destination
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0o700
 
 
 def test_an_unknown_dim_is_refused_naming_it(tmp_path, capsys):

@@ -15,7 +15,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice._atomic import check_output_directory, staged_directory
+from onnx_ir_multidevice._proto.atomic import check_output_directory, staged_directory
 from onnx_ir_multidevice._split.build import _build_stage_model, _plan_stages, _StagePlan
 from onnx_ir_multidevice._split.manifest import _stage_file, build_manifest
 from onnx_ir_multidevice._split.select import (

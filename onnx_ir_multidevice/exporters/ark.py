@@ -39,8 +39,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._atomic import check_output_directory, staged_directory
 from onnx_ir_multidevice._errors import ExportError
+from onnx_ir_multidevice._proto.atomic import check_output_directory, staged_directory
 from onnx_ir_multidevice.exporters._options import (
     parse_choice,
     parse_configuration,

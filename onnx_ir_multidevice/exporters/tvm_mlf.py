@@ -42,13 +42,13 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._atomic import (
+from onnx_ir_multidevice._errors import ExportError
+from onnx_ir_multidevice._proto.atomic import (
     check_output_directory,
     check_output_file,
     staged_directory,
     staged_file,
 )
-from onnx_ir_multidevice._errors import ExportError
 from onnx_ir_multidevice.exporters._options import parse_configuration, parse_dims, parse_flag
 from onnx_ir_multidevice.exporters._stages import ExportStages, export_stages, measure_memory
 from onnx_ir_multidevice.exporters.protocol import ExportResult

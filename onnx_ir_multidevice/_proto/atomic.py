@@ -1,17 +1,21 @@
-"""Atomic output: a directory or file is written under a temporary sibling name, then renamed.
+"""Atomic output: a file or directory written under a temporary sibling name, then renamed.
 
-The one home of the "stage, then rename" rule that ``omny split`` and the exporters follow, so
-that a destination never holds a half-written result:
+The one home of the "stage, then rename" rule, so that a destination never holds a
+half-written result:
 
-* :func:`staged_directory` -- a context manager that checks the destination directory
-  (:func:`check_output_directory`), yields a fresh temporary directory next to it and, when the
-  block succeeds, renames it over the destination (:func:`replace_directory`); on failure the
-  temporary directory is removed and the destination is untouched;
-* :func:`staged_file` -- the same for one file (:func:`check_output_file`): the block writes the
-  yielded temporary path, which is flushed to disk and renamed over the destination.
+* :func:`write_bytes_atomic` -- small whole-file writes (an ``.omny`` v2 container, a
+  conversion log); :func:`~onnx_ir_multidevice.save` stages a model and its data file the
+  same way;
+* :func:`staged_file` -- a context manager for a file written as a stream (an exporter's
+  archive): the block writes the yielded temporary path, which is flushed and renamed over the
+  destination (:func:`check_output_file` refuses a destination first);
+* :func:`staged_directory` -- the same for a directory (``omny split``, the exporters): the
+  block fills the yielded temporary directory, which is renamed over the destination
+  (:func:`check_output_directory`, :func:`replace_directory`).
 
-Errors are :class:`~onnx_ir_multidevice.OmnyIOError` whose message names the path and says
-what to pass instead.
+A failure leaves the destination as it was and nothing temporary behind. New files and
+directories get the usual permissions (``0o666`` / ``0o777`` less the umask), not
+``mkstemp``'s ``0o600`` or ``mkdtemp``'s ``0o700``.
 """
 
 from __future__ import annotations
@@ -22,16 +26,68 @@ __all__ = [
     "replace_directory",
     "staged_directory",
     "staged_file",
+    "write_bytes_atomic",
 ]
 
 import contextlib
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from onnx_ir_multidevice._errors import OmnyIOError
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # not supported on every platform / filesystem
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_bytes_atomic(destination: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``destination`` atomically.
+
+    Args:
+        destination: The file; its folder must exist.
+        data: The whole content.
+
+    Raises:
+        OmnyIOError: The folder cannot be written, or writing failed (the destination is
+            unchanged and no temporary file is left).
+    """
+    destination = Path(destination)
+    temporary = destination.parent / f".{destination.name}.{secrets.token_hex(6)}.tmp"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as error:
+        raise OmnyIOError(
+            f"{destination}: cannot write into {destination.parent} ({error.strerror}); check "
+            "its permissions"
+        ) from error
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, destination)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise OmnyIOError(
+                f"{destination}: writing failed ({error}); no temporary file was left behind"
+            ) from error
+        raise
+    _fsync_dir(destination.parent)
+
+
+def _temporary_name(target: Path, tag: str = "") -> Path:
+    """A fresh hidden sibling name of ``target`` (``.<name>.<tag><random>.tmp``)."""
+    return target.parent / f".{target.name}.{tag}{secrets.token_hex(6)}.tmp"
 
 
 def _check_parent(target: Path) -> None:
@@ -106,8 +162,7 @@ def replace_directory(source: Path, target: Path) -> None:
             target.rmdir()
             os.rename(source, target)
             return
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-        old.rmdir()
+        old = _temporary_name(target, "old.")
         os.rename(target, old)
         try:
             os.rename(source, target)
@@ -123,10 +178,10 @@ def replace_directory(source: Path, target: Path) -> None:
 def staged_directory(
     target: Path, force: bool, *, holds: str = "the output is a directory"
 ) -> Iterator[Path]:
-    """Yield a temporary directory next to ``target``; rename it to ``target`` on success.
+    """Yield a new temporary directory next to ``target``; rename it to ``target`` on success.
 
     Args:
-        target: The directory to write (an absolute path is best).
+        target: The directory to write.
         force: Replace a non-empty ``target``.
         holds: What the output is (for :func:`check_output_directory`'s message).
 
@@ -135,8 +190,9 @@ def staged_directory(
             created, or the rename failed.
     """
     check_output_directory(target, force, holds=holds)
+    temporary = _temporary_name(target)
     try:
-        temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        os.mkdir(temporary, 0o777)
     except OSError as error:
         raise OmnyIOError(f"{target}: cannot create the output directory: {error}") from error
     try:
@@ -145,35 +201,34 @@ def staged_directory(
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
+    _fsync_dir(target.parent)
 
 
 @contextlib.contextmanager
 def staged_file(target: Path, force: bool) -> Iterator[Path]:
-    """Yield a temporary path next to ``target``; flush it and rename it over ``target``.
-
-    The block writes the yielded path (it exists, empty). On success the file is flushed to
-    disk and renamed over ``target``; on failure it is removed and ``target`` is untouched.
+    """Yield a new, empty temporary file next to ``target``; flush it and rename it over ``target``.
 
     Raises:
-        OmnyIOError: See :func:`check_output_file`; or writing or renaming failed.
+        OmnyIOError: See :func:`check_output_file`; or writing or renaming failed (``target``
+            is unchanged and nothing temporary is left).
     """
     check_output_file(target, force)
+    temporary = _temporary_name(target)
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     except OSError as error:
         raise OmnyIOError(f"{target}: cannot write into {target.parent}: {error}") from error
-    os.close(fd)
-    temporary = Path(name)
     try:
         yield temporary
         with open(temporary, "rb+") as file:
             os.fsync(file.fileno())
         os.replace(temporary, target)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        if isinstance(error, OmnyIOError):
-            raise
-        raise OmnyIOError(f"{target}: writing failed ({error}); nothing was left behind") from error
-    except BaseException:
-        temporary.unlink(missing_ok=True)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(error, OSError) and not isinstance(error, OmnyIOError):
+            raise OmnyIOError(
+                f"{target}: writing failed ({error}); no temporary file was left behind"
+            ) from error
         raise
+    _fsync_dir(target.parent)
