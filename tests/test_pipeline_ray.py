@@ -104,3 +104,27 @@ def test_resources_beyond_the_cluster_fail_fast():
     with pytest.raises(PipelineError, match="ask for 4 CPU"):
         Pipeline(mlp_stages([2]), backend="ray", intra_op_num_threads=2)
     assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_dead_actor_fails_every_pending_and_later_request(stage):
+    """A stage actor that dies (killed here) breaks the pipeline: the requests that need it
+    fail at once, naming the stage and its device, and later requests are refused."""
+    with Pipeline(mlp_stages([2]), backend="ray", intra_op_num_threads=1, max_in_flight=4) as pipe:
+        assert_outputs(pipe.run(request(0)), request(0))
+        ray.kill(pipe._engine._actors[stage], no_restart=True)
+        sent = 0
+        with pytest.raises(PipelineError) as refused:
+            for k in range(1000):  # until the pipeline learns of the death and refuses
+                pipe.send_input(request(k), timeout=60)
+                sent += 1
+        assert sent >= 1
+        for _ in range(sent):
+            with pytest.raises(PipelineError) as info:
+                pipe.receive_output(timeout=60)
+            assert info.value.stage == stage
+            assert "failed on cpu: the stage's Ray actor died" in str(info.value)
+        assert refused.value.stage == stage
+        assert f"stage {stage} on cpu can run no more requests" in str(refused.value)
+        with pytest.raises(PipelineError, match="broken"):
+            pipe.run(request(1), timeout=60)
