@@ -61,8 +61,10 @@ from onnx_ir_multidevice.runtime.stats import PipelineStats, StatsRecorder
 class PipelineTimeoutError(PipelineError, TimeoutError):
     """A call on a :class:`Pipeline` waited longer than its ``timeout``.
 
-    Nothing is lost: a request that timed out in :meth:`Pipeline.receive_output` can still be
-    received by a later call, and :meth:`Pipeline.send_input` did not send anything.
+    A request that timed out in :meth:`Pipeline.receive_output` can still be received by a
+    later call, and a send that timed out waiting for room sent nothing. A :meth:`Pipeline.run`
+    or :meth:`Pipeline.map` that timed out waiting for a result dropped its requests (their
+    results are discarded when they arrive).
     """
 
 

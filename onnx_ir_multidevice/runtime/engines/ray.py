@@ -91,6 +91,7 @@ class _StageActor:
         self._runner = StageRunner(stage, device, threads, device_index=index, spinning=spinning)
         self._keep = keep
         self._final = final_outputs
+        self._dead: StageFailure | None = None
 
     def ready(self) -> bool:
         return True
@@ -104,20 +105,23 @@ class _StageActor:
         env, periods = payload
         if isinstance(env, StageFailure):
             return payload
+        if self._dead is not None:  # every request that needs this stage fails at once
+            return self._dead, periods
         start = time.time()
         try:
             produced = self._runner.run(env)
         except Exception as exc:  # any failure of the stage belongs to this request
             periods.append((self._index, start, time.time()))
             return StageFailure(self._index, failure_message(exc)), periods
-        except BaseException as exc:  # SystemExit...: the actor cannot be trusted any more
+        except BaseException as exc:  # SystemExit...: the stage cannot be trusted any more
             periods.append((self._index, start, time.time()))
-            self._runner.cancel()  # every later run of this actor fails at once
-            message = (
+            self._dead = StageFailure(
+                self._index,
                 f"the stage's Ray actor raised {failure_message(exc)}; the pipeline can run no "
-                "more requests: close it and create a new one"
+                "more requests: close it and create a new one",
+                fatal=True,
             )
-            return StageFailure(self._index, message, fatal=True), periods
+            return self._dead, periods
         periods.append((self._index, start, time.time()))
         merged = dict(env)
         merged.update(produced)
