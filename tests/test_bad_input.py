@@ -200,14 +200,20 @@ CLI_CASES: list[Any] = [
         )
     ],
     pytest.param(
-        "annotate broken_json.omny OUT/out.onnx", 1, ["broken_json.omny"], id="annotate-json"
+        "annotate broken_json.omny OUT/out.onnx",
+        2,  # issue 10 item 15: as split, verify, inspect (it was 1)
+        ["broken_json.omny", "metadata_props[omnynet_metadata]", "not valid JSON"],
+        id="annotate-json",
+    ),
+    pytest.param(
+        "check broken_json.omny", 2, ["broken_json.omny", "plan cannot be read"], id="check-json"
     ),
     # a model without .omny metadata
     pytest.param(
         "annotate plain.onnx OUT/out.onnx", 1, ["plain.onnx", "omny plan"], id="annotate-plain"
     ),
     pytest.param("split plain.onnx OUT/split --shards 2", 1, ["plain.onnx"], id="split-plain"),
-    pytest.param("verify plain.onnx", 2, ["plain.onnx", "omny plan"], id="verify-plain"),
+    pytest.param("verify plain.onnx", 1, ["plain.onnx", "omny plan"], id="verify-plain"),
     pytest.param("run plain.onnx --shards 2", 1, ["plain.onnx"], id="run-plain"),
     # shard counts
     *[

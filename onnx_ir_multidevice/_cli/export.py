@@ -21,8 +21,9 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_shards_argument,
     error,
-    positive_int,
+    help_description,
     print_json,
 )
 from onnx_ir_multidevice._errors import ExportError, SplitError
@@ -64,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "export",
         help="write a planned model in another format (--list-formats)",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
         formatter_class=_HelpFormatter,
     )
     parser.add_argument(
@@ -74,11 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "output", metavar="OUT", type=Path, nargs="?", help="the file or directory to write"
     )
     parser.add_argument("--format", metavar="NAME", help=_FORMAT_HELP)
-    parser.add_argument(
-        "--shards",
-        metavar="N",
-        type=positive_int,
-        help="number of pipeline stages (formats that split)",
+    add_shards_argument(
+        parser, several=False, help="number of pipeline stages (formats that split)"
     )
     parser.add_argument(
         "--option",

@@ -59,7 +59,7 @@ def _check_outdir(outdir: Path, force: bool) -> None:
         if not force and any(outdir.iterdir()):
             raise OmnyIOError(
                 f"{outdir}: directory is not empty; choose another one or pass --force "
-                "(force=True) to replace it."
+                "(force=True in Python) to replace it."
             )
     else:
         parent = outdir.parent
