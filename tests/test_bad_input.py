@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from plain_text import assert_plain
 
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
@@ -311,6 +312,7 @@ def test_cli_bad_input(
     out, err = capsys.readouterr()
     assert code == status, (out, err)
     assert "Traceback" not in err + out
+    assert_plain(out + err)
     assert _hashes(files) == before, "an input file was modified or a file left behind"
     if status == 2 or not err.lstrip().startswith(("error ", "warning ")):
         lines = err.strip().splitlines()

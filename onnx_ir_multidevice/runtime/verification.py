@@ -107,7 +107,7 @@ class VerifyReport:
     def __str__(self) -> str:
         verdict = "OK" if self.ok else "MISMATCH"
         lines = [
-            f"{verdict}: {self.num_stages} stages vs whole model "
+            f"{verdict}: {plural(self.num_stages, 'stage')} vs whole model "
             f"(rtol={self.rtol:g}, atol={self.atol:g})"
         ]
         width = max((len(o.name) for o in self.outputs), default=6)
