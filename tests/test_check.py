@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import math
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -798,9 +799,11 @@ def test_a_spec_departure_that_runs_is_a_warning_and_strict_makes_it_an_error():
         CheckPass(strict=True)(model)
 
 
-def test_a_warning_blocks_neither_annotate_nor_split_nor_verify():
+def test_a_warning_blocks_neither_annotate_nor_split_nor_verify_nor_run():
     pytest.importorskip("onnxruntime")
+    from onnx_ir_multidevice._proto.files import save
     from onnx_ir_multidevice._split import split
+    from onnx_ir_multidevice.runtime import Pipeline
     from onnx_ir_multidevice.runtime.verification import verify
 
     model = _dynamic_at_cut()
@@ -808,6 +811,13 @@ def test_a_warning_blocks_neither_annotate_nor_split_nor_verify():
     assert [c.name for c in model.device_configurations] == ["omny/2-shards"]
     assert len(split(model, 2)) == 2
     assert verify(model, 2, dims={"width": 8}).ok
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "dynamic.omny"
+        save(model, path)
+        with Pipeline(path, 2) as pipeline:
+            inputs = pipeline.example_inputs({"batch": 2, "width": 8})
+            (result,) = pipeline.map([inputs])
+        assert next(iter(result.values())).shape == (2, 8)
 
 
 def _many_dangling_cuts(count: int) -> ir.Model:

@@ -242,3 +242,16 @@ def test_documented_options_exist():
                 assert flag in options, f"{where}: omny {name} has no option {flag}"
                 checked += 1
     assert checked > 30
+
+
+def test_readme_describes_the_demo_steps_it_prints():
+    """Issue 9: the README described the demo as 5 steps; it prints 9."""
+    from onnx_ir_multidevice._cli._demo_steps import STEPS
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## What the two commands do") : text.index("## Install")]
+    items = re.findall(r"^(\d+)\. `(\w+)`", section, flags=re.MULTILINE)
+    assert [int(n) for n, _ in items] == list(range(1, len(STEPS) + 1))
+    assert [name for _, name in items] == [step.name for step in STEPS]
+    words = {3: "three", 5: "five", 9: "nine"}
+    assert f"in {words.get(len(STEPS), len(STEPS))} steps" in section
