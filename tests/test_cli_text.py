@@ -152,8 +152,13 @@ def test_a_stage_that_fits_never_reads_bigger_than_its_device(files, capsys):
 
 
 def _python(code: str, *, argv0: str = "omny") -> subprocess.CompletedProcess[str]:
+    # Ctrl-C as in a terminal, even where this test runs with SIGINT ignored (a background job).
+    prelude = (
+        f"import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv[0] = {argv0!r}\n"
+    )
     return subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.argv[0] = {argv0!r}\n{code}"],
+        [sys.executable, "-c", prelude + code],
         capture_output=True,
         text=True,
         check=False,
