@@ -302,23 +302,23 @@ _DROPPED_FIELDS = {
 }
 
 
-def _refused_content(error: OmnyFormatError) -> Diagnostic | None:
-    """The diagnostic for what :func:`~onnx_ir_multidevice.load` refused in a proto.
+def _refused_content(error: OmnyFormatError) -> Diagnostic:
+    """``OMNY106``: what :func:`~onnx_ir_multidevice.load` refused in a proto.
 
-    ``None`` where a rule of the checker reports it once the model is read leniently: an
-    empty ``configuration_id`` (``OMNY201``) or ``tensor_name`` (``OMNY205``).
+    The other commands exit 2 on such a file (``load()`` raises), so ``omny check`` does too
+    (:data:`~onnx_ir_multidevice.checker.diagnostics.UNREADABLE_CODES`). The rest of the
+    model is still checked, as onnx-ir reads it: an empty ``configuration_id`` or
+    ``tensor_name`` is then also ``OMNY201`` / ``OMNY205``.
     """
     if error.path in _DROPPED_FIELDS:
-        return make(
-            "OMNY106",
-            f"the model holds {_DROPPED_FIELDS[error.path]}, which onnx-ir does not keep: "
-            "this package refuses to load it (to annotate, split or run it), rather than drop "
-            "them silently; remove them or convert the model first",
-            error.path,
+        reason = (
+            f"the model holds {_DROPPED_FIELDS[error.path]}, which onnx-ir does not keep: this "
+            "package refuses to load it (to annotate, split or run it) rather than drop them "
+            "silently; remove them or convert the model first"
         )
-    if error.path.endswith((".configuration_id", ".tensor_name")):
-        return None
-    return make("OMNY101", f"the model cannot be read without loss: {error}", "model")
+    else:
+        reason = f"this package refuses to load the model: {error.reason}"
+    return make("OMNY106", reason, error.path or "model")
 
 
 def _from_proto(proto: onnx.ModelProto, diagnostics: list[Diagnostic]) -> ir.Model | None:
@@ -330,10 +330,8 @@ def _from_proto(proto: onnx.ModelProto, diagnostics: list[Diagnostic]) -> ir.Mod
     try:
         return from_proto(proto)
     except OmnyFormatError as error:
-        refused = _refused_content(error)
-        if refused is not None:
-            diagnostics.append(refused)
-    except Exception:  # noqa: BLE001, S110 - onnx-ir's own reader says more below
+        diagnostics.append(_refused_content(error))
+    except Exception:  # onnx-ir's own reader, below, says what is wrong
         pass
     try:
         return ir.from_proto(proto)
@@ -365,9 +363,7 @@ def _load_path(
         )
         return None
     except OmnyFormatError as error:  # content load() refuses: report it, check the rest
-        refused = _refused_content(error)
-        if refused is not None:
-            diagnostics.append(refused)
+        diagnostics.append(_refused_content(error))
         model = _load_leniently(path, diagnostics)
         if model is None:
             return None

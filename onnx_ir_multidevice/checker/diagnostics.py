@@ -168,7 +168,7 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY103", _E, True, "omnynet_version is present but omnynet_metadata is missing."),
     ("OMNY104", _E, True, "omnynet_metadata is not valid JSON or does not follow the schema."),
     ("OMNY105", _W, True, "Unknown .omny format version."),
-    ("OMNY106", _E, True, "The model holds fields onnx-ir drops; load() refuses the model."),
+    ("OMNY106", _E, True, "load() refuses the model's content (fields onnx-ir drops...)."),
     ("OMNY107", _E, True, "omnynet_version and the JSON document's version disagree."),
     ("OMNY110", _E, True, "A cut point's after_node is not a node of the graph."),
     ("OMNY111", _E, True, "A cut point's tensor_name is not a value of the graph."),
