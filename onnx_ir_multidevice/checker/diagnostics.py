@@ -335,7 +335,8 @@ def omitted_summary(code: str, severity: Severity, count: int, shown: int) -> Di
     return Diagnostic(
         code,
         severity,
-        f"... and {count:,} more {code} {plural} ({CODES[code].title.rstrip('.')}); the first "
-        f"{shown} are listed: omny check --all (max_per_code=None in Python) lists every one",
+        f"... and {count:,} more {code} {plural} ({CODES[code].title.rstrip('.')}); "
+        f"{'the first is' if shown == 1 else f'the first {shown} are'} listed: omny check --all "
+        "(max_per_code=None in Python) lists every one",
         "model",
     )
