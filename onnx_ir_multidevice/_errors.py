@@ -73,7 +73,8 @@ class CheckError(OmnyError, ValueError):
     def __init__(self, diagnostics: Sequence[Any], message: str | None = None) -> None:
         self.diagnostics = list(diagnostics)
         if message is None:
-            lines = [f"{len(self.diagnostics)} problem(s) found:"]
+            count = len(self.diagnostics)
+            lines = [f"{count} problem{'' if count == 1 else 's'} found:"]
             lines.extend(f"  {d}" for d in self.diagnostics)
             message = "\n".join(lines)
         super().__init__(message)

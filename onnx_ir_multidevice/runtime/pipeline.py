@@ -343,7 +343,8 @@ def _check_engine_options(backend: str, factory: Any, options: Mapping[str, Any]
         signature.bind_partial(None, None, None, None, None, spinning=False, **options)
     except TypeError as exc:
         raise PipelineError(
-            f"backend {backend!r} does not take the option(s) {sorted(options)}: {exc}"
+            f"backend {backend!r} does not take the {'option' if len(options) == 1 else 'options'} "
+            f"{sorted(options)}: {exc}"
         ) from exc
 
 

@@ -27,7 +27,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import VerifyError
 from onnx_ir_multidevice._split import split
-from onnx_ir_multidevice._util import require_model
+from onnx_ir_multidevice._util import plural, require_model
 from onnx_ir_multidevice.runtime.inputs import check_dims, generate_inputs, input_specs
 from onnx_ir_multidevice.runtime.sessions import ModelSession
 
@@ -107,13 +107,13 @@ class VerifyReport:
     def __str__(self) -> str:
         verdict = "OK" if self.ok else "MISMATCH"
         lines = [
-            f"{verdict}: {self.num_stages} stages vs whole model "
+            f"{verdict}: {plural(self.num_stages, 'stage')} vs whole model "
             f"(rtol={self.rtol:g}, atol={self.atol:g})"
         ]
         width = max((len(o.name) for o in self.outputs), default=6)
         lines.append(f"  {'output':<{width}}  {'max abs diff':>12}  {'max rel diff':>12}  status")
         for o in self.outputs:
-            status = "ok" if o.ok else f"{o.mismatches} element(s) off"
+            status = "ok" if o.ok else f"{plural(o.mismatches, 'element')} off"
             lines.append(
                 f"  {o.name:<{width}}  {o.max_abs_diff:>12.3g}  {o.max_rel_diff:>12.3g}  {status}"
             )
@@ -198,7 +198,10 @@ def _run(
         names = [i.name for i in session.get_inputs()]
         missing = [n for n in names if n not in feeds]
         if missing:
-            raise VerifyError(f"The {label} needs input(s) {missing} that were not provided.")
+            raise VerifyError(
+                f"The {label} needs {'input' if len(missing) == 1 else 'inputs'} {missing} that "
+                f"{'was' if len(missing) == 1 else 'were'} not provided."
+            )
         start = time.perf_counter()
         try:
             results = session.run(None, {n: feeds[n] for n in names})
