@@ -158,7 +158,9 @@ def job_split(args) -> dict:
     for entry in manifest["stages"]:
         file = out / entry["file"]
         proto = onnx.load(file, load_external_data=False)
-        external = sum(1 for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL)
+        external = sum(
+            1 for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+        )
         data = sum((out / name).stat().st_size for name in entry["external_data"])
         stages.append({
             "file": entry["file"],
@@ -204,23 +206,37 @@ def job_verify(args) -> dict:
     }
 
 
-def _requests(seq: int, past: int, count: int, seed: int = 0) -> list[dict]:
-    """Prefill (``past == 0``) or decode requests for the 1.1B decoder with a KV cache."""
+def _decoder_shape(path: str) -> tuple[int, int, int, int]:
+    """``(layers, kv_heads, head_dim, vocab)`` of a decoder from its graph inputs and outputs."""
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+
+    def dims(value):
+        return [d.dim_value for d in value.type.tensor_type.shape.dim]
+
+    pasts = [v for v in graph.input if v.name.startswith("past_key_values.")]
+    logits = next(v for v in graph.output if v.name == "logits")
+    _, kv_heads, _, head_dim = dims(pasts[0])
+    return len(pasts) // 2, kv_heads, head_dim, dims(logits)[-1]
+
+
+def _requests(path: str, seq: int, past: int, count: int, seed: int = 0) -> list[dict]:
+    """Prefill (``past == 0``) or decode requests for a Llama decoder with a KV cache."""
     import numpy as np
 
-    from onnx_ir_multidevice.testing.llama import TINYLLAMA_1_1B as c
-
+    layers, kv_heads, head_dim, vocab = _decoder_shape(path)
     rng = np.random.default_rng(seed)
     result = []
     for _ in range(count):
         feeds = {
-            "input_ids": rng.integers(0, c.vocab, size=(1, seq), dtype=np.int64),
+            "input_ids": rng.integers(0, vocab, size=(1, seq), dtype=np.int64),
             "attention_mask": np.ones((1, past + seq), dtype=np.int64),
             "position_ids": np.arange(past, past + seq, dtype=np.int64)[None],
         }
-        for i in range(c.layers):
+        for i in range(layers):
             for kind in ("key", "value"):
-                cache = rng.standard_normal((1, c.kv_heads, past, c.head_dim), dtype=np.float32)
+                cache = rng.standard_normal((1, kv_heads, past, head_dim), dtype=np.float32)
                 feeds[f"past_key_values.{i}.{kind}"] = cache
         result.append(feeds)
     return result
@@ -240,8 +256,8 @@ def job_run(args) -> dict:
     from onnx_ir_multidevice.runtime import Pipeline
     from onnx_ir_multidevice.runtime.sessions import ModelSession
 
-    prefill = _requests(args.seq, 0, args.requests, seed=1)
-    decode = _requests(1, args.seq, args.requests, seed=2)
+    prefill = _requests(args.path, args.seq, 0, args.requests, seed=1)
+    decode = _requests(args.path, 1, args.seq, args.requests, seed=2)
     start = time.perf_counter()
     if args.side == "whole":
         owner = ModelSession(args.path)
@@ -262,7 +278,11 @@ def job_run(args) -> dict:
 
     create = time.perf_counter() - start
     after_create = status()
-    result = {"side": args.side, "create_seconds": create, "rss_after_create_bytes": after_create["VmRSS"]}
+    result = {
+        "side": args.side,
+        "create_seconds": create,
+        "rss_after_create_bytes": after_create["VmRSS"],
+    }
     for name, items in (("prefill", prefill), ("decode", decode)):
         run(items[0])  # warm-up: first-run allocations, thread start
         latencies = _timed(run, items)
@@ -339,6 +359,122 @@ def ensure_model(path: Path) -> None:
     llama.write_llama(path, config)
 
 
+def report_plan(found: dict, args, say) -> dict:
+    say(f"\n[plan] {found['nodes']} nodes; onnx_ir.load {found['ir_load_seconds'] * 1e3:.1f} ms, "
+        f"onnx_ir_multidevice.load {found['omny_load_seconds'] * 1e3:.1f} ms; best of "
+        f"{args.repeat}")  # fmt: skip
+    for n, p in found["plans"].items():
+        ms = p["seconds"] * 1e3
+        say(f"  {n} shards: plan_model {ms:.1f} ms = {p['ratio_to_ir_load']:.2f}x load; stages "
+            f"{p['stage_mib']} MiB; cuts after {p['cuts']}")  # fmt: skip
+    return found
+
+
+def report_split(runs: list, weights: int, say) -> dict:
+    copies = [c["seconds"] for c, _ in runs]
+    splits = [s["seconds"] for _, s in runs]
+    growth = max(s["rss_growth_bytes"] for _, s in runs)
+    say(f"\n[split] save_split, 2 stages: {[round(t, 1) for t in splits]} s; shutil.copyfile of"
+        f" the .data file: {[round(t, 1) for t in copies]} s; peak RSS growth "
+        f"{growth / MIB:.1f} MiB")  # fmt: skip
+    stages = runs[0][1]["stages"]
+    for stage in stages:
+        say(f"  {stage['file']}: model file {stage['model_bytes'] / MIB:.2f} MiB, data "
+            f"{stage['data_bytes'] / GIB:.2f} GiB ({stage['external_initializers']} external, "
+            f"{stage['embedded_initializers']} embedded initializers)")  # fmt: skip
+    over = [s for s in stages if s["data_bytes"] + s["model_bytes"] > 2 * GIB]
+    return {
+        "runs": [s for _, s in runs],
+        "copies": [c for c, _ in runs],
+        "time_ratio": min(splits) / min(copies),
+        "rss_growth_over_weights": growth / weights,
+        "stages_over_2gib": len(over),
+        "external_data_over_2gib": all(s["model_bytes"] < 2 * GIB for s in over),
+    }
+
+
+def report_verify(found: dict, say) -> dict:
+    report = found["report"]
+    creates, runs = report["stage_create_seconds"], report["stage_seconds"]
+    rest = found["seconds"] - report["whole_create_seconds"] - report["whole_seconds"]
+    rest -= sum(creates) + sum(runs)
+    verdict_word = "OK" if found["ok"] else "MISMATCH"
+    say(f"\n[verify] {verdict_word}: whole model vs 2 chained stages, worst |diff| "
+        f"{found['worst_abs_diff']:.2e}; {found['seconds']:.1f} s after load + plan "
+        f"({found['load_and_plan_seconds']:.2f} s); peak RSS {found['peak_rss_bytes'] / GIB:.2f} "
+        "GiB")  # fmt: skip
+    say(f"  where the time goes: whole-model session {report['whole_create_seconds']:.1f} s "
+        f"(saved to a temporary folder, then loaded) + run {report['whole_seconds']:.1f} s; stage"
+        f" sessions {[round(c, 1) for c in creates]} s + runs {[round(r, 1) for r in runs]} s; "
+        f"split, inputs and comparison {rest:.1f} s")  # fmt: skip
+    return found
+
+
+def report_run(whole: dict, pipe: dict, args, say) -> dict:
+    say(f"\n[run] whole model in one session (onnxruntime's default threads) vs 2-stage "
+        f"pipeline (Pipeline on the split folder, 1 thread per stage); {args.requests} requests"
+        f" of each kind")  # fmt: skip
+    say(f"  session creation: whole {whole['create_seconds']:.1f} s, pipeline "
+        f"{pipe['create_seconds']:.1f} s; peak RSS whole {whole['peak_rss_bytes'] / GIB:.2f} GiB,"
+        f" pipeline {pipe['peak_rss_bytes'] / GIB:.2f} GiB")  # fmt: skip
+    ratios = {}
+    for name in ("prefill", "decode"):
+        w, p = whole[name], pipe[name]
+        latency = p["latency_seconds"] / w["latency_seconds"]
+        throughput = p["throughput_rps"] / w["throughput_rps"]
+        ratios[name] = {"latency": latency, "throughput": throughput}
+        say(f"  {name:7}: latency whole {w['latency_seconds'] * 1e3:7.0f} ms, pipeline "
+            f"{p['latency_seconds'] * 1e3:7.0f} ms ({latency:.2f}x); throughput whole "
+            f"{w['throughput_rps']:.3f} req/s ({w['tokens_per_second']:.1f} tok/s), pipeline "
+            f"{p['throughput_rps']:.3f} req/s ({throughput:.2f}x)")  # fmt: skip
+    say(f"  pipeline stages, mean ms per request: {[round(m) for m in pipe['stage_mean_ms']]}")
+    return {"whole": whole, "pipeline": pipe, "ratios": ratios}
+
+
+def report_memory(found: dict, say) -> dict:
+    say("\n[memory] predicted (StageMemory.resident_bytes) vs measured peak RSS growth per "
+        "stage, arena on / off")  # fmt: skip
+    for r in found["rows"]:
+        on, off = r["measured_bytes"], r["measured_no_arena_bytes"]
+        plan = f"{r['shards']} shards{' relaxed' if r['relaxed'] else ''} stage {r['stage']}"
+        say(f"  {plan:26}: predicted {r['predicted_bytes'] / MIB:6.0f} MiB, measured "
+            f"{on / MIB:6.0f} / {off / MIB:6.0f} MiB, ratio {r['predicted_bytes'] / on:.3f} / "
+            f"{r['predicted_bytes'] / off:.3f}")  # fmt: skip
+    return found
+
+
+def targets(figures: dict, weights: int) -> list[str]:
+    lines = []
+    if "plan" in figures:
+        worst = max(p["ratio_to_ir_load"] for p in figures["plan"]["plans"].values())
+        lines.append(f"plan time / onnx_ir.load time, worst of 2, 3, 4 shards: {worst:.2f}")
+    if "split" in figures:
+        s = figures["split"]
+        lines.append(f"split time / data copy time: {s['time_ratio']:.2f} (target <= 1.5) "
+                     f"{verdict(s['time_ratio'], 1.5)}")  # fmt: skip
+        lines.append(f"split peak RSS growth / weight bytes: {s['rss_growth_over_weights']:.4f} "
+                     f"(target <= 0.10) {verdict(s['rss_growth_over_weights'], 0.10)}")  # fmt: skip
+        lines.append(f"stages over 2 GiB: {s['stages_over_2gib']}, all with external data: "
+                     f"{s['external_data_over_2gib']}")  # fmt: skip
+    if "verify" in figures:
+        ratio = figures["verify"]["peak_rss_bytes"] / weights
+        lines.append(f"verify peak RSS / weight bytes: {ratio:.2f} (target <= 1.5) "
+                     f"{verdict(ratio, 1.5)}")  # fmt: skip
+    if "run" in figures:
+        for name, r in figures["run"]["ratios"].items():
+            lines.append(f"2-stage {name} throughput / whole model: {r['throughput']:.2f} "
+                         f"(latency {r['latency']:.2f}x)")  # fmt: skip
+    if "memory" in figures and figures["memory"]["rows"]:
+        rows = figures["memory"]["rows"]
+        for key, label in (("measured_bytes", "arena on"), ("measured_no_arena_bytes", "off")):
+            ratios = [r["predicted_bytes"] / r[key] for r in rows]
+            ok = min(ratios) >= 0.9 and max(ratios) <= 1.2 and min(ratios) >= 0.8
+            lines.append(f"predicted/measured memory, {len(rows)} stages ({label}): worst "
+                         f"{min(ratios):.3f} low, {max(ratios):.3f} high (goal: within 0.8..1.2,"
+                         f" none below 0.9) {'PASS' if ok else 'MISS'}")  # fmt: skip
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default="/work/llm-data/tinyllama-1.1b-kv.onnx")
@@ -364,112 +500,30 @@ def main() -> None:
     weights = weight_bytes(path)
     split_dir = Path(args.scratch) / "llm-split-2"
     figures: dict = {"model": str(path), "weight_bytes": weights, "dims": _dims(args)}
-    lines: list[str] = []
 
     def say(line: str = "") -> None:
         print(line, flush=True)
-        lines.append(line)
 
     say(f"model {path}: {weights / GIB:.2f} GiB of weights; planning dims {_dims(args)}")
     if "plan" in steps:
-        found = figures["plan"] = child(args, "plan")
-        say(f"\n[plan] {found['nodes']} nodes; onnx_ir.load {found['ir_load_seconds'] * 1e3:.1f} ms"
-            f" (omny load {found['omny_load_seconds'] * 1e3:.1f} ms), best of {args.repeat}")  # fmt: skip
-        for n, p in found["plans"].items():
-            say(f"  {n} shards: plan {p['seconds'] * 1e3:.1f} ms = {p['ratio_to_ir_load']:.2f}x load;"
-                f" stages {p['stage_mib']} MiB; cuts {p['cuts']}")  # fmt: skip
-
+        figures["plan"] = report_plan(child(args, "plan"), args, say)
     if "split" in steps or "verify" in steps or "run" in steps:
-        splits, copies = [], []
-        for _ in range(args.copies):
-            copies.append(child(args, "copy", out=Path(args.scratch) / "copy.data"))
-            splits.append(child(args, "split", out=split_dir))
-        split = min(splits, key=lambda s: s["seconds"])
-        copy = min(copies, key=lambda s: s["seconds"])
-        growth = max(s["rss_growth_bytes"] for s in splits)
-        figures["split"] = {"runs": splits, "copies": copies}
-        say(f"\n[split] save_split 2 stages: {[round(s['seconds'], 2) for s in splits]} s; "
-            f"copyfile of the .data: {[round(c['seconds'], 2) for c in copies]} s")  # fmt: skip
-        for stage in split["stages"]:
-            say(f"  {stage['file']}: model {stage['model_bytes'] / MIB:.2f} MiB, data "
-                f"{stage['data_bytes'] / GIB:.2f} GiB ({stage['external_initializers']} external, "
-                f"{stage['embedded_initializers']} embedded initializers)")  # fmt: skip
-        big_ok = all(s["data_bytes"] > 0 and s["model_bytes"] < 2 * GIB for s in split["stages"]
-                     if s["data_bytes"] + s["model_bytes"] > 2 * GIB)  # fmt: skip
-        figures["split"]["summary"] = {
-            "time_ratio": split["seconds"] / copy["seconds"],
-            "rss_growth_over_weights": growth / weights,
-            "external_data_over_2gib": big_ok,
-        }
-
+        runs = []
+        for _ in range(args.copies):  # alternated, so that disk noise hits both
+            runs.append((child(args, "copy", out=Path(args.scratch) / "copy.data"),
+                         child(args, "split", out=split_dir)))  # fmt: skip
+        figures["split"] = report_split(runs, weights, say)
     if "verify" in steps:
-        found = figures["verify"] = child(args, "verify")
-        report = found["report"]
-        say(f"\n[verify] {'OK' if found['ok'] else 'MISMATCH'}: whole vs 2 stages, worst |diff| "
-            f"{found['worst_abs_diff']:.2e}; {found['seconds']:.1f} s (load+plan "
-            f"{found['load_and_plan_seconds']:.2f} s); peak RSS {found['peak_rss_bytes'] / GIB:.2f}"
-            f" GiB")  # fmt: skip
-        timing = report.get("timing") or {}
-        if timing:
-            say("  where the time goes: " + ", ".join(f"{k} {v:.2f} s" for k, v in timing.items()))
-        say(f"  runs: whole {report['whole_seconds']:.2f} s, stages "
-            f"{[round(s, 2) for s in report['stage_seconds']]} s")  # fmt: skip
-
+        figures["verify"] = report_verify(child(args, "verify"), say)
     if "run" in steps:
-        if not split_dir.exists():
-            child(args, "split", out=split_dir)
         whole = child(args, "run", side="whole")
         pipe = child(args, "run", side="pipeline", out=split_dir)
-        figures["run"] = {"whole": whole, "pipeline": pipe}
-        say(f"\n[run] whole model, one session (default threads) vs 2-stage pipeline (1 thread per"
-            f" stage), {args.requests} requests")  # fmt: skip
-        say(f"  session creation: whole {whole['create_seconds']:.1f} s, pipeline "
-            f"{pipe['create_seconds']:.1f} s; peak RSS whole {whole['peak_rss_bytes'] / GIB:.2f} "
-            f"GiB, pipeline {pipe['peak_rss_bytes'] / GIB:.2f} GiB")  # fmt: skip
-        for name in ("prefill", "decode"):
-            w, p = whole[name], pipe[name]
-            say(f"  {name:7}: latency whole {w['latency_seconds'] * 1e3:8.1f} ms, pipeline "
-                f"{p['latency_seconds'] * 1e3:8.1f} ms ({p['latency_seconds'] / w['latency_seconds']:.2f}x);"
-                f" throughput whole {w['throughput_rps']:.3f} req/s, pipeline "
-                f"{p['throughput_rps']:.3f} req/s ({p['throughput_rps'] / w['throughput_rps']:.2f}x)")  # fmt: skip
-        say(f"  pipeline stage mean ms (both phases): {[round(m, 1) for m in pipe['stage_mean_ms']]}")
-
+        figures["run"] = report_run(whole, pipe, args, say)
     if "memory" in steps:
-        found = figures["memory"] = child(args, "memory")
-        rows = found["rows"]
-        say("\n[memory] predicted vs measured peak RSS growth per stage (arena on / off)")
-        for r in rows:
-            say(f"  {r['shards']} shards stage {r['stage']}: predicted {r['predicted_bytes'] / MIB:7.0f}"
-                f" MiB, measured {r['measured_bytes'] / MIB:7.0f} / {r['measured_no_arena_bytes'] / MIB:7.0f}"
-                f" MiB, ratio {r['predicted_bytes'] / r['measured_bytes']:.2f} / "
-                f"{r['predicted_bytes'] / r['measured_no_arena_bytes']:.2f}")  # fmt: skip
-
+        figures["memory"] = report_memory(child(args, "memory"), say)
     say("\n== against the targets (issue 13) ==")
-    if "plan" in figures:
-        worst = max(p["ratio_to_ir_load"] for p in figures["plan"]["plans"].values())
-        say(f"plan time / onnx_ir.load time (2, 3, 4 shards, worst): {worst:.2f}")
-    if "split" in figures:
-        s = figures["split"]["summary"]
-        say(f"split time / data copy time: {s['time_ratio']:.2f} (target <= 1.5) "
-            f"{verdict(s['time_ratio'], 1.5)}")
-        say(f"split peak RSS growth / weight bytes: {s['rss_growth_over_weights']:.4f} "
-            f"(target <= 0.10) {verdict(s['rss_growth_over_weights'], 0.10)}")
-        say(f"every stage over 2 GiB uses external data: {s['external_data_over_2gib']}")
-    if "verify" in figures:
-        ratio = figures["verify"]["peak_rss_bytes"] / weights
-        say(f"verify peak RSS / weight bytes: {ratio:.2f} (target <= 1.5) {verdict(ratio, 1.5)}")
-    if "run" in figures:
-        w, p = figures["run"]["whole"], figures["run"]["pipeline"]
-        for name in ("prefill", "decode"):
-            ratio = p[name]["throughput_rps"] / w[name]["throughput_rps"]
-            say(f"2-stage {name} throughput / whole model: {ratio:.2f}; latency "
-                f"{p[name]['latency_seconds'] / w[name]['latency_seconds']:.2f}x")
-    if "memory" in figures and figures["memory"]["rows"]:
-        rows = figures["memory"]["rows"]
-        for key, label in (("measured_bytes", "arena on"), ("measured_no_arena_bytes", "arena off")):
-            ratios = [r["predicted_bytes"] / r[key] for r in rows]
-            say(f"predicted/measured memory over {len(rows)} stages ({label}): worst low "
-                f"{min(ratios):.3f}, worst high {max(ratios):.3f} (goal 0.9 <= and 0.8..1.2)")
+    for line in targets(figures, weights):
+        say(line)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
     shutil.rmtree(split_dir, ignore_errors=True)

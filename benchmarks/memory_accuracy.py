@@ -33,6 +33,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -58,6 +59,15 @@ from onnx_ir_multidevice.runtime.verification import make_inputs
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"
 OUT = ROOT / "docs" / "_static" / "memory_accuracy.json"
+
+
+def _small_llama():
+    from onnx_ir_multidevice.testing import llama
+
+    return llama.LlamaConfig(layers=4, hidden=512, intermediate=1408, heads=8, kv_heads=2,
+                             vocab=8000, max_positions=512, kv_cache=True)  # fmt: skip
+
+
 LLM_DIMS = {"batch": 1, "seq": 128, "past_seq": 1, "total_seq": 129}
 """Planning dims of the 1.1B decoder: a 128-token prefill after one cached token."""
 
@@ -106,6 +116,8 @@ def stage_row(name, shards, relaxed, k, stage, measured_on, measured_off, dims, 
         "io_bytes": stage.io_bytes,
         "prepack_bytes": stage.prepack_bytes,
         "runtime_bytes": stage.runtime_bytes,
+        "mapped_bytes": stage.mapped_bytes,
+        "workspace_bytes": stage.workspace_bytes,
         "unknown": list(stage.unknown),
         "measured_bytes": measured_on.peak_bytes,
         "measured_no_arena_bytes": measured_off.peak_bytes,
@@ -129,7 +141,9 @@ def measure_model(name, path, dims, shard_counts, scratch, log):
     for shards in shard_counts:
         plans, error = plans_for(model, shards, dims)
         if not plans:
-            skipped.append({"model": name, "shards": shards, "step": "plan", "reason": _short(error)})
+            skipped.append(
+                {"model": name, "shards": shards, "step": "plan", "reason": _short(error)}
+            )
         for result, relaxed in plans:
             rows += measure_plan(name, model, inputs, result, relaxed, dims, scratch, log, skipped)
     return rows, skipped
@@ -145,7 +159,12 @@ def measure_plan(name, model, inputs, result, relaxed, dims, scratch, log, skipp
         try:
             save_split(model, folder, shards, metadata=result.metadata, force=True)
             ops = [
-                [n.op_type for n in onnx.load(folder / f"stage_{k}.onnx", load_external_data=False).graph.node]
+                [
+                    n.op_type
+                    for n in onnx.load(
+                        folder / f"stage_{k}.onnx", load_external_data=False
+                    ).graph.node
+                ]
                 for k in range(shards)
             ]
             on = measure_stages(folder, inputs, arena=True)
@@ -160,15 +179,46 @@ def measure_plan(name, model, inputs, result, relaxed, dims, scratch, log, skipp
         for k, stage in enumerate(found.memory):
             row = stage_row(name, shards, relaxed, k, stage, on[k], off[k], dims, ops[k])
             i, j = found.segments[k]
-            row["planned_nodes"] = int(result.memory._prefix_nodes[j] - result.memory._prefix_nodes[i])
+            memory = result.memory
+            nodes = memory.analysis.order[memory.starts[i] : memory.ends[j - 1]]
+            row["planned_nodes"] = len(nodes)
+            row["outputs_bytes"] = sum(
+                memory.sizes.nbytes(v) or 0 for node in nodes for v in node.outputs
+            )
             rows.append(row)
+            kind = " relaxed" if relaxed else ""
             log(
-                f"{name:28} {shards} shards{' relaxed' if relaxed else ''} stage {k}: predicted {row['predicted_bytes'] / MIB:9.1f}"
-                f" MiB, measured {row['measured_bytes'] / MIB:9.1f} MiB (arena off "
+                f"{name:28} {shards} shards{kind} stage {k}: predicted "
+                f"{row['predicted_bytes'] / MIB:9.1f} MiB, measured "
+                f"{row['measured_bytes'] / MIB:9.1f} MiB (arena off "
                 f"{row['measured_no_arena_bytes'] / MIB:9.1f}), ratio "
                 f"{row['predicted_bytes'] / max(row['measured_bytes'], 1):.2f}"
             )
     return rows
+
+
+def zoo_models(scratch: str):
+    """Generated models of a few MiB to tens of MiB (the corpus models are all small)."""
+    from onnx_ir_multidevice import zoo
+    from onnx_ir_multidevice.testing import llama
+
+    built = {
+        "zoo_resnet": (zoo.resnet(depth_blocks=6, channels=64, image=64), {}),
+        "zoo_bert": (zoo.bert(layers=4, hidden=256, heads=4, seq=128, vocab=8000), {}),
+        "zoo_gpt": (zoo.gpt(layers=4, hidden=256, seq=256, vocab=8000), {}),
+        "zoo_vit": (zoo.vit(layers=4, hidden=192, patch=8, image=64), {}),
+    }
+    for name, (model, dims) in built.items():
+        path = Path(scratch) / f"{name}.onnx"
+        ir.save(model, path)
+        yield name, path, dims
+    configs = {
+        "llama_tiny_kv": (dataclasses.replace(llama.TINY, kv_cache=True), {"seq": 16}),
+        "llama_small_kv": (_small_llama(), {"seq": 128}),
+    }
+    for name, (config, dims) in configs.items():
+        path = llama.write_llama(Path(scratch) / f"{name}.onnx", config)
+        yield name, path, {"batch": 1, "past_seq": 1, "total_seq": dims["seq"] + 1, **dims}
 
 
 def corpus_models(names):
@@ -227,6 +277,7 @@ def main() -> None:
     parser.add_argument("--shards", default="2,3,4")
     parser.add_argument("--llm", help="also measure this Llama model (e.g. tinyllama-1.1b-kv)")
     parser.add_argument("--no-corpus", action="store_true")
+    parser.add_argument("--zoo", action="store_true", help="also generated zoo and Llama models")
     parser.add_argument("--scratch", help="folder for stage files (default: a temporary one)")
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--derive", action="store_true", help="re-derive the runtime constants")
@@ -239,6 +290,8 @@ def main() -> None:
         counts = [int(n) for n in args.shards.split(",")]
         names = set(args.models.split(",")) if args.models else None
         models = [] if args.no_corpus else list(corpus_models(names))
+        if args.zoo:
+            models += list(zoo_models(scratch))
         if args.llm:
             models.append((Path(args.llm).stem, Path(args.llm), dict(LLM_DIMS)))
         rows, skipped = [], []
@@ -281,4 +334,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-

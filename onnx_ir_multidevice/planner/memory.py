@@ -28,13 +28,19 @@ predicted resident memory is :attr:`StageMemory.resident_bytes`:
   needs the larger of the pre-packing copy and its activations plus buffers;
 * *memory-mapped tables*: onnxruntime maps a model's external data file into memory and
   leaves a weight there unless a kernel pre-packs it; a table read only by ``Gather``
-  (an embedding) becomes resident only where rows are read, a page per row at most, at the
-  planning dims (:attr:`StageMemory.mapped_bytes`, subtracted).
+  (an embedding) becomes resident only around the rows read at the planning dims (up to
+  2 MiB per row: the kernel maps the page-cache folio around a fault), the rest stays on disk
+  (:attr:`StageMemory.mapped_bytes`, subtracted);
+* *convolution workspace*: onnxruntime runs a CPU convolution in a blocked channel layout
+  (NCHWc) or through a working buffer, so while the largest convolution of a stage runs, a
+  copy of its input and output exists besides the activations
+  (:attr:`StageMemory.workspace_bytes`).
 
 The ``.omny`` shard memory (:attr:`StageMemory.total_bytes`) leaves these out, as the spec
-does: they are what the headroom is for. The device must also keep *headroom* for the runtime (arena, kernels' workspace):
-:attr:`StageMemory.required_bytes` is ``total / (1 - headroom)``, so a 1200 MiB stage with
-the default 20 % needs a 1500 MiB device (the ``.omny`` spec's 1.2 GB shard / 1.5 GB VRAM).
+does: they are what the headroom is for. The device must also keep *headroom* for the runtime
+(arena, kernels' workspace): :attr:`StageMemory.required_bytes` is ``total / (1 - headroom)``,
+so a 1200 MiB stage with the default 20 % needs a 1500 MiB device (the ``.omny`` spec's
+1.2 GB shard / 1.5 GB VRAM).
 
 A size that is not known at the planning dims is left out of the sums and *named* in
 :attr:`StageMemory.unknown`; the totals are then lower bounds. MiB figures are rounded up.
@@ -74,7 +80,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
-from onnx_ir_multidevice.analysis.ops import PREPACKED_WEIGHT_INPUTS
+from onnx_ir_multidevice.analysis.ops import CONV_OPS, PREPACKED_WEIGHT_INPUTS
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.graph.index import node_subgraphs
 from onnx_ir_multidevice.planner.flops import node_flops
@@ -87,17 +93,22 @@ DEFAULT_HEADROOM = 0.2
 
 RUNTIME_OVERHEAD_BYTES = 11 * MIB
 """Resident memory an onnxruntime CPU session of a model with no weight adds to a process,
-created and run once: 10.7 MiB measured with onnxruntime 1.32 on Linux x86-64 (median of 5
-child processes, arena on or off alike), of which about 8.5 MiB are code pages of the library
-the session touches. Re-derive it with ``python benchmarks/memory_accuracy.py --derive``."""
+created and run once: 10.8 to 10.9 MiB measured for a one-``Add`` model with onnxruntime 1.32
+on Linux x86-64 (median of 5 child processes, arena on or off), of which about 8.5 MiB are
+code pages of the library that the session touches; 11.1 MiB fitted over the corpus stages.
+Re-derive it with ``python benchmarks/memory_accuracy.py --derive``."""
 
-_PAGE_BYTES = 4096
-"""Memory page size: what reading one row of a memory-mapped table makes resident at least."""
+_ROW_RESIDENT_BYTES = 2 * MIB
+"""What reading one row of a memory-mapped table may make resident: the kernel maps the
+page-cache folio around the faulting page, up to 2 MiB (a PMD) with large folios (Linux 6.x,
+ext4). Measured between 64 KiB (pages written by ``save_split``) and 1.5 MiB (pages written
+by buffered writes) per row on Linux 6.18; the bound is taken, so as never to under-predict."""
 
-RUNTIME_NODE_BYTES = 16 * 1024
+RUNTIME_NODE_BYTES = 40 * 1024
 """Resident memory onnxruntime adds per node of a stage (its kernel, the execution plan, the
-code of op types not run yet), fitted on the stages of the corpus
-(``benchmarks/memory_accuracy.py``)."""
+code of op types not run before): 31 to 35 KiB fitted by least squares over the corpus stages
+whose sizes are all known (``benchmarks/memory_accuracy.py``), rounded up so that no stage is
+under-predicted by more than 10 %."""
 
 
 def to_mib(nbytes: int) -> int:
@@ -150,11 +161,16 @@ class StageMemory:
 
     runtime_bytes: int = 0
     """What onnxruntime holds on top of :attr:`total_bytes`: its fixed cost per session and
-    per node, and the pre-packing copy where it exceeds the activations and buffers."""
+    per node, and the larger of the convolution workspace and the pre-packing copy's excess
+    over the activations and buffers."""
 
     mapped_bytes: int = 0
     """Weight bytes onnxruntime leaves untouched in the memory-mapped external data file:
     the rows of ``Gather``-only tables that are not read at the planning dims."""
+
+    workspace_bytes: int = 0
+    """Largest input plus output of a convolution of the stage: the copies onnxruntime's
+    CPU convolutions make while they run (part of :attr:`runtime_bytes`)."""
 
     @property
     def total_bytes(self) -> int:
@@ -163,9 +179,12 @@ class StageMemory:
 
     @property
     def resident_bytes(self) -> int:
-        """Predicted resident memory of the stage's onnxruntime CPU session (weights in an
-        external data file, as :func:`~onnx_ir_multidevice.save_split` writes them), created
-        and run once: :attr:`total_bytes` + :attr:`runtime_bytes` - :attr:`mapped_bytes`."""
+        """Predicted resident memory of the stage's onnxruntime CPU session, created and run once.
+
+        That is :attr:`total_bytes` + :attr:`runtime_bytes` - :attr:`mapped_bytes`, for a
+        stage whose weights are in an external data file, as
+        :func:`~onnx_ir_multidevice.save_split` writes them.
+        """
         return self.total_bytes + self.runtime_bytes - self.mapped_bytes
 
     @property
@@ -292,6 +311,7 @@ class MemoryModel:
         self._prefix_flops = np.concatenate([[0], np.cumsum(self._flops)])
         self._peak_table = _SparseMax(self._peak)
         self._prepack_table = _SparseMax(self._count_prepacked())
+        self._workspace_table = _SparseMax(self._count_workspace())
         self._prefix_mapped = np.concatenate([[0], np.cumsum(self._count_mapped())])
         self._prefix_nodes = np.concatenate(
             [[0], np.cumsum(np.asarray(self.ends) - np.asarray(self.starts))]
@@ -438,9 +458,11 @@ class MemoryModel:
             self._peak[nonempty] = np.maximum.reduceat(live, starts[nonempty])
 
     def _count_prepacked(self) -> np.ndarray:
-        """Largest pre-packed weight of each segment: a weight, or a value computed from
-        weights only (a transposed weight), read at a
-        :data:`~onnx_ir_multidevice.analysis.ops.PREPACKED_WEIGHT_INPUTS` input."""
+        """Largest pre-packed weight of each segment.
+
+        That is a weight, or a value computed from weights only (a transposed weight), read at
+        a :data:`~onnx_ir_multidevice.analysis.ops.PREPACKED_WEIGHT_INPUTS` input.
+        """
         prepack = np.zeros(self.num_segments, dtype=np.int64)
         analysis = self.analysis
         initializers = set(analysis.graph.initializers.values())
@@ -455,8 +477,7 @@ class MemoryModel:
                 return False  # an activation
             if producer not in from_weights:
                 from_weights[producer] = all(
-                    v in initializers or v.const_value is not None
-                    for v in _cone_sources(producer)
+                    v in initializers or v.const_value is not None for v in _cone_sources(producer)
                 )
             return from_weights[producer]
 
@@ -475,12 +496,26 @@ class MemoryModel:
                     prepack[s] = n
         return prepack
 
+    def _count_workspace(self) -> np.ndarray:
+        """Largest input plus output of a convolution (:data:`CONV_OPS`) of each segment."""
+        workspace = np.zeros(self.num_segments, dtype=np.int64)
+        segment_of = self._segment_of
+        for position, node in enumerate(self.analysis.order):
+            if node.op_type not in CONV_OPS or not node.inputs or node.inputs[0] is None:
+                continue
+            sizes = [self._nbytes(node.inputs[0]), self._nbytes(node.outputs[0])]
+            if None in sizes:
+                continue
+            s = int(segment_of[position])
+            workspace[s] = max(workspace[s], sum(sizes))  # type: ignore[arg-type]
+        return workspace
+
     def _count_mapped(self) -> np.ndarray:
         """Untouched bytes of each segment's ``Gather``-only tables (see the module docstring).
 
         A table counts when every reader is a ``Gather`` on axis 0 taking it as data, all in
         one segment; the rows read are the index elements at the planning dims, each
-        touching at least one page (:data:`_PAGE_BYTES`).
+        making up to :data:`_ROW_RESIDENT_BYTES` resident.
         """
         mapped = np.zeros(self.num_segments, dtype=np.int64)
         analysis = self.analysis
@@ -500,7 +535,7 @@ class MemoryModel:
                 if rows is None or node not in position:
                     break
                 row_bytes = tensor.nbytes // shape[0]
-                touched += math.prod(rows) * max(row_bytes, _PAGE_BYTES)
+                touched += math.prod(rows) * max(row_bytes, _ROW_RESIDENT_BYTES)
                 segments.add(int(self._segment_of[position[node]]))
             else:
                 if len(segments) == 1:
@@ -572,8 +607,9 @@ class MemoryModel:
         activations = int(self._peak_table.query(a, b)[0])
         prepack = int(self._prepack_table.query(a, b)[0])
         nodes = int(self._prefix_nodes[j] - self._prefix_nodes[i])
+        workspace = int(self._workspace_table.query(a, b)[0])
         runtime = self.runtime_bytes + nodes * self.node_bytes
-        runtime += max(0, prepack - activations - io)
+        runtime += max(workspace, prepack - activations - io)
         mapped = int(self._prefix_mapped[j] - self._prefix_mapped[i])
         return StageMemory(
             weights_bytes=weights,
@@ -584,6 +620,7 @@ class MemoryModel:
             prepack_bytes=prepack,
             runtime_bytes=runtime,
             mapped_bytes=mapped,
+            workspace_bytes=workspace,
         )
 
     def whole(self) -> StageMemory:
