@@ -17,11 +17,8 @@ __all__ = [
     "GEMM_OPS",
     "MATMUL_OPS",
     "OTHER_HEAVY_OPS",
-    "PREPACKED_WEIGHT_INPUTS",
     "RECURRENT_OPS",
 ]
-
-from collections.abc import Mapping
 
 MATMUL_OPS: frozenset[str] = frozenset(
     {
@@ -68,19 +65,3 @@ OTHER_HEAVY_OPS: frozenset[str] = frozenset(
 )
 """Other ops that do model computation: transposed convolution, ``Einsum``, quantised
 embedding lookups, mixtures of experts."""
-
-PREPACKED_WEIGHT_INPUTS: Mapping[str, tuple[int, ...]] = {
-    **dict.fromkeys(("MatMul", "FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat"), (1,)),
-    **dict.fromkeys(("DynamicQuantizeMatMul", "MatMulNBits", "MatMulBnb4"), (1,)),
-    "QLinearMatMul": (3,),
-    **dict.fromkeys(("Gemm", "FusedGemm"), (1,)),
-    "QGemm": (3,),
-    **dict.fromkeys(("Conv", "FusedConv", "ConvInteger", "ConvTranspose"), (1,)),
-    "QLinearConv": (3,),
-    **dict.fromkeys(RECURRENT_OPS, (1, 2)),
-    **dict.fromkeys(("Attention", "QAttention"), (1,)),
-}
-"""Inputs that onnxruntime's CPU kernels *pre-pack* when they are constant: while the session
-is created, the kernel copies the weight into its own layout (MLAS packed GEMM panels,
-reordered convolution filters), then the original is released. Keyed by op type (any domain),
-the indices of the weight inputs."""

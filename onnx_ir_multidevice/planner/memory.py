@@ -22,8 +22,8 @@ predicted resident memory is :attr:`StageMemory.resident_bytes`:
   :data:`RUNTIME_NODE_BYTES` per node (kernel objects, execution plan);
 * *pre-packing*: while a session is created, onnxruntime's CPU kernels copy each constant
   weight of a MatMul, Gemm, Conv or recurrent layer into their own layout
-  (:data:`~onnx_ir_multidevice.analysis.ops.PREPACKED_WEIGHT_INPUTS`) and release the
-  original, so the largest such weight is held twice for a moment
+  (:data:`PREPACKED_WEIGHT_INPUTS`) and release the original, so the largest such weight is
+  held twice for a moment
   (:attr:`StageMemory.prepack_bytes`). No activation exists yet at that time: the stage
   needs the larger of the pre-packing copy and its activations plus buffers;
 * *memory-mapped tables*: onnxruntime maps a model's external data file into memory and
@@ -60,6 +60,7 @@ from __future__ import annotations
 __all__ = [
     "DEFAULT_HEADROOM",
     "MIB",
+    "PREPACKED_WEIGHT_INPUTS",
     "RUNTIME_NODE_BYTES",
     "RUNTIME_OVERHEAD_BYTES",
     "MemoryModel",
@@ -73,14 +74,14 @@ __all__ = [
 import bisect
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
-from onnx_ir_multidevice.analysis.ops import CONV_OPS, PREPACKED_WEIGHT_INPUTS
+from onnx_ir_multidevice.analysis.ops import CONV_OPS, RECURRENT_OPS
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.graph.index import node_subgraphs
 from onnx_ir_multidevice.planner.flops import node_flops
@@ -91,6 +92,22 @@ MIB = 1 << 20
 DEFAULT_HEADROOM = 0.2
 """Share of a device's memory kept for the runtime (20 %, the spec's lower bound)."""
 
+PREPACKED_WEIGHT_INPUTS: Mapping[str, tuple[int, ...]] = {
+    **dict.fromkeys(("MatMul", "FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat"), (1,)),
+    **dict.fromkeys(("DynamicQuantizeMatMul", "MatMulNBits", "MatMulBnb4"), (1,)),
+    "QLinearMatMul": (3,),
+    **dict.fromkeys(("Gemm", "FusedGemm"), (1,)),
+    "QGemm": (3,),
+    **dict.fromkeys(("Conv", "FusedConv", "ConvInteger", "ConvTranspose"), (1,)),
+    "QLinearConv": (3,),
+    **dict.fromkeys(RECURRENT_OPS, (1, 2)),
+    **dict.fromkeys(("Attention", "QAttention"), (1,)),
+}
+"""Inputs that onnxruntime's CPU kernels *pre-pack* when they are constant: while the session
+is created, the kernel copies the weight into its own layout (MLAS packed GEMM panels,
+reordered convolution filters), then the original is released. Keyed by op type (any
+domain), the indices of the weight inputs."""
+
 RUNTIME_OVERHEAD_BYTES = 11 * MIB
 """Resident memory an onnxruntime CPU session of a model with no weight adds to a process,
 created and run once: 10.8 to 10.9 MiB measured for a one-``Add`` model with onnxruntime 1.32
@@ -99,10 +116,12 @@ code pages of the library that the session touches; 11.1 MiB fitted over the cor
 Re-derive it with ``python benchmarks/memory_accuracy.py --derive``."""
 
 _ROW_RESIDENT_BYTES = 2 * MIB
-"""What reading one row of a memory-mapped table may make resident: the kernel maps the
-page-cache folio around the faulting page, up to 2 MiB (a PMD) with large folios (Linux 6.x,
-ext4). Measured between 64 KiB (pages written by ``save_split``) and 1.5 MiB (pages written
-by buffered writes) per row on Linux 6.18; the bound is taken, so as never to under-predict."""
+"""What reading one row of a memory-mapped table may make resident, at most: the kernel maps
+the page-cache folio around a faulting page, up to 2 MiB (a PMD) with large folios (Linux 6.x,
+ext4). Measured on Linux 6.18: 1.5 MiB per row for a data file still in the page cache from
+buffered writes (``save_split`` of an in-memory model), 64 KiB (``fault_around_bytes``) for
+one written by ``save_split`` from external data or read cold. The bound is taken, so as never
+to under-predict."""
 
 RUNTIME_NODE_BYTES = 40 * 1024
 """Resident memory onnxruntime adds per node of a stage (its kernel, the execution plan, the
@@ -461,7 +480,7 @@ class MemoryModel:
         """Largest pre-packed weight of each segment.
 
         That is a weight, or a value computed from weights only (a transposed weight), read at
-        a :data:`~onnx_ir_multidevice.analysis.ops.PREPACKED_WEIGHT_INPUTS` input.
+        a :data:`PREPACKED_WEIGHT_INPUTS` input.
         """
         prepack = np.zeros(self.num_segments, dtype=np.int64)
         analysis = self.analysis
