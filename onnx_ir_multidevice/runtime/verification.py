@@ -13,7 +13,7 @@ outputs are dropped. The peak is therefore the largest of one session (the whole
 the kept tensors, never the whole model and its stages together. Stage models share the
 weights of the input model (no copy); weights in external data stay on disk until onnxruntime
 reads them. Measured on a 1.1-billion-parameter decoder (4.4 GB of weights, 2 stages): peak
-resident memory 1.0x the weight bytes (``benchmarks/llm.py``).
+resident memory 1.03x the weight bytes (``benchmarks/llm.py``).
 """
 
 from __future__ import annotations
