@@ -44,6 +44,12 @@ from google.protobuf.message import DecodeError
 from onnx_ir_multidevice._errors import OmnyIOError
 from onnx_ir_multidevice._proto.convert import from_proto, to_proto
 from onnx_ir_multidevice._util import gc_paused
+from onnx_ir_multidevice.omny.container import (
+    CONTAINER_META_KEY,
+    Container,
+    detect,
+    parse_container,
+)
 
 #: Initializers at least this large (in total) force external data: protobuf's 2 GiB limit.
 EXTERNAL_DATA_TOTAL_BYTES = 2**31
@@ -80,6 +86,11 @@ def load(path: str | os.PathLike) -> ir.Model:
     External data files are resolved relative to the model's folder and read lazily; a
     missing one is reported here rather than at first use.
 
+    An ``.omny`` v2 container (``OMNY`` magic) is read too: its embedded model is loaded, and
+    the container is kept in ``model.meta[CONTAINER_META_KEY]`` (see
+    :mod:`~onnx_ir_multidevice.omny.container`) for
+    :func:`~onnx_ir_multidevice.save_container`.
+
     Args:
         path: The model file.
 
@@ -90,6 +101,8 @@ def load(path: str | os.PathLike) -> ir.Model:
     Raises:
         OmnyIOError: The file is missing, a directory, unreadable, not an ONNX protobuf, or
             references an external data file that does not exist.
+        OmnyContainerError: A v2 container's header, manifest or embedded model is malformed
+            (the error names the field and the numbers).
         OmnyFormatError: The multi-device annotations cannot be represented (see
             :func:`onnx_ir_multidevice.from_proto`).
         TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
@@ -102,6 +115,9 @@ def load(path: str | os.PathLike) -> ir.Model:
         raise OmnyIOError(
             f"{path}: cannot be read ({error.strerror}); check permissions"
         ) from error
+    container = _v2_container(path, data)
+    if container is not None:
+        data = container.model_bytes
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
@@ -119,10 +135,19 @@ def load(path: str | os.PathLike) -> ir.Model:
     with gc_paused():
         model = from_proto(proto)
     del proto
+    if container is not None:
+        model.meta[CONTAINER_META_KEY] = container
     base_dir = str(path.parent)
     ir.external_data.set_base_dir(model.graph, base_dir)
     _check_external_files(model, path)
     return model
+
+
+def _v2_container(path: Path, data: bytes) -> Container | None:
+    """The ``.omny`` v2 container ``data`` is (told by its magic), or ``None`` for a v1 file."""
+    if detect(data) != "v2":
+        return None
+    return parse_container(data, source=str(path))
 
 
 def _external_tensors(graphs: Sequence[ir.Graph]) -> Iterator[tuple[ir.Value, ir.ExternalTensor]]:
