@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from onnx_ir_multidevice._cli import (
@@ -81,7 +82,13 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice._proto.files import load, save
     from onnx_ir_multidevice.planner.devices import parse_dims, parse_memory_sizes
     from onnx_ir_multidevice.planner.options import PlanOptions
-    from onnx_ir_multidevice.planner.planning import describe, plan_model
+    from onnx_ir_multidevice.analysis.shapes import unknown_dim_names
+    from onnx_ir_multidevice.planner.planning import (
+        describe,
+        plan_model,
+        unknown_dims_message,
+        unknown_sizes_message,
+    )
 
     try:  # every bad option is a usage error (exit 2), found before the model is read
         options = PlanOptions(
@@ -106,12 +113,20 @@ def run(args: argparse.Namespace) -> int:
 
     progress(f"loading {args.input}")
     model = load(args.input)
+    unknown = unknown_dim_names(model.graph, options.dims or {})
+    if unknown:
+        error(f"{args.input}: {unknown_dims_message(model.graph, unknown, flag='--dim')}")
+        return EXIT_USAGE
     try:
-        result = plan_model(model, options, progress=progress)
+        with warnings.catch_warnings():  # said once below, in command-line words
+            warnings.simplefilter("ignore")
+            result = plan_model(model, options, progress=progress)
     except PlanError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
-    for caveat in result.warnings:
+    for caveat in unknown_sizes_message(
+        result.unbound_dims, result.unknown_values, flag="--dim"
+    ):
         print(f"omny plan: warning: {caveat}", file=sys.stderr)
     omny.write(model, result.metadata)
     progress(f"writing {args.output}")

@@ -58,9 +58,11 @@ __all__ = [
     "DEFAULT_SEQUENCE",
     "ValueShapes",
     "batch_symbols",
+    "evaluate_dims",
     "example_dims",
     "input_symbols",
     "normalize_dims",
+    "synthetic_name",
     "unknown_dim_names",
 ]
 

@@ -299,9 +299,11 @@ class MemoryModel:
                     segments.add(segment)
         for item, segments in item_segments.items():
             is_weight = item in initializers or classes.get(item) is not TensorClass.FORWARDED
-            if item.producer() is not None:
+            producer = item.producer()
+            if producer is not None and producer in memo:
                 # A replicable node output: a weight when constant-derived, else a buffer.
-                is_weight = not memo[item.producer()][1]  # type: ignore[index]
+                is_weight = not memo[producer][1]
+            # (A Constant inside an If/Loop body is produced by no main-graph node: a weight.)
             kinds[item] = is_weight
             n = self._nbytes(item)
             if n is None:
