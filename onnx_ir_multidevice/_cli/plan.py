@@ -64,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--relaxed", action="store_true", help="also cut where small side activations cross"
     )
     parser.add_argument(
+        "--static",
+        action="store_true",
+        help="pin every symbolic dim in the written model (at the --dim values, else example "
+        "values) so that every cut has a fixed shape",
+    )
+    parser.add_argument(
         "--headroom",
         type=float,
         default=0.2,
@@ -80,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice import omny
     from onnx_ir_multidevice._proto.files import load, save
+    from onnx_ir_multidevice.analysis.shapes import unknown_dim_names
     from onnx_ir_multidevice.planner.devices import parse_dims, parse_memory_sizes
     from onnx_ir_multidevice.planner.options import PlanOptions
-    from onnx_ir_multidevice.analysis.shapes import unknown_dim_names
     from onnx_ir_multidevice.planner.planning import (
         describe,
         plan_model,
@@ -97,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             max_shard_size_mb=args.max_shard_mb,
             dims=parse_dims(args.dim),
             relaxed=args.relaxed,
+            static=args.static,
             headroom=args.headroom,
             name=args.name or args.input.stem,
             assign_names=True,
@@ -124,9 +131,7 @@ def run(args: argparse.Namespace) -> int:
     except PlanError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
-    for caveat in unknown_sizes_message(
-        result.unbound_dims, result.unknown_values, flag="--dim"
-    ):
+    for caveat in unknown_sizes_message(result.unbound_dims, result.unknown_values, flag="--dim"):
         print(f"omny plan: warning: {caveat}", file=sys.stderr)
     omny.write(model, result.metadata)
     progress(f"writing {args.output}")

@@ -375,8 +375,11 @@ class _Finder:
             return result
 
     def estimate(self, value: ir.Value) -> int | None:
-        """Bytes at the probe dims (unbound dims at example values): what the side limit of
-        a relaxed cut is judged by, so that finding cuts never depends on a dim being bound."""
+        """Bytes at the probe dims (unbound dims at example values).
+
+        What the side limit of a relaxed cut is judged by, so that finding cuts never depends
+        on a dim being bound.
+        """
         try:
             return self._estimates[value]
         except KeyError:
@@ -654,43 +657,27 @@ class _Finder:
 def narrowest_crossing(
     analysis: CutAnalysis,
 ) -> tuple[ir.Node, tuple[ir.Value, ...]] | None:
-    """Where the fewest activations cross between two nodes of the planning order.
+    """Where the fewest activations cross, for a model with too few cuts.
 
-    Explains a model with too few cuts: at every position of :attr:`CutAnalysis.order` more
-    than one activation (or none) crosses. Returns the node after which the fewest (at least
-    one) cross and those activations, in production order; ``None`` when the order has
-    fewer than two nodes (nothing to cut between).
+    Looks for relaxed cuts with no limit on their side activations (by the definition of the
+    module docstring) and returns the one with the fewest: the node it comes after and the
+    activations that cross there (the cut tensor first). ``None`` when even that finds
+    nothing (the graph has fewer than two nodes that compute, say).
 
     .. versionadded:: 0.1
     """
-    order = analysis.order
-    if len(order) < 2:
-        return None
-    position = {node: i for i, node in enumerate(order)}
-    uses = analysis.uses
-    last: dict[ir.Value, int] = {}
-    for i, node in enumerate(order):
-        for value in uses[node]:
-            producer = value.producer()
-            if producer is not None and producer in position and position[producer] < i:
-                last[value] = i
-    delta = [0] * (len(order) + 1)
-    for value, end in last.items():
-        delta[position[value.producer()] + 1] += 1  # type: ignore[index]
-        delta[end + 1] -= 1
-    best, best_count, live = None, None, 0
-    for b in range(1, len(order)):
-        live += delta[b]
-        if live >= 1 and (best_count is None or live < best_count):
-            best, best_count = b, live
-    if best is None:
-        return None
-    crossing = tuple(
-        value
-        for value, end in last.items()
-        if position[value.producer()] < best <= end  # type: ignore[index]
+    wide = analyse_cut_points(
+        analysis.graph,
+        relaxed=True,
+        side_limit_bytes=1 << 62,
+        sizes=analysis.sizes,
+        classes=analysis.classes,
+        index=analysis.index,
     )
-    return order[best - 1], crossing
+    if not wide.candidates:
+        return None
+    best = min(wide.candidates, key=lambda cut: (len(cut.side), cut.position))
+    return best.node, (best.value, *best.side)
 
 
 def _position_key(cut: CutCandidate) -> tuple[int, int]:

@@ -148,7 +148,9 @@ def _signature(graph: ir.Graph) -> dict[str, tuple[Dim, ...] | None]:
     """Normalized dims of each graph input a caller feeds (initializers left out)."""
     initializers = graph.initializers
     return {
-        value.name or "": None if value.shape is None else normalize_dims(value.name or "", value.shape)
+        value.name or "": None
+        if value.shape is None
+        else normalize_dims(value.name or "", value.shape)
         for value in graph.inputs
         if value.name not in initializers
     }
@@ -259,9 +261,7 @@ def example_dims(
     symbols = input_symbols(signature)
     result = dict(dims or {})
     batches = set(batch_symbols(signature))
-    has_cache = any(
-        any(word in symbol.lower() for word in _PAST_WORDS) for symbol in symbols
-    )
+    has_cache = any(any(word in symbol.lower() for word in _PAST_WORDS) for symbol in symbols)
     new_tokens = 1 if has_cache else DEFAULT_SEQUENCE
     for symbol, places in symbols.items():
         if symbol in result:
@@ -352,6 +352,59 @@ def _stated(value: ir.Value, symbols: Mapping[str, Any]) -> _Stated | None:
         dims.append(parsed)
         names |= parsed.names
     return _Stated(tuple(dims), frozenset(names))
+
+
+def _from_bodies(
+    value: ir.Value, rank_of: Callable[[ir.Value], int | None]
+) -> tuple[ir.DataType | None, tuple[int | None, ...]] | None:
+    """Dtype and dims of an ``If``/``Loop``/``Scan`` output from what its bodies state.
+
+    ONNX inference gives up on an ``If`` whose branches it cannot infer; their stated output
+    types still tell the rank (when the branches agree) and the static dims they share. A
+    ``Loop``'s loop-carried outputs are its body's outputs ``1..N`` (a ``Scan``'s state
+    outputs, ``0..N-1``); a scan output has one more (leading, dynamic) dim.
+    """
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return None
+    index = value.index()
+    if index is None:
+        return None
+    if node.op_type == "If":
+        branches = [node.attributes.get(k) for k in ("then_branch", "else_branch")]
+        outputs = [b.value.outputs[index] for b in branches if b is not None]
+        extra = 0
+    elif node.op_type == "Loop":
+        body = node.attributes.get("body")
+        if body is None:
+            return None
+        carried = len(node.inputs) - 2
+        outputs = [body.value.outputs[1 + index]]
+        extra = 0 if index < carried else 1
+    elif node.op_type == "Scan":
+        body = node.attributes.get("body")
+        scans = node.attributes.get("num_scan_inputs")
+        if body is None or scans is None:
+            return None
+        states = len(node.inputs) - scans.as_int()
+        outputs = [body.value.outputs[index]]
+        extra = 0 if index < states else 1
+    else:
+        return None
+    shapes = [o.shape for o in outputs]
+    if node.op_type == "Loop" and extra == 0 and shapes[0] is None:
+        initial = node.inputs[2 + index]  # a loop-carried value keeps its initial rank
+        rank = None if initial is None else rank_of(initial)
+        if rank is not None:
+            return outputs[0].dtype, (None,) * rank
+    if not shapes or any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1:
+        return None
+    dims: list[int | None] = [None] * extra
+    for axis in range(len(shapes[0])):
+        sizes = {s[axis] if isinstance(s[axis], int) and s[axis] >= 0 else None for s in shapes}
+        dims.append(sizes.pop() if len(sizes) == 1 else None)
+    dtypes = {o.dtype for o in outputs} - {None}
+    return (dtypes.pop() if len(dtypes) == 1 else None), tuple(dims)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,6 +506,8 @@ class _LightGraph:
                     tensor = attr.value
                     _set_shape(info, tensor.dtype, tuple(tensor.shape.dims))
                     continue
+            if node.domain == "com.microsoft" and _write_surrogate(g, node, keys):
+                continue
             self.node_position[node] = len(g.node)
             node_proto = g.node.add()
             node_proto.op_type = node.op_type
@@ -460,7 +515,9 @@ class _LightGraph:
                 node_proto.domain = node.domain
             if node.overload:
                 node_proto.overload = node.overload
-            node_proto.input.extend(["" if v is None else keys.get(v, v.name or "") for v in node.inputs])
+            node_proto.input.extend(
+                ["" if v is None else keys.get(v, v.name or "") for v in node.inputs]
+            )
             node_proto.output.extend([keys[v] for v in node.outputs])
             for attr in node.attributes.values():
                 if not attr.is_ref():
@@ -494,9 +551,10 @@ class _LightGraph:
         for _ in range(_MAX_RERUNS):
             if not self.cone:
                 break
-            keys = self.keys
 
-            def after(value: ir.Value, result: _Run = result) -> tuple[int, ...] | None:
+            def after(
+                value: ir.Value, result: _Run = result, keys: Mapping[ir.Value, str] = self.keys
+            ) -> tuple[int, ...] | None:
                 found = before(value)
                 if found is not None:
                     return found
@@ -552,6 +610,86 @@ class _LightGraph:
                     tensor.name, tensor.data_type, list(tensor.dims)
                 )
         return _Run(infos)
+
+
+# onnxruntime's com.microsoft ops have no ONNX schema, so ONNX inference stops at them. For
+# shapes and dtypes only, each is written as the standard op it shapes like:
+# op -> (standard op, which inputs, which attributes to keep).
+_SURROGATES: dict[str, tuple[str, Callable[[int], Sequence[int]], tuple[str, ...]]] = {
+    "QLinearAdd": ("Add", lambda n: (0, 3), ()),
+    "QLinearMul": ("Mul", lambda n: (0, 3), ()),
+    "QLinearSigmoid": ("Identity", lambda n: (0,), ()),
+    "QLinearLeakyRelu": ("Identity", lambda n: (0,), ()),
+    "QLinearSoftmax": ("Identity", lambda n: (0,), ()),
+    "QLinearGlobalAveragePool": ("GlobalAveragePool", lambda n: (0,), ()),
+    "QLinearAveragePool": (
+        "AveragePool",
+        lambda n: (0,),
+        ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"),
+    ),
+    "QLinearConcat": ("Concat", lambda n: range(2, n, 3), ("axis",)),
+    "QLinearConv": (
+        "QLinearConv",
+        range,
+        ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
+    ),
+    "FusedConv": (
+        "Conv",
+        lambda n: range(min(n, 3)),
+        ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
+    ),
+    "QGemm": ("Gemm", lambda n: (0, 3), ("transA", "transB")),
+    "MatMulIntegerToFloat": ("MatMul", lambda n: (0, 1), ()),
+    "DynamicQuantizeMatMul": ("MatMul", lambda n: (0, 1), ()),
+    "Gelu": ("Identity", lambda n: (0,), ()),
+    "FastGelu": ("Identity", lambda n: (0,), ()),
+    "BiasGelu": ("Identity", lambda n: (0,), ()),
+    "QuickGelu": ("Identity", lambda n: (0,), ()),
+    "SkipLayerNormalization": ("Identity", lambda n: (0,), ()),
+}
+
+
+def _surrogate_dtype(node: ir.Node) -> ir.DataType | None:
+    """The output dtype of a surrogate whose standard op would give another one."""
+    op = node.op_type
+    if op == "QGemm":  # quantized output when y_scale is given, typed by y_zero_point
+        if len(node.inputs) > 8 and node.inputs[8] is not None:
+            return node.inputs[8].dtype or ir.DataType.UINT8
+        return ir.DataType.UINT8 if len(node.inputs) > 7 and node.inputs[7] else ir.DataType.FLOAT
+    if op == "MatMulIntegerToFloat":
+        scale = node.inputs[2] if len(node.inputs) > 2 else None
+        return (scale.dtype if scale is not None else None) or ir.DataType.FLOAT
+    return None
+
+
+def _write_surrogate(g: onnx.GraphProto, node: ir.Node, keys: Mapping[ir.Value, str]) -> bool:
+    """Write ``node`` (com.microsoft) as the standard op it shapes like; ``False`` if none."""
+    found = _SURROGATES.get(node.op_type)
+    if found is None or not node.outputs or node.attributes.get("channels_last"):
+        return False
+    op_type, slots, kept = found
+    inputs = node.inputs
+    names = []
+    for slot in slots(len(inputs)):
+        value = inputs[slot] if slot < len(inputs) else None
+        names.append("" if value is None else keys.get(value, value.name or ""))
+    output = keys[node.outputs[0]]
+    dtype = _surrogate_dtype(node)
+    proto = g.node.add()
+    proto.op_type = op_type
+    proto.input.extend(names)
+    proto.output.append(output if dtype is None else f"{output}__omny_surrogate")
+    for name in kept:
+        attr = node.attributes.get(name)
+        if attr is not None and not attr.is_ref():
+            ir.serde.serialize_attribute_into(proto.attribute.add(), from_=attr)  # type: ignore[arg-type]
+    if dtype is not None:
+        cast = g.node.add()
+        cast.op_type = "Cast"
+        cast.input.append(f"{output}__omny_surrogate")
+        cast.output.append(output)
+        cast.attribute.append(onnx.helper.make_attribute("to", int(dtype)))
+    return True
 
 
 def _set_type(info: onnx.ValueInfoProto, dtype: ir.DataType | None, rank: int | None) -> None:
@@ -718,7 +856,11 @@ class ValueShapes:
         stated: _Stated | None
         if value.is_graph_input() and not value.is_initializer():
             shape = value.shape
-            stated = None if shape is None else _Stated(normalize_dims(value.name or "", shape), frozenset())
+            stated = (
+                None
+                if shape is None
+                else _Stated(normalize_dims(value.name or "", shape), frozenset())
+            )
         else:
             stated = _stated(value, self.symbols)
         if stated is not None and (dtype is not None or not self._infer):
@@ -736,6 +878,10 @@ class ValueShapes:
         if stated is not None:
             return self._from_stated(dtype, stated.dims)
         if probe_dims is None:
+            body = _from_bodies(value, self.rank)
+            if body is not None:
+                body_dtype, dims = body
+                return _Info(dtype or body_dtype, len(dims), None, None, dims)
             return self._declared_only(value, dtype)
         estimate = None if None in probe_dims else probe_dims
         if not self.symbols:
@@ -780,7 +926,8 @@ class ValueShapes:
         if shape is None:
             return _Info(dtype, None, None, None, None)
         symbolic = tuple(
-            d if type(d) is int and d >= 0 else None for d in shape.dims  # type: ignore[misc]
+            d if type(d) is int and d >= 0 else None
+            for d in shape.dims  # type: ignore[misc]
         )
         return _Info(dtype, len(symbolic), None, None, symbolic)
 
@@ -804,8 +951,11 @@ class ValueShapes:
         return self._info(value).estimate
 
     def symbolic(self, value: ir.Value) -> tuple[int | str | None, ...] | None:
-        """Static sizes, names or expressions of symbolic dims, ``None`` for unnamed dynamic
-        dims; ``None`` when the rank is unknown."""
+        """The dims: static sizes, names or expressions of symbolic dims, or ``None``.
+
+        ``None`` stands for a dynamic dim without a name; the whole result is ``None`` when
+        the rank is unknown.
+        """
         return self._info(value).symbolic
 
     def onnx_shape(self, value: ir.Value) -> ir.Shape | None:

@@ -34,6 +34,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice.analysis.shapes import DEFAULT_BATCH, ValueShapes, batch_symbols
 from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
 
+
 def check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
     """Return planning dims given by the user as a new ``dict``, after checking them.
 
@@ -45,7 +46,7 @@ def check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(
                 f"planning dim {name!r} must be a positive integer, got {size!r} "
-                "(e.g. dims={\"seq\": 512})"
+                '(e.g. dims={"seq": 512})'
             )
         result[str(name)] = size
     return result

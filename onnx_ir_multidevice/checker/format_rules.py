@@ -27,7 +27,6 @@ from onnx_ir_multidevice.binding.naming import configuration_names
 from onnx_ir_multidevice.checker.diagnostics import Diagnostic, make, value_location
 from onnx_ir_multidevice.graph.dtypes import dtype_from_name, dtype_name
 from onnx_ir_multidevice.graph.index import GraphIndex
-from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 from onnx_ir_multidevice.omny._schema import (
     OMNY_FORMAT_VERSION,
     OMNY_METADATA_KEY,
@@ -35,6 +34,7 @@ from onnx_ir_multidevice.omny._schema import (
     OmnyMetadata,
     Sharding,
 )
+from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 
 
 def _same_dtype(name: str, dtype: ir.DataType) -> bool:

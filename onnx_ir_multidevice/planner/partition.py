@@ -100,9 +100,12 @@ class _Search:
         self.index = np.arange(self.size + 1, dtype=np.int64)
         # Every chain cut can end a stage, whatever is known of its size: cut discovery and
         # the choice of cuts never depend on a dim being bound. An unknown transfer counts 0.
+        # A cut after a node with several outputs cannot be written in .omny (its after_node
+        # must have exactly one output tensor): it is not offered.
         sent = [cut.bytes for cut in chain]
         allowed = np.ones(self.size + 1, dtype=bool)
         allowed[0] = False
+        allowed[1 : len(chain) + 1] = [len(cut.node.outputs) == 1 for cut in chain]
         self.allowed = allowed
         transfer = np.zeros(self.size + 1, dtype=np.int64)
         transfer[1 : len(sent) + 1] = [n or 0 for n in sent]
@@ -350,8 +353,11 @@ def partition(
 
 
 def _too_few_cuts(model: MemoryModel, usable: int, num_stages: int) -> str:
-    """Why ``num_stages`` stages are impossible: the cuts found, and where the graph is
-    narrowest when there are too few (which activations cross there)."""
+    """Why ``num_stages`` stages are impossible.
+
+    The cuts found, and, when there is none, where the graph is narrowest (which
+    activations cross there).
+    """
     analysis = model.analysis
     relaxed = any(not c.strict for c in analysis.candidates)
     kind = "cut point(s)" if relaxed else "strict cut point(s)"
@@ -360,24 +366,40 @@ def _too_few_cuts(model: MemoryModel, usable: int, num_stages: int) -> str:
         f"the model has {usable} {kind} along its main chain, so at most {most}; "
         f"{num_stages} were asked for"
     )
+    multi = [cut for cut in analysis.chain if len(cut.node.outputs) != 1]
+    if multi:
+        names = ", ".join(f"{c.node.name!r} ({c.node.op_type})" for c in multi[:3])
+        text += (
+            f" ({len(multi)} more cut(s) come after a node with several outputs, which .omny "
+            f"cannot name as a cut: {names})"
+        )
     if usable:
         return text + ("" if relaxed else " (relaxed cuts may give more)")
     narrowest = narrowest_crossing(analysis)
     if narrowest is None:
         nodes = [node.op_type for node in analysis.order]
+        if not nodes:
+            return (
+                f"{text}: every node is cheap arithmetic on the inputs and constants, which "
+                "each stage recomputes itself, so there is nothing to cut"
+            )
         what = ", ".join(nodes[:3]) + (", ..." if len(nodes) > 3 else "")
         return (
             f"{text}: the main graph computes in {len(nodes)} node(s) ({what}) with nothing "
             "between them to cut (a node with a subgraph, such as If or Loop, runs whole)"
         )
     node, crossing = narrowest
+    if len(crossing) < 2:
+        return text
     names = ", ".join(repr(v.name) for v in crossing[:4]) + (", ..." if len(crossing) > 4 else "")
     text += (
         f". Everywhere along the chain at least {len(crossing)} activations cross together: "
         f"the fewest after node {node.name!r} ({node.op_type}): {names}"
     )
     if not relaxed:
-        text += "; relaxed cuts carry such small side activations along and may give more"
+        text += (
+            "; relaxed cuts, which carry such side activations up to a size limit, may give more"
+        )
     return text
 
 

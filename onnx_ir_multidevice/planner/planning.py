@@ -65,6 +65,7 @@ from onnx_ir_multidevice.planner.builder import (
 from onnx_ir_multidevice.planner.memory import MIB, MemoryModel, format_bytes
 from onnx_ir_multidevice.planner.options import DEFAULT_MAX_SHARDS, PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
+from onnx_ir_multidevice.planner.static_dims import pin_dims
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,15 +139,16 @@ def plan_model(
 
     Args:
         model: The model, an :class:`onnx_ir.Model`. Its graph is not modified (unless
-            ``assign_names``); the planning dims are recorded in its ``metadata_props``
-            (:func:`~onnx_ir_multidevice.omny.write_planning_dims`), so that ``check``,
+            ``assign_names`` or ``static``); the planning dims are recorded in its
+            ``metadata_props`` (:func:`~onnx_ir_multidevice.omny.write_planning_dims`), so
+            that ``check``,
             ``split``, ``verify`` and ``run`` reuse them. ``plan`` does not load files: pass
             ``onnx_ir_multidevice.load(path)`` (the plan's names refer to this object, which
             is the one to :func:`~onnx_ir_multidevice.omny.write` the metadata into).
         options: What to plan for: a :class:`~onnx_ir_multidevice.planner.options.PlanOptions`
             (``devices``, ``shards``, ``max_shard_size_mb``, ``dims``, ``relaxed``,
-            ``headroom``, ``side_limit_bytes``, ``name``, ``assign_names``; each field is
-            documented there). Default: the default of every field.
+            ``headroom``, ``side_limit_bytes``, ``name``, ``assign_names``, ``static``; each
+            field is documented there). Default: the default of every field.
         progress: Called with a short message before each long step.
         **keywords: Fields of :class:`~onnx_ir_multidevice.planner.options.PlanOptions`,
             replacing those of ``options``: ``plan_model(model, shards=[2, 4])``.
@@ -180,6 +182,10 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
     unknown = unknown_dim_names(graph, options.dims or {})
     if unknown:
         raise PlanError(unknown_dims_message(graph, unknown, flag="dims"))
+    if options.static:
+        report("pinning the symbolic dims")
+        pinned = pin_dims(model, options.dims)
+        options = dataclasses.replace(options, dims=pinned, static=False)
     report(f"finding cut points in {len(graph)} nodes")
     # One index of the graph for every analysis step. Built without the local functions:
     # the tensor classes judge a call by its op type, as ``classify_values(graph)`` does.
@@ -308,8 +314,10 @@ def unknown_dims_message(graph: ir.Graph, unknown: Sequence[str], *, flag: str) 
 def unknown_sizes_message(
     unbound: Mapping[str, Sequence[str]], unknown_values: Sequence[str], *, flag: str
 ) -> list[str]:
-    """The caveats of a plan whose sizes are not all known: one line for the unbound dims
-    (naming each, the inputs that carry it and how to bind it), one for other unknowns.
+    """The caveats of a plan whose sizes are not all known.
+
+    One line for the unbound dims (naming each, the inputs that carry it and how to bind
+    it), one for the other unknown sizes.
 
     Args:
         unbound: :attr:`PlanResult.unbound_dims`.

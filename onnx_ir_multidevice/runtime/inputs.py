@@ -231,8 +231,7 @@ def generate_inputs(
         shape = evaluate_dims(normalize_dims(name, spec.shape), bindings)
         if shape is None:
             raise ValueError(
-                f"input {name!r}: its shape {list(spec.shape)} has no positive size at "
-                f"{bindings}"
+                f"input {name!r}: its shape {list(spec.shape)} has no positive size at {bindings}"
             )
         if "mask" in name.lower():
             array = np.ones(shape, dtype=dtype)
