@@ -296,3 +296,26 @@ def test_planning_dims_are_recorded_and_read_back(tmp_path):
     result = plan_model(model, shards=[2], dims={"seq": 16})
     assert dict(result.planning_dims) == {"seq": 16, "batch": 1}
     assert omny.read_planning_dims(model) == {"batch": 1, "seq": 16}
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: zoo.synthetic_transformer(3),
+        lambda: zoo.gpt(layers=2),
+        lambda: zoo.bert(layers=2),
+        lambda: corpus("bert_torchscript"),
+        lambda: corpus("bert_fp16"),
+        lambda: corpus("mlp_helper_novi"),
+    ],
+    ids=["synthetic_transformer", "zoo_gpt", "zoo_bert", "bert_torchscript", "bert_fp16", "mlp"],
+)
+def test_fast_propagation_agrees_with_onnx_inference(build):
+    model = build()
+    fast = ValueShapes(model.graph, {"batch": 2})
+    assert fast._propagated() is not None  # these graphs take the fast path
+    reference = ValueShapes(model.graph, {"batch": 2})
+    reference._fast = None  # ONNX shape inference only
+    for node in model.graph:
+        for value in node.outputs:
+            assert fast._info(value) == reference._info(value), value.name

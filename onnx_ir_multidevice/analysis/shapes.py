@@ -76,6 +76,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
 from onnx_ir_multidevice.analysis.shape_data import evaluate_cone, shape_cone
+from onnx_ir_multidevice.analysis.shape_propagation import propagate
 from onnx_ir_multidevice.graph.index import GraphIndex
 
 DEFAULT_BATCH = 1
@@ -327,7 +328,7 @@ class _Stated:
     names: frozenset[str]
 
 
-_NOT_STATED: Any = None
+_UNSET: Any = object()
 
 
 def _stated(value: ir.Value, symbols: Mapping[str, Any]) -> _Stated | None:
@@ -788,6 +789,7 @@ class ValueShapes:
         self._light: _LightGraph | None = None
         self._keys: dict[ir.Value, str] | None = None
         self._runs: dict[int, _Run] = {}
+        self._fast: Any = _UNSET
         self._probe_values: dict[int, list[str]] = {}
         for symbol, value in self.probe_dims.items():
             self._probe_values.setdefault(value, []).append(symbol)
@@ -823,6 +825,49 @@ class ValueShapes:
             return tuple(tensor.shape.dims)  # type: ignore[arg-type]
         stated = _stated(value, self.symbols)
         return None if stated is None else evaluate_dims(stated.dims, bindings)
+
+    def _propagated(self) -> dict[ir.Value, tuple[ir.DataType, tuple]] | None:
+        """The fast propagation (:mod:`.shape_propagation`) of the whole graph, once."""
+        if self._fast is not _UNSET:
+            return self._fast
+        self._fast = None
+        index = self._index
+        if index is None:
+            try:
+                index = self._index = GraphIndex.build(self.graph)
+            except Exception:  # noqa: BLE001 (a cycle: no inference)
+                return None
+        scaled = {s: v * _SCALE for s, v in self.probe_dims.items()}
+        inputs = {}
+        initializers = self.graph.initializers
+        for value in self.graph.inputs:
+            if value.name in initializers:
+                continue
+            if value.shape is None or value.dtype is None:
+                return None
+            duals = []
+            for dim in normalize_dims(value.name or "", value.shape):
+                if isinstance(dim, int):
+                    duals.append(dim)
+                    continue
+                p, q = dim.evaluate(self.probe_dims), dim.evaluate(scaled)
+                if p is None or q is None:
+                    return None
+                duals.append(p if p == q else (p, q))
+            inputs[value] = (value.dtype, tuple(duals))
+        self._fast = fast = propagate(index.nodes, inputs)
+        if fast is not None:  # every untyped value at once (the common case of a large graph)
+            cache, classify = self._cache, self._classify
+            for value, (dtype, duals) in fast.items():
+                if value.shape is not None or value.type is not None or value in cache:
+                    continue
+                if all(type(d) is int for d in duals):
+                    cache[value] = _Info(dtype, len(duals), duals, duals, duals)
+                    continue
+                probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
+                scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
+                cache[value] = classify(dtype, probe_dims, scaled_dims)
+        return fast
 
     def _inferred(self, value: ir.Value, scale: int):
         run = self._run(scale)
@@ -867,6 +912,16 @@ class ValueShapes:
             return self._from_stated(dtype, stated.dims)
         if not self._infer or (producer is not None and producer.graph is not self.graph):
             return self._declared_only(value, dtype)
+        fast = self._propagated()
+        if fast is not None:
+            entry = fast.get(value)
+            if entry is not None:
+                fast_dtype, duals = entry
+                probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
+                scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
+                if stated is not None:
+                    return self._from_stated(dtype or fast_dtype, stated.dims)
+                return self._classify(dtype or fast_dtype, probe_dims, scaled_dims)
         probe = self._inferred(value, 1)
         if probe is None:
             if stated is not None:
@@ -883,11 +938,20 @@ class ValueShapes:
                 body_dtype, dims = body
                 return _Info(dtype or body_dtype, len(dims), None, None, dims)
             return self._declared_only(value, dtype)
-        estimate = None if None in probe_dims else probe_dims
         if not self.symbols:
+            estimate = None if None in probe_dims else probe_dims
             return _Info(dtype, len(probe_dims), estimate, estimate, probe_dims)
         scaled = self._inferred(value, _SCALE)
-        scaled_dims = scaled[1] if scaled is not None else None
+        return self._classify(dtype, probe_dims, scaled[1] if scaled is not None else None)
+
+    def _classify(
+        self,
+        dtype: ir.DataType | None,
+        probe_dims: tuple[int | None, ...],
+        scaled_dims: tuple[int | None, ...] | None,
+    ) -> _Info:
+        """What the dims at the probe and doubled bindings say (see the module docstring)."""
+        estimate = None if None in probe_dims else probe_dims
         symbolic: list[int | str | None] = []
         known = True
         for axis, size in enumerate(probe_dims):
