@@ -485,12 +485,18 @@ _TWO_INPUT_DATA = frozenset({"Max", "Min"})
 # ---------------------------------------------------------------------------------------------
 
 
-def _tensor_record(tensor: ir.TensorProtocol) -> _T:
-    dims = tuple(tensor.shape.dims)
+def _tensor_record(tensor: ir.TensorProtocol, value: ir.Value | None = None) -> _T:
+    """The record of a constant; the value's own dtype and shape first (no tensor read)."""
+    dtype = value.dtype if value is not None else None
+    shape = value.shape if value is not None else None
+    if dtype is None or shape is None or any(type(d) is not int for d in shape.dims):
+        dtype, dims = tensor.dtype, tuple(tensor.shape.dims)
+    else:
+        dims = shape.dims
     data = None
-    if tensor.dtype in _INTEGERS and len(dims) <= 1 and math.prod(dims) <= _MAX_DATA:
+    if dtype in _INTEGERS and len(dims) <= 1 and math.prod(dims) <= _MAX_DATA:
         data = tuple(int(x) for x in np.asarray(tensor.numpy()).reshape(-1))
-    return _T(tensor.dtype, dims, data)  # type: ignore[arg-type]
+    return _T(dtype, dims, data)  # type: ignore[arg-type]
 
 
 def propagate(
@@ -534,7 +540,7 @@ def propagate(
                     tensor = value.const_value
                     if tensor is None:
                         return None  # an outer-scope or unknown value
-                    record = known[value] = _tensor_record(tensor)
+                    record = known[value] = _tensor_record(tensor, value)
                 ins.append(record)
             if ins and ins[0] is None:
                 return None

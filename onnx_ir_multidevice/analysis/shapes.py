@@ -858,15 +858,21 @@ class ValueShapes:
         self._fast = fast = propagate(index.nodes, inputs)
         if fast is not None:  # every untyped value at once (the common case of a large graph)
             cache, classify = self._cache, self._classify
-            for value, (dtype, duals) in fast.items():
+            same: dict[tuple, _Info] = {}  # values of one dtype and dims share their answer
+            for value, key in fast.items():
                 if value.shape is not None or value.type is not None or value in cache:
                     continue
-                if all(type(d) is int for d in duals):
-                    cache[value] = _Info(dtype, len(duals), duals, duals, duals)
-                    continue
-                probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
-                scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
-                cache[value] = classify(dtype, probe_dims, scaled_dims)
+                info = same.get(key)
+                if info is None:
+                    dtype, duals = key
+                    if all(type(d) is int for d in duals):
+                        info = _Info(dtype, len(duals), duals, duals, duals)
+                    else:
+                        probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
+                        scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
+                        info = classify(dtype, probe_dims, scaled_dims)
+                    same[key] = info
+                cache[value] = info
         return fast
 
     def _inferred(self, value: ir.Value, scale: int):
