@@ -175,6 +175,7 @@ def collect(path: str | Path) -> dict[str, Any]:
         "inputs": [_tensor(v) for v in model.graph.inputs],
         "outputs": [_tensor(v) for v in model.graph.outputs],
         "metadata": None if metadata is None else _metadata_info(model, metadata),
+        "planning_dims": omny.read_planning_dims(model),
     }
 
 
@@ -225,6 +226,7 @@ def format_text(doc: dict[str, Any]) -> str:
         f" ({_mib(m['weights_bytes'])})",
         f"format    IR version {m['ir_version']}, opsets {opsets}",
         f"producer  {producer}",
+        *_dims_line(doc.get("planning_dims")),
         "",
         "inputs",
         table(
@@ -239,6 +241,13 @@ def format_text(doc: dict[str, Any]) -> str:
     if meta:
         lines += ["", *_format_metadata(meta)]
     return "\n".join(lines)
+
+
+def _dims_line(dims: dict[str, int] | None) -> list[str]:
+    """The planning dims the file records (``omny plan`` writes them), as one line."""
+    if not dims:
+        return []
+    return [f"dims      planned at {', '.join(f'{k}={v}' for k, v in dims.items())}"]
 
 
 def _format_metadata(meta: dict[str, Any]) -> list[str]:
