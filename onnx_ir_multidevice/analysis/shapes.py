@@ -55,6 +55,7 @@ from __future__ import annotations
 __all__ = [
     "DEFAULT_BATCH",
     "DEFAULT_IMAGE_SIZE",
+    "DEFAULT_SAMPLES",
     "DEFAULT_SEQUENCE",
     "ValueShapes",
     "batch_symbols",
@@ -84,6 +85,9 @@ DEFAULT_BATCH = 1
 
 DEFAULT_SEQUENCE = 128
 """Example length of a sequence dimension (tokens, frames): the total length with a cache."""
+
+DEFAULT_SAMPLES = 512
+"""Example length of a waveform input ``[batch, samples]`` (a float input of rank 2)."""
 
 DEFAULT_IMAGE_SIZE = 224
 """Example height and width of an image input (``[batch, channels, H, W]``)."""
@@ -236,6 +240,8 @@ def _solve(expression: DimExpression, symbol: str, target: int, bound: Mapping[s
 def example_dims(
     source: ir.Graph | Mapping[str, Sequence[Any] | None],
     dims: Mapping[str, int] | None = None,
+    *,
+    float_inputs: Iterable[str] | None = None,
 ) -> dict[str, int]:
     """Complete ``dims`` with example values that look like real data for the other symbols.
 
@@ -247,6 +253,8 @@ def example_dims(
       (``32*h32``) gets the value that brings it closest (``h32 = 7``);
     * a symbol whose name says it is a cache (``past``, ``cache``, ``memory``): the cached
       length, :data:`DEFAULT_SEQUENCE` minus the new tokens;
+    * the second dim of a floating-point input of rank 2 (``[batch, samples]``: a waveform):
+      :data:`DEFAULT_SAMPLES` (512);
     * any other symbol: a sequence of :data:`DEFAULT_SEQUENCE` (128) tokens, or 1 new token
       when the model also takes a cache (a decoding step with 127 cached tokens: a mask over
       ``past + new`` then has 128).
@@ -254,6 +262,8 @@ def example_dims(
     Args:
         source: A main graph, or ``{input name: dims}``.
         dims: Values already chosen (kept as they are).
+        float_inputs: Names of the floating-point inputs, when ``source`` is not a graph
+            (a graph tells them itself).
 
     Returns:
         A value for every symbol of :func:`input_symbols`, ``dims`` included.
@@ -264,6 +274,12 @@ def example_dims(
     batches = set(batch_symbols(signature))
     has_cache = any(any(word in symbol.lower() for word in _PAST_WORDS) for symbol in symbols)
     new_tokens = 1 if has_cache else DEFAULT_SEQUENCE
+    if isinstance(source, ir.Graph):
+        floats = {
+            v.name for v in source.inputs if v.dtype is not None and v.dtype.is_floating_point()
+        }
+    else:
+        floats = set(float_inputs or ())
     for symbol, places in symbols.items():
         if symbol in result:
             continue
@@ -289,7 +305,12 @@ def example_dims(
             else:
                 result[symbol] = _solve(dim, symbol, DEFAULT_IMAGE_SIZE, result)
             continue
-        if has_cache and _only_in_masks(symbol, places):
+        if any(
+            axis == 1 and name in floats and len(signature[name] or ()) == 2
+            for name, axis in places
+        ):
+            result[symbol] = DEFAULT_SAMPLES
+        elif has_cache and _only_in_masks(symbol, places):
             result[symbol] = DEFAULT_SEQUENCE
         else:
             result[symbol] = new_tokens

@@ -10,10 +10,10 @@ table a ``Gather`` indexes with the input (a token id must stay below the vocabu
   expression, ``past_seq + seq``, is evaluated; one without a name is ``"<input>[<axis>]"``),
   else an example value that looks like real data
   (:func:`~onnx_ir_multidevice.analysis.shapes.example_dims`: batch 1, 128 tokens, images
-  of 224 x 224...). :func:`~onnx_ir_multidevice.runtime.verification.verify` and
-  ``omny run`` pass the planning dims the model records
-  (:func:`~onnx_ir_multidevice.omny.read_planning_dims`), so a model is verified and run
-  at the dims it was planned at;
+  of 224 x 224, waveforms of 512 samples...).
+  :func:`~onnx_ir_multidevice.runtime.verification.verify` and ``omny run`` pass the
+  planning dims the model records (:func:`~onnx_ir_multidevice.omny.read_planning_dims`), so
+  a model is verified and run at the dims it was planned at;
 * inputs whose name contains ``mask`` (any case) are all ones;
 * integer inputs are uniform in ``[0, high)`` (``high``: the spec's bound, else
   :data:`DEFAULT_INT_HIGH`);
@@ -188,7 +188,11 @@ def example_binding(
 
     See :func:`~onnx_ir_multidevice.analysis.shapes.example_dims`.
     """
-    return example_dims({spec.name: spec.shape for spec in specs}, check_dims(dims))
+    specs = list(specs)
+    floats = [s.name for s in specs if s.dtype is not None and s.dtype.kind == "f"]
+    return example_dims(
+        {spec.name: spec.shape for spec in specs}, check_dims(dims), float_inputs=floats
+    )
 
 
 def generate_inputs(
