@@ -3,8 +3,8 @@
 Builds ``zoo.synthetic_chain(N)`` (``--model chain``, every value typed) or
 ``zoo.synthetic_transformer(layers)`` (``--model transformer``: symbolic ``batch``/``seq``, no
 ``value_info``, as dynamo exports are) with a ``.omny`` plan (a 2-shard and a 4-shard
-configuration cutting at block / layer outputs; cut shapes from the shape layer), saves it,
-then in the same run times:
+configuration cutting at block / layer outputs; cut shapes from the shape layer, cut tensors
+typed as ``omny plan`` writes them), saves it, then in the same run times:
 
 * ``onnx_ir.load`` of the file (the reference);
 * ``annotate(model)`` (checker gate included) followed by ``check(model)``, sharing one
@@ -39,9 +39,17 @@ from onnx_ir_multidevice.passes.api import annotate
 
 def add_plan(model: ir.Model) -> None:
     """Write a 2-shard and a 4-shard configuration cutting at evenly spaced block outputs."""
-    outs = [v for node in model.graph for v in node.outputs if v.name.endswith(".out")]
+    outs = [  # block.<i>.out / layer.<i>.out (not layer.<i>.attn.out)
+        v
+        for node in model.graph
+        for v in node.outputs
+        if v.name.endswith(".out") and v.name.count(".") == 2
+    ]
     picks = sorted({outs[len(outs) * k // 4] for k in (1, 2, 3)}, key=outs.index)
     sizes = ValueSizes(model.graph)  # the shapes a plan writes, typed or not
+    for v in picks:  # `omny plan` writes its cut tensors typed (the transformer has no types)
+        if v.shape is None:
+            v.type, v.shape = ir.TensorType(sizes.dtype(v)), sizes.shapes.onnx_shape(v)
     cuts = tuple(
         CutPoint(
             id=f"cut_{i + 1}",

@@ -101,6 +101,12 @@ def test_models_without_value_info_split_verify_and_run(capsys, tmp_path):
         code, stdout, err = _run(capsys, *argv)
         assert code == 0, (argv, err)
         assert "shape inference" not in stdout + err
+    planned = load(out)  # the written file types its cut tensors as the metadata states
+    cut_value = {v.name: v for n in planned.graph for v in n.outputs}[
+        omny.read(planned).cut_points[0].tensor_name
+    ]
+    assert cut_value.dtype == ir.DataType.FLOAT and cut_value.shape is not None
+    assert ir.load(CORPUS / "vit_torchscript.onnx").graph.node(cut_value.producer().name)
     stage = ir.load(tmp_path / "split" / "stage_1.onnx")
     cut = stage.graph.inputs[0]
     assert cut.dtype == ir.DataType.FLOAT and cut.shape is not None

@@ -3,7 +3,9 @@
 Plans every feasible shard count from 2 to 8 unless ``--shards`` or ``--devices`` says
 otherwise, stores the ``.omny`` metadata in the model and writes it to ``OUT``. Unnamed
 nodes and values are given names first (onnx-ir ``NameFixPass``), since ``.omny`` refers to
-cut points by name: the written graph may differ from ``IN`` in those names only.
+cut points by name: the written graph may differ from ``IN`` in those names, and in the types
+of the cut tensors, which a model without ``value_info`` leaves out (they are written as the
+metadata states them).
 
 Prints a table of the chosen configurations (``--json``: the metadata document). Exit
 status 1 when no plan fits the request (the message names the stage, device and overflow),
@@ -133,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     for caveat in unknown_sizes_message(result.unbound_dims, result.unknown_values, flag="--dim"):
         print(f"omny plan: warning: {caveat}", file=sys.stderr)
+    _type_cut_tensors(result)
     omny.write(model, result.metadata)
     progress(f"writing {args.output}")
     save(model, args.output)
@@ -148,6 +151,27 @@ def run(args: argparse.Namespace) -> int:
     for n, why in result.skipped:
         print(f"{n} shards: not feasible ({why})")
     return EXIT_OK
+
+
+def _type_cut_tensors(result) -> None:
+    """Give the written file's cut tensors the dtype and shape the metadata states.
+
+    A model without ``value_info`` leaves them untyped; typed, the file describes itself and
+    ``check`` compares them with the metadata without inferring the graph's shapes.
+    """
+    # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
+    import onnx_ir as ir
+
+    shapes = result.analysis.sizes.shapes
+    for found in result.partitions:
+        for cut in found.cuts:
+            value = cut.value
+            if value.type is None:
+                dtype = shapes.dtype(value)
+                if dtype is not None:
+                    value.type = ir.TensorType(dtype)
+            if value.shape is None:
+                value.shape = shapes.onnx_shape(value)
 
 
 def _counts(text: str) -> list[int]:

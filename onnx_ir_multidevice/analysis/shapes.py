@@ -731,6 +731,20 @@ def _set_shape(info: onnx.ValueInfoProto, dtype: ir.DataType, dims: Sequence[int
         shape.dim.add().dim_value = size
 
 
+def _ancestors(index: GraphIndex, values: Sequence[ir.Value]) -> list[ir.Node]:
+    """The nodes ``values`` are computed from, in topological order."""
+    position = index.position
+    wanted: set[ir.Node] = set()
+    stack = [v.producer() for v in values]
+    while stack:
+        node = stack.pop()
+        if node is None or node in wanted or node not in position:
+            continue
+        wanted.add(node)
+        stack.extend(u.producer() for u in index.uses_of(node))
+    return sorted(wanted, key=position.__getitem__)
+
+
 def _value_keys(graph: ir.Graph, index: GraphIndex) -> dict[ir.Value, str]:
     """A unique name for every main-graph value (its own when unique and not empty)."""
     values: list[ir.Value] = list(graph.inputs)
@@ -777,6 +791,9 @@ class ValueShapes:
             the stated types are used).
         index: The :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``graph``, when
             already built (it gives the topological order inference needs).
+        focus: The values the caller will ask about, when only a few: the fast propagation
+            then walks only the nodes they are computed from (a checker looking at the cut
+            tensors of a large graph). Other values are still answered, more slowly.
 
     Attributes:
         dims: The planning dims: ``dims`` plus the batch defaults.
@@ -794,8 +811,10 @@ class ValueShapes:
         *,
         infer: bool = True,
         index: GraphIndex | None = None,
+        focus: Iterable[ir.Value] | None = None,
     ) -> None:
         self.graph = graph
+        self._focus = None if focus is None else list(focus)
         signature = _signature(graph)
         self.symbols = input_symbols(signature)
         bound = dict(dims or {})
@@ -876,7 +895,9 @@ class ValueShapes:
                     return None
                 duals.append(p if p == q else (p, q))
             inputs[value] = (value.dtype, tuple(duals))
-        self._fast = fast = propagate(index.nodes, inputs)
+        nodes = index.nodes if self._focus is None else _ancestors(index, self._focus)
+        self._fast = fast = propagate(nodes, inputs)
+        self._focus = None
         if fast is not None:  # every untyped value at once (the common case of a large graph)
             cache, classify = self._cache, self._classify
             same: dict[tuple, _Info] = {}  # values of one dtype and dims share their answer
