@@ -212,6 +212,8 @@ class MemoryModel:
             segment_of[a:b] = s
         self._segment_of = segment_of
         self._unknown: list[dict[str, None]] = [{} for _ in range(self.num_segments)]
+        #: The values whose size is unknown, by the name :attr:`StageMemory.unknown` gives.
+        self.unknown_values: dict[str, ir.Value] = {}
         self._weights = np.zeros(self.num_segments, dtype=np.int64)
         self._io = np.zeros(self.num_segments, dtype=np.int64)
         self._shared: list[tuple[int, bool, np.ndarray]] = []  # bytes, is_weight, segments
@@ -309,6 +311,7 @@ class MemoryModel:
             if n is None:
                 for s in segments:
                     self._unknown[s][item.name or "<unnamed>"] = None
+                self.unknown_values[item.name or "<unnamed>"] = item
                 continue
             if len(segments) == 1:
                 (s,) = segments
@@ -330,6 +333,7 @@ class MemoryModel:
             n = self._nbytes(value)
             if n is None:
                 self._unknown[s][value.name or "<unnamed>"] = None
+                self.unknown_values[value.name or "<unnamed>"] = value
             else:
                 self._io[s] += n
 
@@ -351,6 +355,7 @@ class MemoryModel:
             segment_of = self._segment_of.tolist()
             for i, value, end, n in zip(made, values, ends, amounts):
                 if n is None:
+                    self.unknown_values[value.name or "<unnamed>"] = value
                     for s in range(segment_of[i], segment_of[end] + 1):
                         self._unknown[s][value.name or "<unnamed>"] = None
             known = [k for k, n in enumerate(amounts) if n is not None]

@@ -276,12 +276,7 @@ def _unknown_sizes(
     }
     others: list[str] = []
     if unbound:
-        by_name = {
-            value.name: value
-            for node in memory.analysis.graph
-            for value in node.outputs
-            if value.name in names
-        }
+        by_name = memory.unknown_values
         for name in names:
             value = by_name.get(name)
             if value is None or not (value.uses() or value.is_graph_output()):
