@@ -376,6 +376,17 @@ def _stated(value: ir.Value, symbols: Mapping[str, Any]) -> _Stated | None:
     return _Stated(tuple(dims), frozenset(names))
 
 
+def _loop_initial(value: ir.Value) -> ir.Value | None:
+    """The initial value of a ``Loop``'s loop-carried output ``value`` (``None`` otherwise)."""
+    node = value.producer()
+    if node is None or node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
+        return None
+    index = value.index()
+    if index is None or index >= len(node.inputs) - 2:
+        return None
+    return node.inputs[2 + index]
+
+
 def _from_bodies(
     value: ir.Value, rank_of: Callable[[ir.Value], int | None]
 ) -> tuple[ir.DataType | None, tuple[int | None, ...]] | None:
@@ -981,6 +992,11 @@ class ValueShapes:
         if stated is not None:
             return self._from_stated(dtype, stated.dims)
         if probe_dims is None:
+            initial = _loop_initial(value)
+            if initial is not None:  # a loop-carried state keeps its initial shape (an RNN)
+                first = self._info(initial)
+                if first.rank is not None:
+                    return dataclasses.replace(first, dtype=dtype or first.dtype)
             body = _from_bodies(value, self.rank)
             if body is not None:
                 body_dtype, dims = body
