@@ -3,9 +3,9 @@
 Plans every feasible shard count from 2 to 8 unless ``--shards`` or ``--devices`` says
 otherwise, stores the ``.omny`` metadata in the model and writes it to ``OUT``. Unnamed
 nodes and values are given names first (onnx-ir ``NameFixPass``), since ``.omny`` refers to
-cut points by name: the written graph may differ from ``IN`` in those names, and in the types
-of the cut tensors, which a model without ``value_info`` leaves out (they are written as the
-metadata states them).
+cut points by name: the written graph may differ from ``IN`` in those names, in the types of
+the cut tensors and graph outputs a model without ``value_info`` leaves out (written as the
+metadata states them), and in the order of its nodes when they are not topologically sorted.
 
 Prints a table of the chosen configurations (``--json``: the metadata document). Exit
 status 1 when no plan fits the request (the message names the stage, device and overflow),
@@ -154,24 +154,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _type_cut_tensors(result) -> None:
-    """Give the written file's cut tensors the dtype and shape the metadata states.
+    """Make the written file describe itself: typed cut tensors and outputs, nodes sorted.
 
-    A model without ``value_info`` leaves them untyped; typed, the file describes itself and
-    ``check`` compares them with the metadata without inferring the graph's shapes.
+    A model without ``value_info`` leaves its cut tensors untyped (and some converters its
+    graph outputs): they get the dtype and shape the metadata states, so that ``check``
+    compares them without inferring the graph's shapes and ``onnx.checker`` accepts the
+    outputs. A graph whose nodes are not in topological order (onnxruntime's fp16 converter
+    appends Casts at the end) is written sorted, as ``onnx.checker`` requires.
     """
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     import onnx_ir as ir
 
-    shapes = result.analysis.sizes.shapes
-    for found in result.partitions:
-        for cut in found.cuts:
-            value = cut.value
-            if value.type is None:
-                dtype = shapes.dtype(value)
-                if dtype is not None:
-                    value.type = ir.TensorType(dtype)
-            if value.shape is None:
-                value.shape = shapes.onnx_shape(value)
+    analysis = result.analysis
+    shapes = analysis.sizes.shapes
+    values = [cut.value for found in result.partitions for cut in found.cuts]
+    for value in (*values, *analysis.graph.outputs):
+        if value.type is None:
+            dtype = shapes.dtype(value)
+            if dtype is not None:
+                value.type = ir.TensorType(dtype)
+        if value.shape is None:
+            value.shape = shapes.onnx_shape(value)
+    if analysis.index is not None and not analysis.index.in_graph_order:
+        analysis.graph.sort()
 
 
 def _counts(text: str) -> list[int]:
