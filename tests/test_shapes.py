@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny, plan, split, verify, zoo
 from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
 from onnx_ir_multidevice.analysis.dim_expressions import parse_dim
 from onnx_ir_multidevice.analysis.shapes import (
@@ -332,3 +332,48 @@ def test_fast_propagation_agrees_with_onnx_inference(build):
     for node in model.graph:
         for value in node.outputs:
             assert fast._info(value) == reference._info(value), value.name
+
+
+# ---------------------------------------------------------------------------------------------
+# A dim equal at the probe and doubled bindings is not static when a third binding moves it
+
+
+def _strided_audio_model() -> ir.Model:
+    """Conv kernel 256, stride 256, pads 64: frames = floor((samples + 128 - 256) / 256) + 1,
+    1 at 128 and 256 samples (the probe and doubled bindings), 2 at 384."""
+    x = ir.Value(
+        name="audio", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(["batch", 1, "samples"])
+    )
+    weight = ir.Value(name="w", const_value=ir.tensor(np.ones((4, 1, 256), np.float32)))
+    tape = ir.tape.Tape()
+    frames = tape.op(
+        "Conv",
+        [x, weight],
+        attributes={"strides": [256], "pads": [64, 64]},
+        output=ir.Value(name="frames"),
+    )
+    y = tape.op("Relu", [frames], output=ir.Value(name="y"))
+    y.type, y.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape(["batch", 4, "n"])
+    graph = ir.Graph(
+        [x], [y], nodes=tape.nodes, initializers=[weight], opset_imports={"": 17}, name="g"
+    )
+    return ir.Model(graph, ir_version=9)
+
+
+def test_inferred_static_dim_is_checked_at_a_third_binding():
+    model = _strided_audio_model()
+    frames = model.graph.node(0).outputs[0]
+    shapes = ValueShapes(model.graph)
+    assert shapes.estimate(frames) == (1, 4, 1)  # at the probe dims (128 samples)
+    # 1 frame at 128 and 256 samples, 2 at 384: dynamic, not a static 1.
+    assert shapes.symbolic(frames) == ("batch", 4, None)
+    assert shapes.onnx_shape(frames).dims[2] != 1
+    # A stage that starts at the frames runs at a length the probes did not see.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # memory figures are lower bounds (samples unbound)
+        meta = plan(model, shards=[2], assign_names=True)
+    omny.write(model, meta)
+    stages = split(model, 2)
+    assert stages[1].graph.inputs[0].shape.dims[2] != 1
+    audio = np.random.default_rng(0).standard_normal((1, 1, 1000)).astype(np.float32)
+    assert verify(model, 2, {"audio": audio}).ok

@@ -99,6 +99,7 @@ _KEEP_ANY_ELEMENTS = 64
 _INJECT_ELEMENTS = 4096  # computed shape tensors given to inference as constants
 _MAX_RERUNS = 6  # inference reruns when computed shape tensors unlock more
 _SCALE = 2  # the second inference binding: every symbol times this
+_THIRD = 3  # the binding that confirms a static dim of an inferred type (see symbolic())
 _PAST_WORDS = ("past", "cache", "memory")
 _INTEGER_TYPES = frozenset(
     {
@@ -840,6 +841,7 @@ class ValueShapes:
         self._light: _LightGraph | None = None
         self._keys: dict[ir.Value, str] | None = None
         self._runs: dict[int, _Run] = {}
+        self._checked: set[ir.Value] = set()
         self._fast: Any = _UNSET
         self._probe_values: dict[int, list[str]] = {}
         for symbol, value in self.probe_dims.items():
@@ -1083,8 +1085,37 @@ class ValueShapes:
 
         ``None`` stands for a dynamic dim without a name; the whole result is ``None`` when
         the rank is unknown.
+
+        A dim that ONNX inference found equal at the probe and doubled bindings is checked at
+        a third one (every symbol times 3) before it is called static, when the value's type
+        is inferred, not stated: a size such as ``floor((samples - 256) / 128) + 1`` (a
+        strided ``Conv`` over audio) is the same at 128 and 256 samples but not at 384, and a
+        stage input written with a wrong static dim is refused by onnxruntime at run time.
         """
-        return self._info(value).symbolic
+        info = self._info(value)
+        symbolic = info.symbolic
+        if (
+            symbolic is None
+            or not self._runs  # the fast propagation answered: its arithmetic is exact
+            or not self.symbols
+            or value.shape is not None
+            or value in self._checked
+            or not any(isinstance(d, int) for d in symbolic)
+        ):
+            return symbolic
+        self._checked.add(value)
+        third = self._inferred(value, _THIRD)
+        dims = third[1] if third is not None else None
+        if dims is None or len(dims) != len(symbolic) or info.estimate is None:
+            return symbolic
+        checked = tuple(
+            None if isinstance(d, int) and size is not None and size != d else d
+            for d, size in zip(symbolic, dims)
+        )
+        if checked != symbolic:
+            planning = None if self.unbound else info.planning
+            self._cache[value] = dataclasses.replace(info, symbolic=checked, planning=planning)
+        return checked
 
     def onnx_shape(self, value: ir.Value) -> ir.Shape | None:
         """:meth:`symbolic` as an :class:`onnx_ir.Shape` (names as ``dim_param``)."""
