@@ -10,14 +10,15 @@ __all__ = ["save_split"]
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._errors import ExternalDataError, OmnyIOError
+from onnx_ir_multidevice._proto import atomic
+from onnx_ir_multidevice._proto.external import external_attributes_embedded, model_problems
 from onnx_ir_multidevice._split.build import _build_stage_model, _plan_stages, _StagePlan
 from onnx_ir_multidevice._split.manifest import _stage_file, build_manifest
 from onnx_ir_multidevice._split.select import (
@@ -91,8 +92,13 @@ def save_split(
     Referencing the model's own data file instead is not possible: onnxruntime and onnx-ir
     refuse external data outside the model's folder or reached through a link.
 
-    The files are written into a temporary sibling directory which is then renamed to
-    ``outdir``, so ``outdir`` never holds a half-written split.
+    The files are written into a hidden sibling directory named after this process
+    (``.<outdir name>.omny-<pid>-<hex>.stages``) which is then renamed to ``outdir``, so
+    ``outdir`` never holds a half-written split; such directories left by a killed writer are
+    removed by the next split into the same folder. A new ``outdir`` gets the mode the umask
+    gives; a replaced one keeps its mode. Tensor attributes (``Constant`` values) the model
+    reads from external files are embedded in the stage files: a stage refers to no file but
+    its own data file.
 
     Args:
         model: The model to split (not modified).
@@ -118,9 +124,13 @@ def save_split(
     require_model(model, "save_split")
     target = Path(outdir).absolute()
     _check_outdir(target, force)
+    problems = model_problems(model)
+    if problems:
+        raise ExternalDataError(f"{target} (the model being split)", problems)
     # The stage graphs and their protos are large acyclic object graphs: without the pause
-    # the first save after the split pays a full collection of every cloned node.
-    with gc_paused():
+    # the first save after the split pays a full collection of every cloned node. Tensor
+    # attributes read from external files are embedded: each stage file stands alone.
+    with gc_paused(), external_attributes_embedded(model):
         return _save_split(model, target, shards, configuration, metadata, external_data_threshold)
 
 
@@ -250,11 +260,15 @@ def _save_split(
     ]
     files = [_stage_file(i) for i in range(len(stages))]
     manifest = build_manifest(model, stages, files=files)
+    atomic.remove_stale(target.parent)
     try:
-        temporary = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        temporary = atomic.make_staging(target.parent, target.name, "stages")
     except OSError as error:
         raise OmnyIOError(f"{target}: cannot create the output directory: {error}") from error
     try:
+        mode = atomic.existing_mode(target)
+        if mode is not None:
+            os.chmod(temporary, mode)
         for i, (entry, stage, file) in enumerate(zip(manifest["stages"], stages, files)):
             path = temporary / file
             data = f"{file}.data" if _has_weights(stage) else None
@@ -305,8 +319,7 @@ def _replace_directory(source: Path, target: Path) -> None:
             target.rmdir()
             os.rename(source, target)
             return
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-        old.rmdir()
+        old = target.parent / atomic.staging_name(target.name, "old")
         os.rename(target, old)
         try:
             os.rename(source, target)

@@ -42,8 +42,9 @@ import os
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._errors import ExternalDataError, ExternalDataProblem, OmnyIOError
 from onnx_ir_multidevice._proto import files as _io
+from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.binding.bind import BoundPlan
 from onnx_ir_multidevice.checker.device_rules import check_device_configurations, run_device_rules
@@ -200,6 +201,16 @@ def _as_model(
     )
 
 
+def _external_data_diagnostic(problem: ExternalDataProblem) -> Diagnostic:
+    where = f"metadata_props[{DATA_RECORD_KEY}]" if problem.code == "OMNY107" else None
+    advice = (
+        "save the model again with its own data file (onnx_ir_multidevice.save)"
+        if problem.code == "OMNY107"
+        else "keep the data as a regular file inside the model's folder and re-save the model"
+    )
+    return make(problem.code, f"{problem}; {advice}", where or f"value:{problem.tensor}")
+
+
 def _load_path(
     path: str, onnx_checker: bool | None, diagnostics: list[Diagnostic]
 ) -> ir.Model | None:
@@ -212,6 +223,9 @@ def _load_path(
         raise OmnyIOError(f"{path}: no such file; give the path of a .onnx or .omny model")
     try:
         model = _io.load(path)
+    except ExternalDataError as error:  # OMNY106 / OMNY107: one diagnostic per tensor or file
+        diagnostics.extend(_external_data_diagnostic(p) for p in error.problems)
+        return None
     except OmnyIOError as error:
         if not os.access(path, os.R_OK):
             raise

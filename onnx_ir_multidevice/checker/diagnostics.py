@@ -159,6 +159,13 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY103", _E, True, "omnynet_version is present but omnynet_metadata is missing."),
     ("OMNY104", _E, True, "omnynet_metadata is not valid JSON or does not follow the schema."),
     ("OMNY105", _W, True, "Unknown or inconsistent .omny format version."),
+    (
+        "OMNY106",
+        _E,
+        True,
+        "A tensor's external data is outside the folder, missing or out of range.",
+    ),
+    ("OMNY107", _E, True, "An external data file is not the one the model was saved with."),
     ("OMNY110", _E, True, "A cut point's after_node is not a node of the graph."),
     ("OMNY111", _E, True, "A cut point's tensor_name is not a value of the graph."),
     ("OMNY112", _E, True, "A cut point's tensor is not an output of its after_node."),
