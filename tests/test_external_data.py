@@ -18,10 +18,13 @@ import onnx
 import onnx_ir as ir
 import pytest
 from test_io import _arrays, _weights_model
+from test_split import _annotate
 
+from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import ExternalDataError, OmnyError, OmnyIOError
 from onnx_ir_multidevice._proto.files import DATA_RECORD_KEY, load, save
+from onnx_ir_multidevice._split import save_split, split
 from onnx_ir_multidevice.checker.core import check
 
 Mutation = Callable[[onnx.TensorProto, dict[str, onnx.StringStringEntryProto], Path], None]
@@ -312,3 +315,57 @@ def test_a_data_file_that_is_not_the_models_is_detected(tmp_path, how, capsys):
     assert "OMNY107" in {d.code for d in check(path)}
     assert main(["inspect", str(path)]) == 2
     assert "m.onnx.data" in capsys.readouterr().err
+
+
+def test_saving_in_place_alternates_data_names_and_keeps_the_model_valid(tmp_path):
+    """The new data never overwrites the file the old model reads: it gets a fresh name, the
+    model is committed, then the old data file is removed and the in-memory tensors that read
+    it lazily read the same bytes from the new file."""
+    path = _generation(0, tmp_path / "a")
+    expected = _arrays(_weights_model(0))
+    model = load(path)  # lazy: nothing read yet
+    names = []
+    for _ in range(3):
+        save(model, path)
+        files = sorted(p.name for p in path.parent.iterdir())
+        assert len(files) == 2 and "m.onnx" in files  # the model and one data file
+        names.append(next(f for f in files if f != "m.onnx"))
+        weight = model.graph.initializers["W1"].const_value
+        assert isinstance(weight, ir.ExternalTensor)  # still lazy, not copied into memory
+        assert weight.path == str(path.parent / names[-1])
+        for name, array in _arrays(model).items():
+            np.testing.assert_array_equal(array, expected[name])
+        for name, array in _arrays(load(path)).items():
+            np.testing.assert_array_equal(array, expected[name])
+    assert names[0] != names[1] and names[1] != names[2]
+    assert "m.onnx.data" in names
+
+
+def test_a_record_read_by_onnx_ir_does_not_travel(tmp_path):
+    """``onnx_ir.load`` keeps our record in metadata_props: split and save must not copy it."""
+    model = zoo.gpt(layers=2)
+    _annotate(model, ["layer.0.out"])
+    save(model, tmp_path / "m.onnx", external_data=True)
+    raw = ir.load(tmp_path / "m.onnx")
+    assert DATA_RECORD_KEY in raw.metadata_props
+    for stage in split(raw, 2):
+        assert DATA_RECORD_KEY not in stage.metadata_props
+    save_split(raw, tmp_path / "split", 2)
+    for stage_file in sorted((tmp_path / "split").glob("stage_*.onnx")):
+        load(stage_file)  # no stale record: loads
+    save(raw, tmp_path / "copy.onnx", external_data=True)
+    load(tmp_path / "copy.onnx")  # a fresh record that matches
+    save(raw, tmp_path / "embedded.onnx", external_data=False)
+    embedded = onnx.load(tmp_path / "embedded.onnx")
+    assert DATA_RECORD_KEY not in {p.key for p in embedded.metadata_props}
+
+
+def test_saving_embedded_over_an_external_model_removes_its_old_data(tmp_path):
+    path = _generation(0, tmp_path / "a")
+    model = load(path)
+    save(model, path, external_data=False)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["m.onnx"]
+    weight = model.graph.initializers["W1"].const_value
+    assert not isinstance(weight, ir.ExternalTensor)  # its file is gone: now in memory
+    for name, array in _arrays(model).items():
+        np.testing.assert_array_equal(array, _arrays(_weights_model(0))[name])

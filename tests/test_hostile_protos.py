@@ -165,3 +165,30 @@ def test_a_known_bit_flip_that_escaped_as_serde_error(tmp_path):
         load(tmp_path / "m.onnx")
     assert "65" in str(info.value)
     _check_refuses_or_reports(tmp_path / "m.onnx")
+
+
+def _with_bytes_in_a_name(proto: onnx.ModelProto) -> bytes:
+    """``proto`` serialised with one node name turned into invalid UTF-8."""
+    proto.graph.node[0].name = "nameXX"
+    return proto.SerializeToString().replace(b"nameXX", b"name\xff\xfe")
+
+
+def test_a_name_that_is_not_utf8_is_a_typed_error(tmp_path, capsys):
+    """protobuf hands invalid UTF-8 over as bytes; ``omny plan`` then failed with TypeError."""
+    (tmp_path / "m.onnx").write_bytes(_with_bytes_in_a_name(ir.to_proto(_weights_model())))
+    with pytest.raises(OmnyFormatError, match="UTF-8") as info:
+        load(tmp_path / "m.onnx")
+    assert info.value.path == "graph.node[0]"
+    assert main(["plan", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "p.omny")]) == 2
+    assert "UTF-8" in capsys.readouterr().err
+
+
+def test_an_attribute_without_type_is_a_typed_error(tmp_path):
+    """An attribute whose type is UNDEFINED loaded, then failed ``omny split`` (SerdeError)."""
+    proto = ir.to_proto(make_annotated_model())
+    node = next(n for n in proto.graph.node if n.attribute)
+    node.attribute[0].type = onnx.AttributeProto.UNDEFINED
+    onnx.save(proto, tmp_path / "m.onnx")
+    with pytest.raises(OmnyFormatError, match="UNDEFINED") as info:
+        load(tmp_path / "m.onnx")
+    assert info.value.path.endswith(".attribute[0].type")

@@ -354,7 +354,7 @@ def _write_staged(
         try:
             if staged_data is None:  # embedded: read the external initializers into memory
                 for value, tensor in list(_external_initializers(graphs)):
-                    value.const_value = ir.Tensor(
+                    value.const_value = written[value] = ir.Tensor(
                         tensor.numpy().copy(), name=tensor.name, dtype=tensor.dtype
                     )
             else:
@@ -394,7 +394,7 @@ def _write_staged(
     return _Staged(wrote_data, written, originals, list(attributes))
 
 
-def _repoint(staged: _Staged, removed: set[str], folder: Path, location: str) -> None:
+def _repoint(staged: _Staged, removed: set[str], folder: Path, location: str | None) -> None:
     """Keep the in-memory model valid after the data files it read from were removed.
 
     Its initializers read lazily from a removed file now read the same bytes from the new data
@@ -409,7 +409,7 @@ def _repoint(staged: _Staged, removed: set[str], folder: Path, location: str) ->
         if not gone(original) or value.const_value is not original:
             continue
         new = staged.written.get(value)
-        if isinstance(new, ir.ExternalTensor):
+        if isinstance(new, ir.ExternalTensor) and location is not None:
             value.const_value = ir.ExternalTensor(
                 location,
                 new.offset,
@@ -506,7 +506,8 @@ def save(
     staged: _Staged | None = None
     try:
         mode = atomic.existing_mode(target)
-        family = _family_members(folder, data_name) if data_name is not None else []
+        # The data files of the model's name family: the new model refers to none of them.
+        family = _family_members(folder, data_name or f"{target.name}.data")
         final = None
         if data_name is not None:
             final = _claim_data_name(folder, data_name)
@@ -529,20 +530,16 @@ def save(
         shutil.rmtree(staging, ignore_errors=True)
         if claimed is not None and (staged is None or not staged.data):
             _unlink_empty(claimed)
-    if staged.data:
-        assert claimed is not None and final is not None
-        removed: set[str] = set()
-        for old in family:
-            if old.name == claimed.name and old.parent == claimed.parent:
-                continue
-            real = os.path.realpath(old)
-            try:
-                os.unlink(old)
-            except OSError:
-                continue
-            removed.add(real)
-        if removed:
-            _repoint(staged, removed, folder, final)
+    removed: set[str] = set()
+    for old in family:  # the older data of this model name, now referred to by no model
+        real = os.path.realpath(old)
+        try:
+            os.unlink(old)
+        except OSError:
+            continue
+        removed.add(real)
+    if removed:
+        _repoint(staged, removed, folder, final if staged.data else None)
 
 
 def _unlink_empty(path: Path) -> None:
