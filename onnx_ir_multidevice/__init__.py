@@ -6,6 +6,8 @@ The public API, grouped by layer (see the docs for a guide to each):
   :mod:`~onnx_ir_multidevice.omny` to read and write it on a model's ``metadata_props``;
 * **Files** -- :func:`load` / :func:`save` (atomic, external data), :func:`from_proto` /
   :func:`to_proto`, :func:`roundtrip` and :func:`diff` for lossless proto round trips;
+  :func:`convert_container` / :func:`save_container` for ``.omny`` v2 containers
+  (:mod:`~onnx_ir_multidevice.omny.container`; ``load`` reads them);
 * **Binding** -- :func:`bind` a ``.omny`` plan to the IR objects it names;
 * **Annotation and checking** -- :func:`annotate` (IR v11 pipeline stages and sharding specs),
   :func:`check` (located :class:`Diagnostic` s), and the onnx-ir passes in
@@ -15,7 +17,8 @@ The public API, grouped by layer (see the docs for a guide to each):
   :func:`build_manifest`, :func:`read_manifest`), :func:`verify`, :class:`Pipeline`, and
   :class:`Engine` / :func:`register_engine` to run pipelines on an engine of your own;
 * **Exporting** -- :func:`export` to a registered format (:class:`Exporter`,
-  :func:`register_exporter`, :mod:`~onnx_ir_multidevice.exporters`);
+  :func:`register_exporter`, :mod:`~onnx_ir_multidevice.exporters`); the OAAX toolchain and
+  runtime in :mod:`~onnx_ir_multidevice.oaax`;
 
 The names are imported on first use (:pep:`562`), so ``import onnx_ir_multidevice`` and the
 ``omny`` command line start fast; nothing imports onnxruntime until a function that runs a
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from onnx_ir_multidevice._version import __version__
 
 if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and IDEs
-    from onnx_ir_multidevice import exporters, omny, passes, testing
+    from onnx_ir_multidevice import exporters, oaax, omny, passes, testing
     from onnx_ir_multidevice._errors import (
         BindingError,
         CheckError,
@@ -42,10 +45,22 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
         OmnyIOError,
         PipelineError,
         PlanError,
+        PlanningDimsError,
         SplitError,
         VerifyError,
     )
-    from onnx_ir_multidevice._proto import diff, from_proto, load, roundtrip, save, to_proto
+    from onnx_ir_multidevice._proto import (
+        ContainerConversion,
+        ContainerWarning,
+        convert_container,
+        diff,
+        from_proto,
+        load,
+        roundtrip,
+        save,
+        save_container,
+        to_proto,
+    )
     from onnx_ir_multidevice._split import (
         Manifest,
         ManifestError,
@@ -91,11 +106,15 @@ __all__ = [
     "TensorInfo",
     "omny",
     # Files and round trip
+    "ContainerConversion",
+    "ContainerWarning",
+    "convert_container",
     "diff",
     "from_proto",
     "load",
     "roundtrip",
     "save",
+    "save_container",
     "to_proto",
     # Binding
     "BoundConfiguration",
@@ -130,6 +149,7 @@ __all__ = [
     "export",
     "exporters",
     "register_exporter",
+    "oaax",
     # Test models
     "testing",
     # Errors
@@ -143,6 +163,7 @@ __all__ = [
     "OmnyIOError",
     "PipelineError",
     "PlanError",
+    "PlanningDimsError",
     "SplitError",
     "VerifyError",
 ]
@@ -157,6 +178,10 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(("Sharding", "TensorInfo"), f"{_P}.omny"),
     **dict.fromkeys(
         ("diff", "from_proto", "load", "roundtrip", "save", "to_proto"), f"{_P}._proto"
+    ),
+    **dict.fromkeys(
+        ("ContainerConversion", "ContainerWarning", "convert_container", "save_container"),
+        f"{_P}._proto",
     ),
     **dict.fromkeys(
         ("BoundConfiguration", "BoundCutPoint", "BoundPlan", "UnresolvedReference", "bind"),
@@ -193,6 +218,7 @@ _HOMES: dict[str, str] = {
             "OmnyIOError",
             "PipelineError",
             "PlanError",
+            "PlanningDimsError",
             "SplitError",
             "VerifyError",
         ),
@@ -207,6 +233,7 @@ _SUBMODULES = frozenset(
         "examples",
         "exporters",
         "graph",
+        "oaax",
         "omny",
         "passes",
         "planner",

@@ -18,6 +18,7 @@ __all__ = [
     "OmnyIOError",
     "PipelineError",
     "PlanError",
+    "PlanningDimsError",
     "SplitError",
     "VerifyError",
 ]
@@ -153,6 +154,25 @@ class SplitError(OmnyError, ValueError):
 
 class ExportError(OmnyError, ValueError):
     """A model cannot be exported as asked: unknown format or option, or content it cannot hold."""
+
+
+class PlanningDimsError(ExportError):
+    """The planning dims do not give a size an export needs, or contradict the recorded ones.
+
+    A symbolic dimension (``seq``, ``past_seq``...) of a tensor the export writes has no value
+    at the planning dims (those the plan recorded, see
+    :func:`onnx_ir_multidevice.omny.read_planning_dims`, completed by ``dims=`` or ``--dim``),
+    or a given value differs from the recorded one. ``omny export`` reports it as a usage
+    error (exit status 2).
+
+    Attributes:
+        dims: The dimension names at fault (empty when a size is unknown without a named dim,
+            e.g. a value whose shape could not be inferred).
+    """
+
+    def __init__(self, message: str, *, dims: Sequence[str] = ()) -> None:
+        self.dims = tuple(dims)
+        super().__init__(message)
 
 
 class VerifyError(OmnyError, RuntimeError):

@@ -20,9 +20,10 @@ import pytest
 
 from onnx_ir_multidevice import omny, zoo
 from onnx_ir_multidevice._errors import CheckError, OmnyIOError
-from onnx_ir_multidevice._proto.files import save
+from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice.checker.core import check, check_device_configurations, run_check
 from onnx_ir_multidevice.checker.diagnostics import CODES, Diagnostic, Severity
+from onnx_ir_multidevice.omny import container as v2
 from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     OmnyMetadata,
@@ -320,6 +321,30 @@ def _t138() -> ir.Model:
     return edit_metadata(planned(), lambda d: d["inputs"][0].__setitem__("name", "nope"))
 
 
+def _v2_model(
+    *, flags: int = 0, reserved: bytes = b"", padding: bytes | None = None, **manifest_edits
+) -> ir.Model:
+    """The upstream ``upgrade`` fixture, rebuilt with the given oddities, loaded from a file."""
+    base = v2.read_container(DATA / "omny-v2" / "tiny_v2_upgrade.omny")
+    manifest = json.loads(json.dumps(base.manifest))
+    for path, value in manifest_edits.items():
+        *parents, last = path.split("__")
+        target = manifest
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    built = v2.build_container(
+        base.model_bytes,
+        manifest,
+        flags=flags,
+        reserved=reserved,
+        padding=padding if padding is not None else base.padding,
+    )
+    path = Path(tempfile.mkdtemp(prefix="omny-check-v2-")) / "tiny.omny"
+    path.write_bytes(v2.serialize_container(built))
+    return load(path)
+
+
 def _t200() -> ir.Model:
     model = annotated()
     model.ir_version = 10
@@ -515,6 +540,12 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY137": _t137,
     "OMNY138": _t138,
     "OMNY139": _configuration("cut_point_ids", ["cut_h2", "cut_h2"]),
+    "OMNY140": lambda: _v2_model(flags=1),
+    "OMNY141": lambda: _v2_model(reserved=b"processor bytes"),
+    "OMNY142": lambda: _v2_model(padding=b"\x01" + bytes(191)),
+    "OMNY143": lambda: _v2_model(version="3.0"),
+    "OMNY144": lambda: _v2_model(input__tensor_names=["input_ids", "other"]),
+    "OMNY145": lambda: _v2_model(sharding__allowed_shards=[4]),
     "OMNY200": _t200,
     "OMNY201": _t201,
     "OMNY202": _t202,

@@ -128,7 +128,7 @@ def test_an_exporter_defined_outside_works_from_the_command_line(stage_list, tmp
     code, stdout, _ = _run(capsys, "export", "--help")
     assert code == 0
     help_text = " ".join(stdout.split())
-    assert "one of: split, stage-list" in help_text
+    assert "one of: split, mlf, ark, stage-list" in help_text
     # an existing output is refused (the exporter's own rule) unless --force
     code, _, err = _run(
         capsys, "export", "--format", "stage-list", str(GPT_TINY), str(out), "--shards", "2"
@@ -194,7 +194,9 @@ def test_the_registry_view_is_read_only():
 
 
 def test_export_refuses_unknown_formats_options_and_bad_shards(stage_list, gpt, tmp_path):
-    with pytest.raises(ExportError, match=r"'nope'; registered formats: split, stage-list"):
+    with pytest.raises(
+        ExportError, match=r"'nope'; registered formats: split, mlf, ark, stage-list"
+    ):
         exporters.export(gpt, tmp_path / "a", "nope", shards=2)
     with pytest.raises(ExportError, match=r"no option 'colour' \(its options: indent\)"):
         exporters.export(gpt, tmp_path / "a", "stage-list", shards=2, colour="red")

@@ -34,6 +34,9 @@ PUBLIC_PATHS = (
             "testing",
             "testing.zoo",
             "examples",
+            "omny.container",
+            "oaax",
+            "oaax.runtime",
         )
     ),
 )
@@ -49,6 +52,7 @@ SET_MODULE = (
     "analysis",
     "graph",
     "exporters",
+    "oaax",
 )
 """Public subpackages whose classes and functions show the public module path."""
 

@@ -24,6 +24,7 @@ from test_split import _annotate
 
 from onnx_ir_multidevice import omny, plan, zoo
 from onnx_ir_multidevice._cli import main
+from onnx_ir_multidevice._proto.atomic import staged_file, write_bytes_atomic
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice._split import save_split
 
@@ -170,7 +171,7 @@ def _leftover(folder: Path, name: str, *, age: float = 0.0) -> Path:
 def test_next_save_removes_the_leftovers_of_dead_writers_only(tmp_path):
     dead, alive = _dead_pid(), os.getpid()
     stale = _leftover(tmp_path, f".m.onnx.omny-{dead}-0123abcd.tmp")
-    stale_split = _leftover(tmp_path, f".out.omny-{dead}-89abcdef.stages")
+    stale_split = _leftover(tmp_path, f".out.omny-{dead}-89abcdef.tmp")
     running = _leftover(tmp_path, f".m.onnx.omny-{alive}-0123abcd.tmp")
     foreign = _leftover(tmp_path, ".m.onnx.abcdefgh.tmp")  # not ours: never touched
     other = _leftover(tmp_path, f".m.onnx.omny-{dead}-nothex00.tmp")
@@ -188,7 +189,7 @@ def test_a_leftover_older_than_the_live_process_with_its_pid_is_stale(tmp_path):
 
 def test_next_split_removes_the_leftovers_of_dead_writers(tmp_path):
     dead = _dead_pid()
-    stale = _leftover(tmp_path, f".split.omny-{dead}-0123abcd.stages")
+    stale = _leftover(tmp_path, f".split.omny-{dead}-0123abcd.tmp")
     old = _leftover(tmp_path, f".split.omny-{dead}-0123abcd.old")
     save_split(planned_chain(), tmp_path / "split", 2)
     assert not stale.exists() and not old.exists()
@@ -207,3 +208,22 @@ def test_temporary_names_carry_the_writer_pid(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", spy)
     save(_weights_model(), tmp_path / "m.onnx", external_data=True, size_threshold_bytes=0)
     assert seen and all(name.startswith(f".m.onnx.omny-{os.getpid()}-") for name in seen)
+
+
+def test_every_writer_keeps_modes_and_links_and_cleans_stale_files(tmp_path):
+    """The helpers the containers and exporters write with follow the same rules."""
+    real = tmp_path / "real.bin"
+    real.write_bytes(b"old")
+    os.chmod(real, 0o600)
+    link = tmp_path / "link.bin"
+    link.symlink_to(real.name)
+    stale_file = tmp_path / f".real.bin.omny-{_dead_pid()}-0123abcd.tmp"
+    stale_file.write_bytes(b"half")
+    write_bytes_atomic(link, b"new")
+    assert link.is_symlink() and real.read_bytes() == b"new" and _mode(real) == 0o600
+    assert not stale_file.exists()
+    with staged_file(link, True) as temporary:
+        assert temporary.name.startswith(f".real.bin.omny-{os.getpid()}-")
+        temporary.write_bytes(b"streamed")
+    assert link.is_symlink() and real.read_bytes() == b"streamed" and _mode(real) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.bin", "real.bin"]

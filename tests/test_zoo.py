@@ -55,6 +55,7 @@ def _expected(value: ir.Value) -> tuple[int, ...]:
 
 BUILDERS: dict[str, Callable[[], ir.Model]] = {
     "resnet": zoo.resnet,
+    "mlp": zoo.mlp,
     "bert": zoo.bert,
     "gpt": zoo.gpt,
     "gpt_untied": lambda: zoo.gpt(tie_embeddings=False),
@@ -65,6 +66,7 @@ BUILDERS: dict[str, Callable[[], ir.Model]] = {
 
 OUTPUTS = {
     "resnet": {"logits": (BATCH, 10)},
+    "mlp": {"logits": (BATCH, 10)},
     "bert": {"last_hidden_state": (BATCH, 16, 64)},
     "gpt": {"logits": (BATCH, 16, 100)},
     "gpt_untied": {"logits": (BATCH, 16, 100)},

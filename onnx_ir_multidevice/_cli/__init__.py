@@ -50,11 +50,13 @@ _SUBCOMMANDS: tuple[str, ...] = (
     "plan",
     "split",
     "export",
+    "convert",
+    "oaax-convert",
     "verify",
     "run",
     "demo",
 )
-"""Subcommand modules of this package, in ``--help`` order."""
+"""Subcommands, in ``--help`` order; each is a module of this package (``-`` spelt ``_``)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"omny {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _SUBCOMMANDS:
-        importlib.import_module(f"{__name__}.{name}").register(subparsers)
+        importlib.import_module(f"{__name__}.{name.replace('-', '_')}").register(subparsers)
     return parser
 
 
@@ -198,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(func(args))
     except OmnyFormatError as exc:  # its path is inside the model: say which file
-        source = _input_file(args)
+        source = None if getattr(exc, "source", None) else _input_file(args)
         error(f"{source}: {exc}" if source is not None else str(exc))
         return EXIT_USAGE
     except OmnyError as exc:

@@ -19,6 +19,7 @@ from onnx_ir_multidevice._proto.files import load
 from onnx_ir_multidevice.binding import bind
 from onnx_ir_multidevice.graph.dtypes import dtype_name, tensor_nbytes
 from onnx_ir_multidevice.omny import OMNY_VERSION_KEY
+from onnx_ir_multidevice.omny.container import CONTAINER_META_KEY, Container
 
 SCHEMA = "onnx-ir-multidevice/inspect"
 """Value of the ``"schema"`` key of ``omny inspect --json``."""
@@ -148,6 +149,25 @@ def _metadata_info(model: ir.Model, metadata: Any) -> dict[str, Any]:
     }
 
 
+def _container_info(model: ir.Model) -> dict[str, Any] | None:
+    """The v2 container the model was read from (``None`` for a v1 file)."""
+    container = model.meta.get(CONTAINER_META_KEY)
+    if not isinstance(container, Container):
+        return None
+    return {
+        "version": container.version,
+        "flags": container.flags,
+        "model_offset": container.model_offset,
+        "model_size": container.model_size,
+        "reserved_offset": container.reserved_offset,
+        "reserved_size": container.reserved_size,
+        "manifest_offset": container.manifest_offset,
+        "manifest_size": container.manifest_size,
+        "unreferenced_bytes": sum(len(data) for _, data in container.unreferenced),
+        "manifest": container.manifest,
+    }
+
+
 def _spec_tensor(info: Any) -> dict[str, Any]:
     return {"name": info.name, "shape": list(info.shape), "dtype": info.dtype}
 
@@ -175,6 +195,7 @@ def collect(path: str | Path) -> dict[str, Any]:
         "inputs": [_tensor(v) for v in model.graph.inputs],
         "outputs": [_tensor(v) for v in model.graph.outputs],
         "metadata": None if metadata is None else _metadata_info(model, metadata),
+        "container": _container_info(model),
     }
 
 
@@ -212,6 +233,8 @@ def format_text(doc: dict[str, Any]) -> str:
     meta = doc["metadata"]
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in m["opset_imports"].items())
     kind = f".omny {meta['version']}" if meta else "plain ONNX (no .omny metadata)"
+    if doc.get("container"):
+        kind += f", in a v{doc['container']['version']} container"
     producer = " ".join(p for p in (m["producer_name"], m["producer_version"]) if p) or "?"
     lines = [
         f"{doc['file']}  ({kind})",
@@ -236,9 +259,35 @@ def format_text(doc: dict[str, Any]) -> str:
             [[t["name"], t["dtype"], t["shape"]] for t in doc["outputs"]],
         ),
     ]
+    if doc.get("container"):
+        lines += ["", *_format_container(doc["container"])]
     if meta:
         lines += ["", *_format_metadata(meta)]
     return "\n".join(lines)
+
+
+def _format_container(c: dict[str, Any]) -> list[str]:
+    reserved = (
+        f"{c['reserved_size']} bytes at {c['reserved_offset']}" if c["reserved_size"] else "none"
+    )
+    manifest = c["manifest"]
+    processor = manifest.get("processor")
+    lines = [
+        f"container .omny v{c['version']}: flags 0x{c['flags']:x}, model {c['model_size']} bytes "
+        f"at {c['model_offset']}, reserved {reserved}, manifest {c['manifest_size']} bytes at "
+        f"{c['manifest_offset']}"
+        + (
+            f", {c['unreferenced_bytes']} bytes outside any section"
+            if c["unreferenced_bytes"]
+            else ""
+        ),
+        f"manifest  version {manifest.get('version', '?')}, keys {', '.join(map(str, manifest))}",
+    ]
+    if isinstance(processor, dict):
+        lines.append(
+            "processor " + ", ".join(f"{k} {v}" for k, v in processor.items() if v is not None)
+        )
+    return lines
 
 
 def _format_metadata(meta: dict[str, Any]) -> list[str]:

@@ -2,11 +2,16 @@
 
 The formats are those registered with
 :func:`onnx_ir_multidevice.register_exporter` (``omny export --list-formats``
-lists them with their options): ``split`` writes what ``omny split`` writes. ``--shards N``
-picks the plan's configuration with N shards for a format that splits the model; each
-``--option NAME=VALUE`` passes one of the format's options; ``--force`` replaces an existing
-OUT; ``--json`` prints what was written as JSON. An unknown format or option is a usage
-error (exit 2); a model that cannot be split or exported so exits with 1.
+lists them with their options): ``split`` writes what ``omny split`` writes, ``mlf`` a TVM
+Model Library Format archive, ``ark`` ARK per-rank model files. The format is given with
+``--format NAME`` or as the first word: ``omny export mlf IN OUT.tar --shards 2``.
+``--shards N`` picks the plan's configuration with N shards for a format that splits the
+model; each ``--option NAME=VALUE`` passes one of the format's options, and the flags
+``--providers``, ``--per-stage``, ``--export-datetime``, ``--layout``, ``--ops``,
+``--strict-dtypes`` and ``--dim`` are the options of the same names; ``--force`` replaces an
+existing OUT; ``--json`` prints what was written as JSON. An unknown format or option, or a
+size the planning dims leave unknown, is a usage error (exit 2); a model that cannot be split
+or exported so exits with 1.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 __all__ = ["register", "run"]
 
 import argparse
+import textwrap
 import types
 from pathlib import Path
 
@@ -21,13 +27,30 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    dim_argument,
     error,
     positive_int,
     print_json,
 )
-from onnx_ir_multidevice._errors import ExportError, SplitError
+from onnx_ir_multidevice._errors import ExportError, PlanningDimsError, SplitError
 
 _FORMAT_HELP = "the format to write"
+
+_USAGE = (
+    "%(prog)s [FORMAT] IN OUT [--format NAME] [--shards N] [--option NAME=VALUE] "
+    "[format flags] [--force] [--json] | --list-formats"
+)
+
+_FLAGS: dict[str, str] = {
+    "providers": "providers",
+    "per_stage": "per_stage",
+    "export_datetime": "export_datetime",
+    "layout": "layout",
+    "ops": "ops",
+    "strict_dtypes": "strict_dtypes",
+    "dims": "dims",
+}
+"""Format flags (argparse dest) -> the exporter option each one passes."""
 
 
 def _registry() -> types.ModuleType:
@@ -40,6 +63,10 @@ def _registry() -> types.ModuleType:
 
 class _HelpFormatter(argparse.HelpFormatter):
     """Lists the registered formats in the help of ``--format``, only when help is shown."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """Wrap at spaces only: format names and flags (``stage-list``) stay whole."""
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.dest == "format":
@@ -66,12 +93,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write a planned model in another format (--list-formats)",
         description=__doc__.splitlines()[0].split(": ", 1)[1],
         formatter_class=_HelpFormatter,
+        usage=_USAGE,
     )
     parser.add_argument(
-        "input", metavar="IN", type=Path, nargs="?", help="an .omny or annotated .onnx file"
-    )
-    parser.add_argument(
-        "output", metavar="OUT", type=Path, nargs="?", help="the file or directory to write"
+        "words",
+        metavar="[FORMAT] IN OUT",
+        nargs="*",
+        help="the format (or --format), an .omny or annotated .onnx file, and the file or "
+        "directory to write",
     )
     parser.add_argument("--format", metavar="NAME", help=_FORMAT_HELP)
     parser.add_argument(
@@ -88,6 +117,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         help="an option of the format (repeatable; see --list-formats)",
+    )
+    flags = parser.add_argument_group("format flags (each passes the option of its name)")
+    flags.add_argument(
+        "--providers",
+        metavar="LIST",
+        help="mlf: the device of each stage, e.g. cpu,cuda:0 (one for all, or one per stage)",
+    )
+    flags.add_argument(
+        "--per-stage",
+        action="store_true",
+        default=None,
+        help="mlf: one .tar per stage, in the directory OUT",
+    )
+    flags.add_argument(
+        "--export-datetime",
+        metavar="DATE",
+        help="mlf: the date written, e.g. '2024-05-01 12:00:00Z' (fixed: reproducible bytes)",
+    )
+    flags.add_argument("--layout", choices=("main", "seed"), help="ark: the file layout")
+    flags.add_argument(
+        "--ops", choices=("skeleton", "translate"), help="ark: how the compute is written"
+    )
+    flags.add_argument(
+        "--strict-dtypes",
+        action="store_true",
+        default=None,
+        help="ark: refuse tensors of types ARK lacks instead of writing byte views",
+    )
+    flags.add_argument(
+        "--dim",
+        dest="dims",
+        action="append",
+        type=dim_argument,
+        metavar="NAME=N",
+        help="a planning dim the plan did not record, e.g. seq=128 (repeatable)",
     )
     parser.add_argument("--force", action="store_true", help="replace an existing OUT")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -119,22 +183,60 @@ def _list_formats(as_json: bool) -> int:
     return EXIT_OK
 
 
-def run(args: argparse.Namespace) -> int:
-    """Export ``args.input`` to ``args.output`` in ``args.format``."""
-    if args.list_formats:
-        return _list_formats(args.json)
+def _positionals(args: argparse.Namespace, registry: types.ModuleType) -> str | None:
+    """Sort ``[FORMAT] IN OUT`` into ``args.format``, ``args.input``, ``args.output``.
+
+    Returns:
+        An error message, or ``None``.
+    """
+    words = list(args.words)
+    if len(words) == 3:
+        if args.format is not None and args.format != words[0]:
+            return f"export: the format is given twice ({words[0]!r} and --format {args.format})"
+        args.format = words.pop(0)
+    elif len(words) > 3:
+        return f"export: expected [FORMAT] IN OUT, got {len(words)} words: {' '.join(words)}"
+    args.input = Path(words[0]) if words else None
+    args.output = Path(words[1]) if len(words) > 1 else None
     if args.format is None or args.input is None or args.output is None:
+        if len(words) == 2 and words[0] in registry.exporters():
+            return f"export: OUT required after IN ({words[1]}) (see 'omny export --help')"
         missing = [
             what
             for what, value in (("--format", args.format), ("IN", args.input), ("OUT", args.output))
             if value is None
         ]
-        error(f"export: {', '.join(missing)} required (see 'omny export --help')")
-        return EXIT_USAGE
-    registry = _registry()
-    options = dict(args.options)
+        return f"export: {', '.join(missing)} required (see 'omny export --help')"
+    return None
+
+
+def _options(args: argparse.Namespace) -> dict[str, object] | str:
+    """The format's options from ``--option`` and the format flags, or an error message."""
+    options: dict[str, object] = dict(args.options)
     if len(options) < len(args.options):
-        error("export: an --option is given twice")
+        return "export: an --option is given twice"
+    for dest, option in _FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if option in options:
+            return f"export: option {option} is given twice (--option and its flag)"
+        options[option] = dict(value) if dest == "dims" else value
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export ``args.input`` to ``args.output`` in ``args.format``."""
+    if args.list_formats:
+        return _list_formats(args.json)
+    registry = _registry()
+    problem = _positionals(args, registry)
+    if problem is not None:
+        error(problem)
+        return EXIT_USAGE
+    options = _options(args)
+    if isinstance(options, str):
+        error(options)
         return EXIT_USAGE
     try:
         exporter = registry.get_exporter(args.format)
@@ -156,6 +258,9 @@ def run(args: argparse.Namespace) -> int:
         result = registry.export(
             model, args.output, args.format, shards=args.shards, force=args.force, **options
         )
+    except PlanningDimsError as exc:
+        error(f"{args.input}: {exc}")
+        return EXIT_USAGE
     except (ExportError, SplitError) as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS

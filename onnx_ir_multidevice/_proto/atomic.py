@@ -1,35 +1,55 @@
-"""Atomic writes: staging folders named after their writer, modes kept, stale ones removed.
+"""Atomic output: a file or directory written under a temporary sibling name, then renamed.
 
-Every writer of the package (:func:`~onnx_ir_multidevice.save`,
-:func:`~onnx_ir_multidevice.save_split`) writes into a hidden *staging* folder next to its
-destination and renames the result into place. This module is the one home of that concept:
+The one home of the "stage, then rename" rule, so that a destination never holds a
+half-written result:
 
-* **Names.** A staging folder is ``.<destination name>.omny-<pid>-<8 hex>.<kind>`` (kinds:
-  ``tmp`` for a model, ``stages`` for a split, ``old`` for the split directory it replaces),
-  so a leftover says which process made it. :data:`STAGING_PATTERN` matches exactly these.
-* **Stale leftovers.** A writer killed with SIGKILL cannot remove its staging folder.
-  :func:`remove_stale` (called by every writer on the folder it writes to) removes those of
+* :func:`write_bytes_atomic` -- small whole-file writes (an ``.omny`` v2 container, a
+  conversion log); :func:`~onnx_ir_multidevice.save` stages a model and its data file in a
+  staging folder (:func:`make_staging`) the same way;
+* :func:`staged_file` -- a context manager for a file written as a stream (an exporter's
+  archive): the block writes the yielded temporary path, which is flushed and renamed over the
+  destination (:func:`check_output_file` refuses a destination first);
+* :func:`staged_directory` -- the same for a directory (``omny split``, the exporters): the
+  block fills the yielded temporary directory, which is renamed over the destination
+  (:func:`check_output_directory`, :func:`replace_directory`).
+
+A failure leaves the destination as it was and nothing temporary behind. The rules every
+writer follows:
+
+* **Names.** A temporary file or folder is ``.<destination name>.omny-<pid>-<8 hex>.<kind>``
+  (``tmp``; ``old`` for a directory being replaced), so a leftover says which process made it;
+  :data:`STAGING_PATTERN` matches exactly these names.
+* **Stale leftovers.** A writer killed with SIGKILL cannot remove its temporary files.
+  :func:`remove_stale`, called by every writer on the folder it writes to, removes those of
   the folder that belong to this user and whose writer is gone: no process has that pid, or
-  the process that has it started after the folder was last modified (the pid was reused).
-  Folders of live writers, of other users, and every other name are left alone.
-* **Modes.** :func:`make_staging` creates the folder with :func:`os.mkdir`, so it gets the
-  mode the umask gives (``tempfile.mkdtemp`` would give 0700, which a split directory kept
-  after its rename). :func:`existing_mode` reads the mode of a file about to be replaced, so
-  that the writer can give it to the new file.
-* **Durability.** :func:`fsync_file` and :func:`fsync_dir` flush data and renames.
+  the process that has it started after the leftover was last modified (the pid was reused).
+  Leftovers of live writers, of other users, and every other name are left alone.
+* **Modes.** New files and directories get the usual permissions (``0o666`` / ``0o777`` less
+  the umask), not ``mkstemp``'s ``0o600`` or ``mkdtemp``'s ``0o700``; a file or directory
+  that is replaced keeps its permission bits (:func:`existing_mode`).
+* **Links.** A destination that is a symbolic link is written through: the file or directory
+  it points to is replaced, the link stays.
+* **Durability.** Files are flushed before the rename, and the folder after it
+  (:func:`fsync_file`, :func:`fsync_dir`).
 """
 
 from __future__ import annotations
 
 __all__ = [
     "STAGING_PATTERN",
+    "check_output_directory",
+    "check_output_file",
     "existing_mode",
     "fsync_dir",
     "fsync_file",
     "make_staging",
     "process_started_after",
     "remove_stale",
+    "replace_directory",
+    "staged_directory",
+    "staged_file",
     "staging_name",
+    "write_bytes_atomic",
 ]
 
 import contextlib
@@ -39,17 +59,29 @@ import re
 import secrets
 import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
-STAGING_PATTERN = re.compile(r"^\.(?P<name>.+)\.omny-(?P<pid>\d+)-[0-9a-f]{8}\.(?:tmp|stages|old)$")
-"""Names of staging folders: ``.<name>.omny-<pid>-<8 hex digits>.<tmp|stages|old>``."""
+from onnx_ir_multidevice._errors import OmnyIOError
+
+STAGING_PATTERN = re.compile(r"^\.(?P<name>.+)\.omny-(?P<pid>\d+)-[0-9a-f]{8}\.(?:tmp|old)$")
+"""Names of temporary files and folders: ``.<name>.omny-<pid>-<8 hex digits>.<tmp|old>``."""
 
 _CLOCK_SLACK_SECONDS = 2.0
 """A leftover modified less than this before its pid's process started is not called stale
 (the boot time in ``/proc/stat`` has a resolution of one second)."""
 
 
-def make_staging(folder: Path, name: str, kind: str) -> Path:
+# ---------------------------------------------------------------------------------------------
+# Names, modes, flushes
+
+
+def staging_name(name: str, kind: str = "tmp") -> str:
+    """A fresh temporary name for the destination ``name`` (nothing is created)."""
+    return f".{name}.omny-{os.getpid()}-{secrets.token_hex(4)}.{kind}"
+
+
+def make_staging(folder: Path, name: str, kind: str = "tmp") -> Path:
     """Create the staging folder ``folder/.<name>.omny-<pid>-<hex>.<kind>`` (umask's mode).
 
     Raises:
@@ -64,9 +96,15 @@ def make_staging(folder: Path, name: str, kind: str) -> Path:
         return path
 
 
-def staging_name(name: str, kind: str) -> str:
-    """A fresh staging name for ``name`` (not created): for a rename target."""
-    return f".{name}.omny-{os.getpid()}-{secrets.token_hex(4)}.{kind}"
+def _create_file(folder: Path, name: str) -> Path:
+    """Create an empty temporary file for the destination ``name`` (umask's mode)."""
+    while True:
+        path = folder / staging_name(name)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return path
 
 
 def existing_mode(path: Path) -> int | None:
@@ -75,6 +113,11 @@ def existing_mode(path: Path) -> int | None:
         return stat.S_IMODE(os.stat(path).st_mode)
     except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+def _through_link(path: Path) -> Path:
+    """``path``, or the path a symbolic link ``path`` points to (the file to replace)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def fsync_file(path: Path) -> None:
@@ -94,6 +137,10 @@ def fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stale leftovers
 
 
 def _boot_time() -> float | None:
@@ -143,9 +190,10 @@ def _writer_gone(pid: int, modified: float) -> bool:
 
 
 def remove_stale(folder: Path) -> list[str]:
-    """Remove the staging folders of dead writers in ``folder`` (see the module docstring).
+    """Remove the temporary files and folders of dead writers in ``folder``.
 
-    Never raises: a leftover that cannot be removed stays for a later write.
+    See the module docstring. Never raises: a leftover that cannot be removed stays for a
+    later write.
 
     Returns:
         The names removed.
@@ -164,11 +212,216 @@ def remove_stale(folder: Path) -> list[str]:
             info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if not stat.S_ISDIR(info.st_mode) or (uid is not None and info.st_uid != uid):
+        kind = stat.S_IFMT(info.st_mode)
+        if kind not in (stat.S_IFDIR, stat.S_IFREG) or (uid is not None and info.st_uid != uid):
             continue
         if not _writer_gone(int(match["pid"]), info.st_mtime):
             continue
-        shutil.rmtree(entry.path, ignore_errors=True)
+        if kind == stat.S_IFDIR:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
         if not os.path.lexists(entry.path):
             removed.append(entry.name)
     return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# Writers
+
+
+def write_bytes_atomic(destination: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``destination`` atomically (keeping its mode; through a link).
+
+    Args:
+        destination: The file; its folder must exist.
+        data: The whole content.
+
+    Raises:
+        OmnyIOError: The folder cannot be written, or writing failed (the destination is
+            unchanged and no temporary file is left).
+    """
+    destination = _through_link(Path(destination))
+    remove_stale(destination.parent)
+    try:
+        temporary = _create_file(destination.parent, destination.name)
+    except OSError as error:
+        raise OmnyIOError(
+            f"{destination}: cannot write into {destination.parent} ({error.strerror}); check "
+            "its permissions"
+        ) from error
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        mode = existing_mode(destination)
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, destination)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise OmnyIOError(
+                f"{destination}: writing failed ({error}); no temporary file was left behind"
+            ) from error
+        raise
+    fsync_dir(destination.parent)
+
+
+def _check_parent(target: Path) -> None:
+    parent = target.parent
+    if not parent.is_dir():
+        raise OmnyIOError(
+            f"{target}: the folder {parent} "
+            f"{'is not a directory' if parent.exists() else 'does not exist'}; create it "
+            "first (only the output itself is created)"
+        )
+
+
+def check_output_directory(
+    target: Path, force: bool, *, holds: str = "the split is a directory of stage files"
+) -> None:
+    """Refuse a ``target`` directory that cannot take the output, saying what to pass instead.
+
+    Args:
+        target: The directory to create (or replace).
+        force: Whether a non-empty ``target`` may be replaced.
+        holds: What the output is, for the message about a ``target`` that is a file.
+
+    Raises:
+        OmnyIOError: ``target`` is a file, is a non-empty directory (without ``force``), or its
+            parent folder does not exist.
+    """
+    if target.exists():
+        if not target.is_dir():
+            raise OmnyIOError(
+                f"{target}: exists and is not a directory; {holds}: pass a directory that "
+                "does not exist yet or is empty, e.g. "
+                f"{target.with_name(target.stem + '_split')}"
+            )
+        if not force and any(target.iterdir()):
+            raise OmnyIOError(
+                f"{target}: directory is not empty; choose another one or pass --force "
+                "(force=True) to replace it."
+            )
+    else:
+        _check_parent(target)
+
+
+def check_output_file(target: Path, force: bool) -> None:
+    """Refuse a ``target`` file that exists (without ``force``) or is a directory.
+
+    Raises:
+        OmnyIOError: ``target`` is a directory, exists (without ``force``), or its parent
+            folder does not exist.
+    """
+    if target.is_dir():
+        raise OmnyIOError(f"{target}: is a directory; pass a file path such as {target / 'out'}")
+    if target.exists() and not force:
+        raise OmnyIOError(
+            f"{target}: exists; choose another path or pass --force (force=True) to replace it"
+        )
+    _check_parent(target)
+
+
+def replace_directory(source: Path, target: Path) -> None:
+    """Rename ``source`` to ``target``, replacing ``target`` (a directory) if it exists.
+
+    A non-empty ``target`` is first renamed aside (``.<name>.omny-<pid>-<hex>.old``), so that a
+    failure puts it back; ``source`` takes the mode of the ``target`` it replaces.
+
+    Raises:
+        OmnyIOError: A rename failed.
+    """
+    try:
+        mode = existing_mode(target)
+        if mode is not None:
+            os.chmod(source, mode)
+        if not target.exists():
+            os.rename(source, target)
+            return
+        if not any(target.iterdir()):
+            target.rmdir()
+            os.rename(source, target)
+            return
+        old = target.parent / staging_name(target.name, "old")
+        os.rename(target, old)
+        try:
+            os.rename(source, target)
+        except OSError:
+            os.rename(old, target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as error:
+        raise OmnyIOError(f"{target}: cannot move the output into place: {error}") from error
+
+
+@contextlib.contextmanager
+def staged_directory(
+    target: Path, force: bool, *, holds: str = "the output is a directory"
+) -> Iterator[Path]:
+    """Yield a new temporary directory next to ``target``; rename it to ``target`` on success.
+
+    Args:
+        target: The directory to write (a link to a directory: the directory it points to).
+        force: Replace a non-empty ``target``.
+        holds: What the output is (for :func:`check_output_directory`'s message).
+
+    Raises:
+        OmnyIOError: See :func:`check_output_directory`; or the temporary directory cannot be
+            created, or the rename failed.
+    """
+    target = _through_link(target)
+    check_output_directory(target, force, holds=holds)
+    remove_stale(target.parent)
+    try:
+        temporary = make_staging(target.parent, target.name)
+    except OSError as error:
+        raise OmnyIOError(f"{target}: cannot create the output directory: {error}") from error
+    try:
+        yield temporary
+        replace_directory(temporary, target)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    fsync_dir(target.parent)
+
+
+@contextlib.contextmanager
+def staged_file(target: Path, force: bool) -> Iterator[Path]:
+    """Yield a new, empty temporary file next to ``target``; flush it and rename it over ``target``.
+
+    The new file keeps the mode of the ``target`` it replaces; a ``target`` that is a symbolic
+    link is written through.
+
+    Raises:
+        OmnyIOError: See :func:`check_output_file`; or writing or renaming failed (``target``
+            is unchanged and nothing temporary is left).
+    """
+    target = _through_link(target)
+    check_output_file(target, force)
+    remove_stale(target.parent)
+    try:
+        temporary = _create_file(target.parent, target.name)
+    except OSError as error:
+        raise OmnyIOError(f"{target}: cannot write into {target.parent}: {error}") from error
+    try:
+        yield temporary
+        with open(temporary, "rb+") as file:
+            os.fsync(file.fileno())
+        mode = existing_mode(target)
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(error, OSError) and not isinstance(error, OmnyIOError):
+            raise OmnyIOError(
+                f"{target}: writing failed ({error}); no temporary file was left behind"
+            ) from error
+        raise
+    fsync_dir(target.parent)

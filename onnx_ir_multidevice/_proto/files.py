@@ -83,6 +83,12 @@ from onnx_ir_multidevice._proto.external import (
     set_base_dir,
 )
 from onnx_ir_multidevice._util import gc_paused
+from onnx_ir_multidevice.omny.container import (
+    CONTAINER_META_KEY,
+    Container,
+    detect,
+    parse_container,
+)
 
 #: Initializers at least this large (in total) force external data: protobuf's 2 GiB limit.
 EXTERNAL_DATA_TOTAL_BYTES = 2**31
@@ -146,6 +152,11 @@ def load(path: str | os.PathLike) -> ir.Model:
     symbolic link points to) and read lazily; every reference is checked first, and the data
     files are compared with the size and CRC-32 the model recorded when :func:`save` wrote it.
 
+    An ``.omny`` v2 container (``OMNY`` magic) is read too: its embedded model is loaded, and
+    the container is kept in ``model.meta[CONTAINER_META_KEY]`` (see
+    :mod:`~onnx_ir_multidevice.omny.container`) for
+    :func:`~onnx_ir_multidevice.save_container`.
+
     Args:
         path: The model file.
 
@@ -161,6 +172,8 @@ def load(path: str | os.PathLike) -> ir.Model:
             (an :class:`OmnyIOError`; its ``problems`` name every tensor concerned).
         OmnyFormatError: The model cannot be represented without loss, or is not valid ONNX
             (see :func:`onnx_ir_multidevice.from_proto`).
+        OmnyContainerError: A v2 container's header, manifest or embedded model is malformed
+            (the error names the field and the numbers; an :class:`OmnyFormatError`).
         TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
     """
     path = _as_path(path, "load")
@@ -171,6 +184,9 @@ def load(path: str | os.PathLike) -> ir.Model:
         raise OmnyIOError(
             f"{path}: cannot be read ({error.strerror}); check permissions"
         ) from error
+    container = _v2_container(path, data)
+    if container is not None:
+        data = container.model_bytes
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
@@ -195,8 +211,17 @@ def load(path: str | os.PathLike) -> ir.Model:
     with gc_paused():
         model = from_proto(proto)
     del proto
+    if container is not None:
+        model.meta[CONTAINER_META_KEY] = container
     set_base_dir(model, folder)
     return model
+
+
+def _v2_container(path: Path, data: bytes) -> Container | None:
+    """The ``.omny`` v2 container ``data`` is (told by its magic), or ``None`` for a v1 file."""
+    if detect(data) != "v2":
+        return None
+    return parse_container(data, source=str(path))
 
 
 # ---------------------------------------------------------------------------------------------

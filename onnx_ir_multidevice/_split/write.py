@@ -9,15 +9,14 @@ __all__ = ["save_split"]
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import ExternalDataError, OmnyIOError
-from onnx_ir_multidevice._proto import atomic
+from onnx_ir_multidevice._errors import ExternalDataError
+from onnx_ir_multidevice._proto.atomic import check_output_directory, staged_directory
 from onnx_ir_multidevice._proto.external import external_attributes_embedded, model_problems
 from onnx_ir_multidevice._split.build import _build_stage_model, _plan_stages, _StagePlan
 from onnx_ir_multidevice._split.manifest import _stage_file, build_manifest
@@ -30,6 +29,9 @@ from onnx_ir_multidevice._split.select import (
 from onnx_ir_multidevice._util import gc_paused, require_model
 from onnx_ir_multidevice.graph.index import holds_subgraphs
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
+
+_HOLDS = "the split is a directory of stage files"
+"""What a split directory is, for the message about an output path that is a file."""
 
 
 def _has_weights(stage: ir.Model) -> bool:
@@ -46,30 +48,6 @@ def _has_weights(stage: ir.Model) -> bool:
             if value.const_value is not None and value.const_value.nbytes > 0:
                 return True
     return False
-
-
-def _check_outdir(outdir: Path, force: bool) -> None:
-    """Refuse an ``outdir`` that cannot take the split, saying what to pass instead."""
-    if outdir.exists():
-        if not outdir.is_dir():
-            raise OmnyIOError(
-                f"{outdir}: exists and is not a directory; the split is a directory of stage "
-                "files: pass a directory that does not exist yet or is empty, e.g. "
-                f"{outdir.with_name(outdir.stem + '_split')}"
-            )
-        if not force and any(outdir.iterdir()):
-            raise OmnyIOError(
-                f"{outdir}: directory is not empty; choose another one or pass --force "
-                "(force=True) to replace it."
-            )
-    else:
-        parent = outdir.parent
-        if not parent.is_dir():
-            raise OmnyIOError(
-                f"{outdir}: the folder {parent} "
-                f"{'is not a directory' if parent.exists() else 'does not exist'}; create it "
-                "first (only the output directory itself is created)"
-            )
 
 
 def save_split(
@@ -93,7 +71,7 @@ def save_split(
     refuse external data outside the model's folder or reached through a link.
 
     The files are written into a hidden sibling directory named after this process
-    (``.<outdir name>.omny-<pid>-<hex>.stages``) which is then renamed to ``outdir``, so
+    (``.<outdir name>.omny-<pid>-<hex>.tmp``) which is then renamed to ``outdir``, so
     ``outdir`` never holds a half-written split; such directories left by a killed writer are
     removed by the next split into the same folder. A new ``outdir`` gets the mode the umask
     gives; a replaced one keeps its mode. Tensor attributes (``Constant`` values) the model
@@ -123,7 +101,7 @@ def save_split(
     """
     require_model(model, "save_split")
     target = Path(outdir).absolute()
-    _check_outdir(target, force)
+    check_output_directory(target, force, holds=_HOLDS)
     problems = model_problems(model)
     if problems:
         raise ExternalDataError(f"{target} (the model being split)", problems)
@@ -260,15 +238,7 @@ def _save_split(
     ]
     files = [_stage_file(i) for i in range(len(stages))]
     manifest = build_manifest(model, stages, files=files)
-    atomic.remove_stale(target.parent)
-    try:
-        temporary = atomic.make_staging(target.parent, target.name, "stages")
-    except OSError as error:
-        raise OmnyIOError(f"{target}: cannot create the output directory: {error}") from error
-    try:
-        mode = atomic.existing_mode(target)
-        if mode is not None:
-            os.chmod(temporary, mode)
+    with staged_directory(target, True, holds=_HOLDS) as temporary:
         for i, (entry, stage, file) in enumerate(zip(manifest["stages"], stages, files)):
             path = temporary / file
             data = f"{file}.data" if _has_weights(stage) else None
@@ -302,30 +272,4 @@ def _save_split(
         with open(temporary / "manifest.json", "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=2)
             f.write("\n")
-        _replace_directory(temporary, target)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
     return manifest
-
-
-def _replace_directory(source: Path, target: Path) -> None:
-    """Rename ``source`` to ``target``, replacing ``target`` (a directory) if it exists."""
-    try:
-        if not target.exists():
-            os.rename(source, target)
-            return
-        if not any(target.iterdir()):
-            target.rmdir()
-            os.rename(source, target)
-            return
-        old = target.parent / atomic.staging_name(target.name, "old")
-        os.rename(target, old)
-        try:
-            os.rename(source, target)
-        except OSError:
-            os.rename(old, target)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    except OSError as error:
-        raise OmnyIOError(f"{target}: cannot move the split into place: {error}") from error

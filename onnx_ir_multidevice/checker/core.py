@@ -14,7 +14,8 @@ input and runs the rules, which live by family in
   defined cut points, ``num_shards`` memory entries within ``max_shard_size_mb``, and a shard
   count consistent with ``allowed_shards`` / ``min_shards`` / ``max_shards``. Cut points are
   resolved by :func:`~onnx_ir_multidevice.binding.bind.bind`, as ``split`` and ``annotate``
-  resolve them.
+  resolve them. ``OMNY14x``: the ``.omny`` v2 container a model was read from
+  (:mod:`~onnx_ir_multidevice.checker.container_rules`).
 * ``OMNY2xx`` -- the IR v11 fields: what onnx-ir's private
   ``_check_device_configurations`` checks, plus duplicate or empty names, ``device_names``
   length, ``num_devices < 1``, two node entries for one configuration, device-group keys,
@@ -47,11 +48,17 @@ from onnx_ir_multidevice._proto import files as _io
 from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.binding.bind import BoundPlan
+from onnx_ir_multidevice.checker.container_rules import check_container
 from onnx_ir_multidevice.checker.device_rules import check_device_configurations, run_device_rules
 from onnx_ir_multidevice.checker.diagnostics import Diagnostic, Severity, make
 from onnx_ir_multidevice.checker.format_rules import check_format
 from onnx_ir_multidevice.checker.pipeline_rules import check_pipeline
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
+from onnx_ir_multidevice.omny.container import (
+    CONTAINER_META_KEY,
+    Container,
+    OmnyContainerError,
+)
 
 ModelLike = ir.Model | onnx.ModelProto | str | os.PathLike
 
@@ -141,6 +148,7 @@ def run_check(
             found, entries_list = run_device_rules(ir_model, index)
             diagnostics.extend(found)
             plan, configurations = check_format(ir_model, diagnostics, index)
+            check_container(ir_model, diagnostics)
             try:
                 check_pipeline(
                     ir_model,
@@ -226,6 +234,9 @@ def _load_path(
     except ExternalDataError as error:  # OMNY106 / OMNY107: one diagnostic per tensor or file
         diagnostics.extend(_external_data_diagnostic(p) for p in error.problems)
         return None
+    except OmnyContainerError as error:  # a v2 container's header, manifest or model
+        diagnostics.append(make("OMNY101", str(error), error.path))
+        return None
     except OmnyIOError as error:
         if not os.access(path, os.R_OK):
             raise
@@ -234,8 +245,11 @@ def _load_path(
         )
         return None
     if onnx_checker is not False:
-        try:
-            onnx.checker.check_model(path)
+        container = model.meta.get(CONTAINER_META_KEY)
+        try:  # a v2 container: the model it embeds
+            onnx.checker.check_model(
+                container.model_proto() if isinstance(container, Container) else path
+            )
         except Exception as error:
             diagnostics.append(_onnx_checker_diagnostic(error))
     return model

@@ -4,7 +4,8 @@ A :class:`Diagnostic` is one finding of :func:`onnx_ir_multidevice.check`. Its
 ``code`` is stable across releases (tools may filter on it) and belongs to one family:
 
 * ``OMNY1xx`` -- the ``.omny`` format: the spec's validation rules and cut-point
-  requirements, checked against the graph.
+  requirements, checked against the graph; ``OMNY14x``, the v2 container a model was read
+  from (header fields, manifest).
 * ``OMNY2xx`` -- the IR v11 multi-device fields (``ModelConfiguration``,
   ``NodeDeviceConfiguration``, ``ShardingSpec``): everything onnx-ir's private
   ``_check_device_configurations`` checks, and more.
@@ -23,6 +24,8 @@ Locations are strings in one of these forms:
 * ``metadata_props[<key>]`` -- an entry of the model's ``metadata_props``;
 * a JSON path into the ``omnynet_metadata`` document, such as
   ``sharding.configurations[1].cut_point_ids[2]``;
+* ``header.<field>``, ``manifest.<path>`` or ``file[<start>:<end>]`` -- in the ``.omny`` v2
+  container the model was read from;
 * ``model`` -- the model as a whole.
 
 .. versionadded:: 0.1
@@ -188,6 +191,13 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY137", _W, True, "max_shard_size_mb exceeds min_vram_mb (no runtime headroom)."),
     ("OMNY138", _W, True, "A metadata input/output does not name a graph input/output."),
     ("OMNY139", _E, True, "A configuration lists the same cut point twice."),
+    # --- .omny v2 container (a model read from an OMNY file) ---
+    ("OMNY140", _W, True, "The v2 container's header flags are not zero (kept, not understood)."),
+    ("OMNY141", _W, True, "The v2 container has a reserved section (kept, not interpreted)."),
+    ("OMNY142", _W, True, "The v2 container has bytes in its padding or outside every section."),
+    ("OMNY143", _W, True, "The v2 manifest's version is not 2.0."),
+    ("OMNY144", _W, True, "The v2 manifest's tensor names differ from the embedded model's."),
+    ("OMNY145", _W, True, "The v2 manifest's allowed shard counts differ from the embedded plan."),
     # --- IR v11 device configurations ---
     ("OMNY200", _E, True, "Multi-device fields on a model with ir_version < 11 (lost on save)."),
     ("OMNY201", _E, True, "A node device configuration has no ModelConfiguration."),

@@ -10,7 +10,14 @@ Registered formats:
 
 * ``split`` -- the split directory, one runnable ONNX model per pipeline stage and
   ``manifest.json`` (:class:`SplitDirectoryExporter`, what
-  :func:`~onnx_ir_multidevice.save_split` and ``omny split`` write).
+  :func:`~onnx_ir_multidevice.save_split` and ``omny split`` write);
+* ``mlf`` -- a TVM Model Library Format (version 7) archive, one module per stage with its
+  memory summary and parameters: a description, no TVM code (:class:`TvmMlfExporter`);
+* ``ark`` -- ARK model files, one per rank, with the exact Send/Recv between ranks and the
+  compute as a skeleton or translated one to one (:class:`ArkExporter`).
+
+``mlf`` and ``ark`` take their stages from the split machinery and their memory figures from
+the planner, at the planning dims the plan recorded (``docs/exporting.md``).
 
 Writing an exporter: take the stages from the split machinery
 (:func:`~onnx_ir_multidevice.split`; :func:`~onnx_ir_multidevice.save_split` and its
@@ -37,9 +44,11 @@ strings (they come so from the command line). Then register it::
 from __future__ import annotations
 
 __all__ = [
+    "ArkExporter",
     "ExportResult",
     "Exporter",
     "SplitDirectoryExporter",
+    "TvmMlfExporter",
     "export",
     "exporters",
     "get_exporter",
@@ -48,6 +57,7 @@ __all__ = [
 ]
 
 from onnx_ir_multidevice._util import set_public_module
+from onnx_ir_multidevice.exporters.ark import ArkExporter
 from onnx_ir_multidevice.exporters.protocol import Exporter, ExportResult
 from onnx_ir_multidevice.exporters.registry import (
     export,
@@ -57,5 +67,6 @@ from onnx_ir_multidevice.exporters.registry import (
     unregister_exporter,
 )
 from onnx_ir_multidevice.exporters.split_directory import SplitDirectoryExporter
+from onnx_ir_multidevice.exporters.tvm_mlf import TvmMlfExporter
 
 set_public_module(globals(), root={"Exporter", "export", "register_exporter"})

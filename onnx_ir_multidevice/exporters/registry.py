@@ -16,13 +16,19 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import ExportError
 from onnx_ir_multidevice._util import require_model
+from onnx_ir_multidevice.exporters.ark import ArkExporter
 from onnx_ir_multidevice.exporters.protocol import Exporter, ExportResult
 from onnx_ir_multidevice.exporters.split_directory import SplitDirectoryExporter
+from onnx_ir_multidevice.exporters.tvm_mlf import TvmMlfExporter
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 """A format name: what follows ``omny export --format`` (no space, no ``=``)."""
 
-_EXPORTERS: dict[str, Exporter] = {"split": SplitDirectoryExporter()}
+_EXPORTERS: dict[str, Exporter] = {
+    "split": SplitDirectoryExporter(),
+    "mlf": TvmMlfExporter(),
+    "ark": ArkExporter(),
+}
 """Registered exporters by name, in registration order (the built-in formats first)."""
 
 

@@ -15,18 +15,11 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import ExportError
 from onnx_ir_multidevice._split import save_split
+from onnx_ir_multidevice.exporters._options import parse_configuration
 from onnx_ir_multidevice.exporters.protocol import ExportResult
 
 _DEFAULT_THRESHOLD = 1024
 """Default ``external_data_threshold`` of :func:`~onnx_ir_multidevice.save_split`, in bytes."""
-
-
-def _configuration(value: Any) -> int | str | None:
-    """The ``configuration`` option: an ``.omny`` configuration index or an IR v11 name."""
-    if value is None or isinstance(value, int):
-        return value
-    text = str(value)
-    return int(text) if text.isdigit() else text
 
 
 def _threshold(value: Any) -> int:
@@ -74,7 +67,7 @@ class SplitDirectoryExporter:
             model,
             destination,
             shards,
-            configuration=_configuration(options.get("configuration")),
+            configuration=parse_configuration(options.get("configuration")),
             force=force,
             external_data_threshold=_threshold(
                 options.get("external_data_threshold", _DEFAULT_THRESHOLD)

@@ -49,6 +49,7 @@ Self-contained: only the standard library, ``onnx``, ``onnx_ir`` and
 from __future__ import annotations
 
 __all__ = [
+    "CONTAINER_META_KEY",
     "HEADER_SIZE",
     "MAGIC",
     "MAX_FILE_SIZE",
@@ -67,6 +68,7 @@ __all__ = [
     "model_fits_container",
     "parse_container",
     "read_container",
+    "replace_model",
     "serialize_container",
     "signature_path",
     "stale_signature_message",
@@ -111,6 +113,12 @@ SIGNATURE_MAGIC = b"OSIG"
 
 SIGNATURE_SIZE = 74
 """Size of an upstream signature companion: magic, u16 version, u32 flags, 64-byte Ed25519."""
+
+CONTAINER_META_KEY = "onnx_ir_multidevice.container"
+"""Key of :attr:`onnx_ir.Model.meta` under which :func:`onnx_ir_multidevice.load` keeps the
+:class:`Container` a model was read from (absent for a v1 file). Only
+:func:`onnx_ir_multidevice.save_container` reads it; :func:`onnx_ir_multidevice.save` writes
+v1 whatever it holds."""
 
 METADATA_KEY = "omnynet_metadata"
 VERSION_KEY = "omnynet_version"
@@ -1091,6 +1099,85 @@ def upgrade(
         source=source,
     )
     return serialize_container(build_container(proto.SerializeToString(), manifest, source=source))
+
+
+# --------------------------------------------------------------------------- replace
+
+
+def _merge_section(old: Mapping[str, Any], new: Mapping[str, Any], section: str) -> dict[str, Any]:
+    """``old``'s keys in their order, those with a v1 home taken from ``new``; then ``new``'s."""
+    merged = {
+        sub: new[sub] if _has_v1_home(section, sub) and sub in new else value
+        for sub, value in old.items()
+    }
+    merged.update((sub, value) for sub, value in new.items() if sub not in merged)
+    return merged
+
+
+def _manifest_for(old: Mapping[str, Any], proto: onnx.ModelProto, source: str) -> dict[str, Any]:
+    text = next((p.value for p in proto.metadata_props if p.key == METADATA_KEY), "")
+    if not text:  # no plan: the old manifest, with the graph's tensor names
+        manifest = json.loads(json.dumps(old))
+        for side, names in zip(("input", "output"), _graph_names(proto)):
+            if isinstance(manifest.get(side), dict):
+                manifest[side]["tensor_names"] = names
+        return manifest
+    new = _manifest_from_v1(
+        _v1_metadata(proto, source), task="", processor_type="none", processor_id=None,
+        source=source,
+    )  # fmt: skip
+    merged: dict[str, Any] = {}
+    for key, value in old.items():
+        if key not in new:  # preprocess, postprocess, unknown keys: no v1 home, kept
+            merged[key] = value
+        elif isinstance(value, dict) and isinstance(new[key], dict):
+            merged[key] = _merge_section(value, new[key], key)
+        else:
+            merged[key] = new[key]
+    merged.update((key, value) for key, value in new.items() if key not in merged)
+    return merged
+
+
+def replace_model(container: Container, model_bytes: bytes) -> Container:
+    """A container like ``container`` that holds another (changed) model.
+
+    What the new model's plan says wins; what only the manifest can hold is kept:
+
+    * with a plan (``omnynet_metadata``) in the new model, the manifest values that have a v1
+      counterpart (model figures, tensor names, sharding limits, export info) are derived
+      from it as :func:`upgrade` derives them; the others (``model.task``, ``processor``,
+      ``input.input_type``... , ``preprocess``, ``postprocess``, unknown keys) keep their
+      old values, in the old manifest's key order;
+    * without a plan, the old manifest is kept, with ``input.tensor_names`` and
+      ``output.tensor_names`` set to the new model's graph inputs and outputs;
+    * the header's flags and padding and the reserved section are kept; bytes that no section
+      covered (:attr:`Container.unreferenced`) are dropped, the sections laid out again as
+      :func:`build_container` lays them out.
+
+    Args:
+        container: The container the model was read from.
+        model_bytes: The new serialized ``ModelProto``.
+
+    Returns:
+        The new container (``container`` itself is not changed).
+
+    Raises:
+        OmnyContainerError: The bytes are not an ONNX model, it keeps tensors in external
+            data files or is 2 GiB or more, or its plan lacks a key :func:`upgrade` needs.
+    """
+    source = container.source
+    proto = _parse_model(bytes(model_bytes), source)
+    reason = unfit_model_reason(n_bytes=len(model_bytes), external_data=uses_external_data(proto))
+    if reason is not None:
+        raise OmnyContainerError("model", reason, source=source)
+    return build_container(
+        bytes(model_bytes),
+        _manifest_for(container.manifest, proto, source),
+        flags=container.flags,
+        reserved=container.reserved,
+        padding=container.padding,
+        source=source,
+    )
 
 
 # --------------------------------------------------------------------------- downgrade

@@ -16,6 +16,8 @@ dimensions are fixed. Every value in the main graph carries its dtype and shape.
 
 Architectures:
 
+* :func:`mlp` -- a stack of ``MatMul`` + ``Add`` + ``Relu`` layers (every op has an ARK
+  counterpart: the model ``omny export ark --ops translate`` writes completely).
 * :func:`resnet` -- residual CNN (convolutions with folded batch norm, ReLU, a strided stage).
 * :func:`bert` -- encoder with token ids, an ``attention_mask`` input, LayerNorm, masked
   attention and a GELU feed-forward.
@@ -37,6 +39,7 @@ __all__ = [
     "bert",
     "control_flow",
     "gpt",
+    "mlp",
     "resnet",
     "synthetic_chain",
     "vit",
@@ -283,6 +286,42 @@ def _check_heads(hidden: int, heads: int) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Architectures
+
+
+def mlp(
+    layers: int = 4,
+    width: int = 32,
+    *,
+    features: int = 16,
+    num_classes: int = 10,
+    seed: int = 0,
+) -> ir.Model:
+    """A multilayer perceptron: ``layers`` hidden layers ``relu(x @ W + b)``, then a classifier.
+
+    Every node is a ``MatMul``, an ``Add`` or a ``Relu`` on float32 tensors of at most two
+    dimensions; each hidden layer's output ``layer.<i>.out`` is a single-tensor cut point.
+
+    Args:
+        layers: Number of hidden layers (at least 1).
+        width: Width of the hidden layers.
+        features: Size of the input ``x`` ``[batch, features]``.
+        num_classes: Size of the output ``logits`` ``[batch, num_classes]``.
+        seed: Seed of the weights.
+
+    Returns:
+        The model, input ``x`` (float32), output ``logits`` (float32).
+    """
+    if layers < 1 or width < 1 or features < 1 or num_classes < 1:
+        raise ValueError("mlp needs layers, width, features and num_classes >= 1")
+    b = _Builder(seed)
+    x = b.input("x", _F32, (_BATCH, features))
+    h, size = x, features
+    for i in range(layers):
+        h = _linear(b, h, f"layer.{i}.fc", size, width, (_BATCH,))
+        h = b.op("Relu", [h], name=f"layer.{i}.out", dtype=_F32, shape=(_BATCH, width))
+        size = width
+    logits = _linear(b, h, "head", size, num_classes, (_BATCH,), out_name="logits")
+    return b.model("mlp", [x], [logits], doc=f"zoo.mlp(layers={layers}, width={width})")
 
 
 def resnet(
