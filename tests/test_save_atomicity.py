@@ -66,7 +66,9 @@ def test_sigkill_during_save_leaves_the_old_or_the_new_model_whole(tmp_path):
     )  # fmt: skip
     report = json.loads(result.stdout)
     assert report["bad"] == [], report["bad"]
-    assert report["kills"] == len(report["trials"]) >= 16
+    # One kill per random trial and per file-system call of one save (a save that finds
+    # leftovers to remove makes more calls than the one counted, so a step may not be reached).
+    assert report["kills"] >= 16
     assert result.returncode == 0, result.stderr
     # After the next save, the folder holds the model and its data file, nothing else.
     assert len(report["folder_after_next_save"]) == 1
@@ -227,3 +229,35 @@ def test_every_writer_keeps_modes_and_links_and_cleans_stale_files(tmp_path):
         temporary.write_bytes(b"streamed")
     assert link.is_symlink() and real.read_bytes() == b"streamed" and _mode(real) == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.bin", "real.bin"]
+
+
+def test_concurrent_saves_of_one_model_end_consistent(tmp_path):
+    """Writers saving one path at once: each commit (renames and removal of what it replaced)
+    holds the folder's lock, and a claimed data name is never removed while its writer runs."""
+    import threading
+
+    path = tmp_path / "m.onnx"
+    models = [_weights_model(seed) for seed in range(3)]
+    expected = [_arrays(m) for m in models]
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            for _ in range(6):
+                save(models[k], path, external_data=True, size_threshold_bytes=0)
+                loaded = _arrays(load(path))  # whichever writer committed last: whole
+                assert any(all(np.array_equal(loaded[n], e[n]) for n in e) for e in expected)
+        except BaseException as error:  # reported by the main thread
+            import traceback
+
+            traceback.print_exc()
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    save(models[0], path, external_data=True, size_threshold_bytes=0)
+    assert len(list(tmp_path.iterdir())) == 2  # the model and its data file

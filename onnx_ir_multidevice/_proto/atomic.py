@@ -40,9 +40,11 @@ __all__ = [
     "check_output_directory",
     "check_output_file",
     "existing_mode",
+    "folder_lock",
     "fsync_dir",
     "fsync_file",
     "make_staging",
+    "pid_alive_since",
     "process_started_after",
     "remove_stale",
     "replace_directory",
@@ -63,6 +65,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from onnx_ir_multidevice._errors import OmnyIOError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows: commits are then not serialised
+    fcntl = None  # type: ignore[assignment]
 
 STAGING_PATTERN = re.compile(r"^\.(?P<name>.+)\.omny-(?P<pid>\d+)-[0-9a-f]{8}\.(?:tmp|old)$")
 """Names of temporary files and folders: ``.<name>.omny-<pid>-<8 hex digits>.<tmp|old>``."""
@@ -137,6 +144,37 @@ def fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, *, shared: bool = False) -> Iterator[None]:
+    """Hold an advisory lock on ``folder`` for the block (``flock`` on the folder).
+
+    Writers hold it exclusively while they commit (the renames into the folder and the removal
+    of what the commit replaced), so that commits into one folder happen one at a time and
+    never while a reader (holding it shared) reads a model and its data; the writing itself is
+    not serialised. Where ``flock`` is not available (Windows, a file system that refuses it),
+    the block runs unlocked.
+    """
+    fd = None
+    if fcntl is not None:
+        try:
+            fd = os.open(folder, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def pid_alive_since(pid: int, moment: float) -> bool:
+    """Whether process ``pid`` exists and was already running at ``moment`` (a Unix time)."""
+    return not _writer_gone(pid, moment)
 
 
 # ---------------------------------------------------------------------------------------------

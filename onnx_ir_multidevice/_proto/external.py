@@ -38,6 +38,7 @@ __all__ = [
     "external_attributes_embedded",
     "make_record",
     "model_problems",
+    "pin_external",
     "proto_problems",
     "proto_tensors",
     "record_problems",
@@ -288,6 +289,29 @@ def set_base_dir(model: ir.Model, folder: str) -> None:
     for _, tensor in _ir_tensors(model):
         if isinstance(tensor, ir.ExternalTensor):
             tensor.base_dir = folder
+
+
+def pin_external(model: ir.Model) -> None:
+    """Map the data file of every external tensor now (nothing is read until first use).
+
+    A mapping keeps the file's content reachable after the file is replaced or removed (a
+    later save of the model), so the weights read later are those of the file checked at
+    load. Tensors of sub-byte element types are left lazy (mapping them unpacks them in
+    memory), and so are the remaining ones if the system runs out of mappings. About 50 us
+    per tensor (onnx-ir maps the file once per tensor).
+    """
+    for _, tensor in _ir_tensors(model):
+        if not isinstance(tensor, ir.ExternalTensor):
+            continue
+        try:
+            whole_bytes = tensor.dtype.bitwidth % 8 == 0
+        except TypeError:  # no size (STRING): left to fail where it is read
+            continue
+        if whole_bytes:
+            try:
+                tensor.numpy()
+            except (OSError, ValueError):  # out of mappings (vm.max_map_count): stay lazy
+                return
 
 
 def model_problems(model: ir.Model) -> list[ExternalDataProblem]:

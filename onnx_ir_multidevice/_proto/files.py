@@ -6,10 +6,12 @@ file, offsets and lengths in range), checks the data files against the record :f
 wrote, converts the proto with :func:`onnx_ir_multidevice.from_proto` (which keeps what
 onnx-ir alone would lose on the way back, and refuses what it cannot keep) and points the
 external tensors at the model's folder, as an absolute path: the model stays valid when the
-working directory changes. A model reached through a symbolic link reads its data next to
-the file the link points to. Python's garbage collector is paused while the IR is built and
-while it is serialised: on large graphs onnx-ir otherwise spends a large share of its time in
-collections that find nothing to free.
+working directory changes. It holds the folder's lock shared meanwhile (a save commits under
+it exclusively), and maps the data files it checked, so the weights read later are theirs.
+A model reached through a symbolic link reads its data next to the file the link points to.
+Python's garbage collector is paused while the IR is built and while it is serialised: on
+large graphs onnx-ir otherwise spends a large share of its time in collections that find
+nothing to free.
 
 **Saving** is atomic. The model and its data file are written into a staging folder next to
 the destination (``.<name>.omny-<pid>-<hex>.tmp``, see
@@ -19,7 +21,9 @@ last: that one rename is the commit. A crash (even SIGKILL or a power cut) befor
 old model and its old data untouched; after it, the new model with its new data. What a crash
 can leave besides: the staging folder, and a data file no model refers to; the next save into
 that folder removes both (the staging folders of writers whose process is gone, the data files
-of the saved model's name family).
+of the saved model's name family). The commit (the renames and the removal of the data it
+replaced) holds the folder's lock (``flock``), so concurrent saves and loads in one folder
+see one commit at a time.
 
 The data file's name is ``<model file name>.data`` (or the name passed as ``external_data``)
 when no such file exists; when one does (the model is saved over itself, or over a model
@@ -56,6 +60,7 @@ from __future__ import annotations
 
 __all__ = ["DATA_RECORD_KEY", "EXTERNAL_DATA_TOTAL_BYTES", "load", "save"]
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -77,6 +82,7 @@ from onnx_ir_multidevice._proto.external import (
     external_attributes_embedded,
     make_record,
     model_problems,
+    pin_external,
     proto_problems,
     proto_tensors,
     record_problems,
@@ -149,8 +155,10 @@ def load(path: str | os.PathLike) -> ir.Model:
     """Load an ``.onnx`` or ``.omny`` model.
 
     External data files are resolved relative to the model's folder (the folder of the file a
-    symbolic link points to) and read lazily; every reference is checked first, and the data
-    files are compared with the size and CRC-32 the model recorded when :func:`save` wrote it.
+    symbolic link points to); every reference is checked first, and the data files are
+    compared with the size and CRC-32 the model recorded when :func:`save` wrote it. The
+    weights are then mapped into memory, not read: they are read on first use, from the files
+    checked here, even if the model is saved over (or its data removed) in the meantime.
 
     An ``.omny`` v2 container (``OMNY`` magic) is read too: its embedded model is loaded, and
     the container is kept in ``model.meta[CONTAINER_META_KEY]`` (see
@@ -178,6 +186,14 @@ def load(path: str | os.PathLike) -> ir.Model:
     """
     path = _as_path(path, "load")
     _check_readable_file(path)
+    folder = os.path.dirname(os.path.realpath(path))
+    # Shared with other readers; a save into the folder commits (renames, then removes the
+    # data it replaced) under the exclusive lock: the model and data read here belong together.
+    with atomic.folder_lock(Path(folder), shared=True):
+        return _load_locked(path, folder)
+
+
+def _load_locked(path: Path, folder: str) -> ir.Model:
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -201,7 +217,6 @@ def load(path: str | os.PathLike) -> ir.Model:
             ".onnx/.omny file"
         )
     del data
-    folder = os.path.dirname(os.path.realpath(path))
     problems = proto_problems(proto, folder)
     record = _pop_record(proto)
     if record is not None:
@@ -214,6 +229,7 @@ def load(path: str | os.PathLike) -> ir.Model:
     if container is not None:
         model.meta[CONTAINER_META_KEY] = container
     set_base_dir(model, folder)
+    pin_external(model)
     return model
 
 
@@ -309,10 +325,15 @@ def _family_members(folder: Path, name: str) -> list[Path]:
     return [directory / e.name for e in entries if pattern.match(e.name) and e.is_file()]
 
 
-def _claim_data_name(folder: Path, name: str) -> str:
-    """Claim ``name`` (when free) or a generation name: an empty file created exclusively.
+_CLAIM = b"omny-claim "
+"""First bytes of a claimed data file name (then the writer's pid), until the data replaces it."""
 
-    The claim keeps a concurrent save from choosing the same name; the data replaces it.
+
+def _claim_data_name(folder: Path, name: str) -> str:
+    """Claim ``name`` (when free) or a generation name: a small file created exclusively.
+
+    The claim keeps a concurrent save from choosing the same name, and names its writer so
+    that no other save removes it while the writer runs; the data replaces it.
     """
     (folder / name).parent.mkdir(parents=True, exist_ok=True)
     candidate = name
@@ -322,8 +343,54 @@ def _claim_data_name(folder: Path, name: str) -> str:
         except FileExistsError:
             candidate = _generation_name(name)
             continue
-        os.close(fd)
+        try:
+            os.write(fd, _CLAIM + str(os.getpid()).encode("ascii") + b"\n")
+        finally:
+            os.close(fd)
         return candidate
+
+
+def _live_claim(path: Path) -> bool:
+    """Whether ``path`` is the claim of a writer that is still running."""
+    try:
+        info = path.stat()
+        if info.st_size > 64:
+            return False
+        text = path.read_bytes()
+    except OSError:
+        return False
+    if not text.startswith(_CLAIM):
+        return False
+    try:
+        pid = int(text[len(_CLAIM) :].strip())
+    except ValueError:
+        return False
+    return atomic.pid_alive_since(pid, info.st_mtime)
+
+
+def _remove_family(folder: Path, name: str, keep: Path | None) -> set[str]:
+    """Remove the data files of ``name``'s family but ``keep`` and live claims.
+
+    Called with the folder locked, right after a commit: the committed model refers to
+    ``keep`` (or to no data file); every other member is the data of a replaced model, a
+    leftover of a killed writer, or an empty claim of a writer that is gone.
+
+    Returns:
+        The real paths removed.
+    """
+    removed: set[str] = set()
+    for old in _family_members(folder, name):
+        if keep is not None and old.name == keep.name and old.parent == keep.parent:
+            continue
+        if _live_claim(old):
+            continue
+        real = os.path.realpath(old)
+        try:
+            os.unlink(old)
+        except OSError:
+            continue
+        removed.add(real)
+    return removed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -529,10 +596,9 @@ def save(
         ) from error
     claimed: Path | None = None
     staged: _Staged | None = None
+    removed: set[str] = set()
     try:
         mode = atomic.existing_mode(target)
-        # The data files of the model's name family: the new model refers to none of them.
-        family = _family_members(folder, data_name or f"{target.name}.data")
         final = None
         if data_name is not None:
             final = _claim_data_name(folder, data_name)
@@ -541,12 +607,17 @@ def save(
             staged = _write_staged(
                 model, graphs, staging, target.name, final, size_threshold_bytes, mode
             )
-        if staged.data:
-            assert claimed is not None and final is not None
-            os.replace(staging / final, claimed)
-            atomic.fsync_dir(claimed.parent)
-        os.replace(staging / target.name, target)
-        atomic.fsync_dir(folder)
+        with atomic.folder_lock(folder):  # commits into one folder happen one at a time
+            if staged.data:
+                assert claimed is not None
+                os.replace(staging / final, claimed)
+                atomic.fsync_dir(claimed.parent)
+            os.replace(staging / target.name, target)  # the commit
+            atomic.fsync_dir(folder)
+            # The older data of this model name: the committed model refers to none of them.
+            removed = _remove_family(
+                folder, data_name or f"{target.name}.data", claimed if staged.data else None
+            )
     except OSError as error:
         raise OmnyIOError(
             f"{path}: writing failed ({error}); the destination is unchanged"
@@ -554,23 +625,13 @@ def save(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if claimed is not None and (staged is None or not staged.data):
-            _unlink_empty(claimed)
-    removed: set[str] = set()
-    for old in family:  # the older data of this model name, now referred to by no model
-        real = os.path.realpath(old)
-        try:
-            os.unlink(old)
-        except OSError:
-            continue
-        removed.add(real)
+            _unlink_claim(claimed)
     if removed:
         _repoint(staged, removed, folder, final if staged.data else None)
 
 
-def _unlink_empty(path: Path) -> None:
-    """Remove a claimed data name that received no data (an empty placeholder)."""
-    try:
-        if path.stat().st_size == 0:
+def _unlink_claim(path: Path) -> None:
+    """Remove this writer's claim of a data name that received no data."""
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == _CLAIM + str(os.getpid()).encode("ascii") + b"\n":
             path.unlink()
-    except OSError:
-        pass
