@@ -61,13 +61,13 @@ class ExternalDataProblem:
     """Name of the tensor (an initializer, or a tensor held by a node attribute)."""
 
     location: str
-    """The ``location`` the tensor's proto gives (or the data file, for ``OMNY107``)."""
+    """The ``location`` the tensor's proto gives (or the data file, for ``OMNY109``)."""
 
     reason: str
     """What is wrong, e.g. ``is outside the model's folder``."""
 
     code: str
-    """The checker's code: ``OMNY106`` (the reference) or ``OMNY107`` (the file's content
+    """The checker's code: ``OMNY108`` (the reference) or ``OMNY109`` (the file's content
     differs from what the model recorded when it was saved)."""
 
     where: str = ""
@@ -138,7 +138,8 @@ class CheckError(OmnyError, ValueError):
     def __init__(self, diagnostics: Sequence[Any], message: str | None = None) -> None:
         self.diagnostics = list(diagnostics)
         if message is None:
-            lines = [f"{len(self.diagnostics)} problem(s) found:"]
+            count = len(self.diagnostics)
+            lines = [f"{count} problem{'' if count == 1 else 's'} found:"]
             lines.extend(f"  {d}" for d in self.diagnostics)
             message = "\n".join(lines)
         super().__init__(message)

@@ -1,8 +1,8 @@
-"""Small helpers shared by every layer: pausing the GC, argument checks, public module paths."""
+"""Small helpers shared by every layer: the GC, argument checks, module paths, counted nouns."""
 
 from __future__ import annotations
 
-__all__ = ["ROOT_MODULE", "gc_paused", "require_model", "set_public_module"]
+__all__ = ["ROOT_MODULE", "gc_paused", "plural", "require_model", "set_public_module"]
 
 import contextlib
 import gc
@@ -83,3 +83,12 @@ def set_public_module(namespace: Mapping[str, object], *, root: Collection[str] 
             continue
         if obj.__module__ == package or obj.__module__.startswith(inside):
             obj.__module__ = ROOT_MODULE if name in root else package
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``count`` and ``noun`` in the right number, for messages.
+
+    ``"1 cut point"``, ``"3 cut points"``, ``plural(2, "entry", "entries")``. Messages are read
+    by people on the command line and in Python alike, so they never write ``cut point(s)``.
+    """
+    return f"{count} {noun if count == 1 else plural_form or noun + 's'}"

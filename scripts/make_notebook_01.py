@@ -1,7 +1,8 @@
 """Write ``notebooks/01_omny_format.ipynb`` (without outputs) from the cells below.
 
-Edit the cells here and rerun ``python scripts/make_notebook_01.py``; the notebook is committed
-and executed by ``scripts/run_notebooks.py``.
+Edit the cells here and rerun ``python scripts/make_notebook_01.py``, then
+``python scripts/run_notebooks.py --write notebooks/01_omny_format.ipynb``: the notebook is
+committed with its outputs, and executed by ``scripts/run_notebooks.py`` in CI.
 """
 
 from __future__ import annotations

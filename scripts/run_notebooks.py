@@ -1,16 +1,22 @@
 """Execute every notebook in notebooks/ top to bottom; fail on the first error in any of them.
 
-Usage: ``python scripts/run_notebooks.py [NOTEBOOK ...]`` (default: ``notebooks/*.ipynb`` in
-name order). Each notebook runs in a fresh kernel of *this* Python interpreter (a private
-kernelspec, so a ``python3`` kernel installed elsewhere on the machine is not picked up), with
-its own folder as the working directory, as Jupyter does. One line per notebook; exit status
-1 if any notebook failed, 0 otherwise (also when there is no notebook yet). Outputs are not
-written back.
+Usage: ``python scripts/run_notebooks.py [--write] [NOTEBOOK ...]`` (default:
+``notebooks/*.ipynb`` in name order). Each notebook runs in a fresh kernel of *this* Python
+interpreter (a private kernelspec, so a ``python3`` kernel installed elsewhere on the machine is
+not picked up), with its own folder as the working directory, as Jupyter does. One line per
+notebook; exit status 1 if any notebook failed, 0 otherwise (also when there is no notebook
+yet).
+
+The notebooks are committed with their outputs, so that a reader browsing the repository sees
+them. ``--write`` writes the outputs of a notebook that ran cleanly back into its file (its
+metadata, kernelspec included, kept as it was; no execution timings); without it (as CI runs
+it) nothing is written. Rerun with ``--write`` after changing a notebook or what it shows.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -41,20 +47,31 @@ def _private_kernelspec(folder: Path) -> None:
     )
 
 
-def run_notebook(path: Path, timeout: int) -> str | None:
-    """Execute one notebook; return an error description, or ``None`` when it ran cleanly."""
+def run_notebook(path: Path, timeout: int, *, write: bool = False) -> str | None:
+    """Execute one notebook; return an error description, or ``None`` when it ran cleanly.
+
+    With ``write``, a notebook that ran cleanly is written back with its outputs.
+    """
     nb = nbformat.read(path, as_version=4)
+    metadata = copy.deepcopy(nb.metadata)
     client = NotebookClient(
         nb,
         timeout=timeout,
         kernel_name=KERNEL_NAME,
         allow_errors=False,
+        record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
     )
     try:
         client.execute()
     except (CellExecutionError, CellTimeoutError) as error:
         return str(error)
+    if write:
+        nb.metadata = metadata  # the private kernelspec is this script's, not the notebook's
+        nbformat.validate(nb)
+        text = nbformat.writes(nb) + "\n"
+        if text != path.read_text(encoding="utf-8"):
+            path.write_text(text, encoding="utf-8")
     return None
 
 
@@ -63,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to run")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument(
+        "--write", action="store_true", help="write the outputs back into each notebook"
+    )
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
     if not paths:
@@ -73,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         _private_kernelspec(Path(tmp))
         for path in paths:
             start = time.perf_counter()
-            error = run_notebook(path.resolve(), args.timeout)
+            error = run_notebook(path.resolve(), args.timeout, write=args.write)
             took = time.perf_counter() - start
             name = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
             if error is None:

@@ -688,6 +688,54 @@ def test_assign_stages_matches_fixpoint(rg, data):
     assert max(stages.values()) <= len(cuts)
 
 
+@settings(max_examples=120, deadline=None)
+@given(random_graphs(), st.data(), st.sampled_from([1, 2, 3, 60]))
+def test_stages_of_several_cut_lists_match_fixpoint(rg, data, fused_cuts):
+    """Several configurations staged at once (one shared walk per group of at most
+    FUSED_CUTS distinct cuts, longer lists on their own) give the fixpoint of each."""
+    from onnx_ir_multidevice.analysis import stages as stages_module
+    from onnx_ir_multidevice.graph.index import GraphIndex
+
+    produced = [v for node in rg.graph for v in node.outputs]
+    order = {v: k for k, v in enumerate(produced)}
+    cut_lists = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        cuts = data.draw(st.lists(st.sampled_from(produced), max_size=5, unique=True))
+        if data.draw(st.booleans()):  # in graph order: mostly a valid pipeline
+            cuts.sort(key=order.__getitem__)
+        cut_lists.append(cuts)
+    classes = classify_values(rg.graph)
+    index = GraphIndex.build(rg.graph)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stages_module, "FUSED_CUTS", fused_cuts)
+        stages_module.precompute_stages(rg.graph, cut_lists, index=index)
+    for cuts in cut_lists:
+        expected = _oracle_stages(rg, cuts, classes)
+        if expected is None:
+            assert cuts not in index.stage_cache
+            with pytest.raises(StageAssignmentError, match="pipeline order"):
+                assign_stages(rg.graph, cuts, index=index)
+            continue
+        assert assign_stages(rg.graph, cuts, index=index) == expected
+
+
+def test_stages_of_cut_lists_sharing_cuts_in_another_order():
+    """A later list whose cuts were first seen in another order (mark bits not increasing)."""
+    from onnx_ir_multidevice.analysis.stages import precompute_stages
+    from onnx_ir_multidevice.graph.index import GraphIndex
+
+    graph = _chain(3)
+    values = {v.name: v for node in graph for v in node.outputs}
+    late, both = [values["relu1"]], [values["relu0"], values["relu1"]]
+    index = GraphIndex.build(graph)
+    precompute_stages(graph, [late, both], index=index)
+    assert both in index.stage_cache
+    stages = {node.name: s for node, s in assign_stages(graph, both, index=index).items()}
+    assert stages == {**dict.fromkeys(["mm0", "relu0"], 0), "mm1": 1, "relu1": 1,
+                      "mm2": 2, "relu2": 2}  # fmt: skip
+    assert stages == {node.name: s for node, s in assign_stages(graph, both).items()}
+
+
 def _oracle_boundaries(rg: RandomGraph, stages, classes, num_stages):
     nodes = list(rg.graph)
     result = []

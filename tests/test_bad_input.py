@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from plain_text import assert_plain
 
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
@@ -200,14 +201,20 @@ CLI_CASES: list[Any] = [
         )
     ],
     pytest.param(
-        "annotate broken_json.omny OUT/out.onnx", 1, ["broken_json.omny"], id="annotate-json"
+        "annotate broken_json.omny OUT/out.onnx",
+        2,  # issue 10 item 15: as split, verify, inspect (it was 1)
+        ["broken_json.omny", "metadata_props[omnynet_metadata]", "not valid JSON"],
+        id="annotate-json",
+    ),
+    pytest.param(
+        "check broken_json.omny", 2, ["broken_json.omny", "plan cannot be read"], id="check-json"
     ),
     # a model without .omny metadata
     pytest.param(
         "annotate plain.onnx OUT/out.onnx", 1, ["plain.onnx", "omny plan"], id="annotate-plain"
     ),
     pytest.param("split plain.onnx OUT/split --shards 2", 1, ["plain.onnx"], id="split-plain"),
-    pytest.param("verify plain.onnx", 2, ["plain.onnx", "omny plan"], id="verify-plain"),
+    pytest.param("verify plain.onnx", 1, ["plain.onnx", "omny plan"], id="verify-plain"),
     pytest.param("run plain.onnx --shards 2", 1, ["plain.onnx"], id="run-plain"),
     # shard counts
     *[
@@ -305,6 +312,7 @@ def test_cli_bad_input(
     out, err = capsys.readouterr()
     assert code == status, (out, err)
     assert "Traceback" not in err + out
+    assert_plain(out + err)
     assert _hashes(files) == before, "an input file was modified or a file left behind"
     if status == 2 or not err.lstrip().startswith(("error ", "warning ")):
         lines = err.strip().splitlines()

@@ -214,8 +214,21 @@ def _t104() -> ir.Model:
 
 
 def _t105() -> ir.Model:
-    model = planned()
+    model = edit_metadata(planned(), lambda d: d.__setitem__("version", "2.0"))
     model.metadata_props["omnynet_version"] = "2.0"
+    return model
+
+
+def _t106() -> onnx.ModelProto:
+    """A model with training information, which onnx-ir drops and load() refuses."""
+    proto = ir.to_proto(annotated())
+    proto.training_info.add()
+    return proto
+
+
+def _t107() -> ir.Model:
+    model = planned()
+    model.metadata_props["omnynet_version"] = "2.0"  # the JSON document says 1.0
     return model
 
 
@@ -227,7 +240,7 @@ def _saved_with_external_data() -> Path:
     return folder / "m.omny"
 
 
-def _t106() -> Path:  # a weight read from outside the model's folder
+def _t108() -> Path:  # a weight read from outside the model's folder
     path = _saved_with_external_data()
     proto = onnx.load(path, load_external_data=False)
     shutil.copyfile(path.parent / "m.omny.data", path.parent.parent / f"{path.parent.name}.bin")
@@ -238,7 +251,7 @@ def _t106() -> Path:  # a weight read from outside the model's folder
     return path
 
 
-def _t107() -> Path:  # the data file changed after the model was saved
+def _t109() -> Path:  # the data file changed after the model was saved
     path = _saved_with_external_data()
     with open(path.parent / "m.omny.data", "r+b") as file:
         file.write(b"\xff\xff\xff\xff")
@@ -518,6 +531,8 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY105": _t105,
     "OMNY106": _t106,
     "OMNY107": _t107,
+    "OMNY108": _t108,
+    "OMNY109": _t109,
     "OMNY110": _cut("after_node", "nope"),
     "OMNY111": _cut("tensor_name", "nope"),
     "OMNY112": _cut("tensor_name", "h4"),
@@ -530,6 +545,7 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY119": _t119,
     "OMNY120": _cut("shard_memory_mb", 0),
     "OMNY121": _cut("shard_memory_mb", 100),
+    "OMNY122": _cut("shape", [-1, 2**62]),
     "OMNY130": _sharding("configurations", []),
     "OMNY131": _configuration("cut_point_ids", ["cut_h2"]),
     "OMNY132": _configuration("cut_point_ids", ["cut_h2", "cut_3"]),
@@ -749,6 +765,175 @@ def test_check_unreadable_file(tmp_path: Path):
         check(42)  # type: ignore[arg-type]
 
 
+# ---------------------------------------------------------------------------------------------
+# Model content that load() refuses: diagnostics, never an exception (issue 10 item 13)
+# ---------------------------------------------------------------------------------------------
+
+
+def _with_sparse_initializer(proto: onnx.ModelProto) -> None:
+    values = onnx.helper.make_tensor("sparse.values", onnx.TensorProto.FLOAT, [1], [1.0])
+    indices = onnx.helper.make_tensor("sparse.indices", onnx.TensorProto.INT64, [1], [0])
+    proto.graph.sparse_initializer.append(onnx.helper.make_sparse_tensor(values, indices, [4]))
+
+
+def _empty_configuration_id(proto: onnx.ModelProto) -> None:
+    proto.graph.node[0].device_configurations[0].configuration_id = ""
+
+
+def _empty_tensor_name(proto: onnx.ModelProto) -> None:
+    proto.graph.node[1].device_configurations[0].sharding_spec.add().tensor_name = ""
+
+
+@pytest.mark.parametrize(
+    ("edit", "code", "location"),
+    [
+        (lambda proto: proto.training_info.add(), "OMNY106", "training_info"),
+        (_with_sparse_initializer, "OMNY106", "graph.sparse_initializer"),
+        (_empty_configuration_id, "OMNY201", "node:L0"),
+        (_empty_tensor_name, "OMNY205", "node:L1"),
+    ],
+    ids=["training_info", "sparse_initializer", "empty_configuration_id", "empty_tensor_name"],
+)
+def test_check_reports_content_that_load_refuses(edit, code, location, tmp_path: Path):
+    proto = ir.to_proto(annotated())
+    edit(proto)
+    path = tmp_path / "model.omny"
+    path.write_bytes(proto.SerializeToString())
+    from onnx_ir_multidevice._errors import OmnyFormatError
+    from onnx_ir_multidevice._proto.files import load
+
+    with pytest.raises(OmnyFormatError):
+        load(path)  # what every other command does with it
+    for given in (path, str(path), proto):
+        report = run_check(given)
+        found = [d for d in report.diagnostics if d.code == code]
+        assert found and found[0].location == location and found[0].is_error, report.diagnostics
+        assert "OMNY106" in codes(report.diagnostics)  # load() refuses it: say so
+        assert report.model is not None  # the rest of the model was checked too
+        assert "OMNY321" in codes(report.diagnostics)
+        assert report.unreadable  # omny check exits 2, as the other commands do
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "code"),
+    [
+        ([-1, -8], "float32", "OMNY104"),  # not a dimension: the schema refuses the document
+        ([-1, 2**62], "float32", "OMNY122"),
+        ([2**40, 2**10], "float32", "OMNY122"),  # 4 PiB
+        ([2**30, 2**10], "int8", None),  # 1 TiB: big, but a size
+    ],
+)
+def test_cut_shapes_that_are_not_sizes_are_reported(shape, dtype, code):
+    model = _cut("shape", shape)()
+    edit_metadata(model, lambda d: d["cut_points"][0].__setitem__("dtype", dtype))
+    found = codes(check(model)) & {"OMNY104", "OMNY122"}
+    assert found == ({code} if code else set())
+
+
+# ---------------------------------------------------------------------------------------------
+# Severity says what breaks; --strict; at most max_per_code of one code (issue 9, issue 10)
+# ---------------------------------------------------------------------------------------------
+
+
+def _dynamic_at_cut() -> ir.Model:
+    """A 2-shard plan whose cut tensor has a dynamic non-batch dim: it runs correctly."""
+    model = chain(4)
+    model.graph.inputs[0].shape = ir.Shape(["batch", "width"])
+    for value in (v for n in model.graph for v in n.outputs):
+        value.shape = ir.Shape(["batch", "width"])
+    model.graph.initializers["w0"].shape = ir.Shape([8, 8])
+    plan(model, [["h2"]])
+    return model
+
+
+def test_a_spec_departure_that_runs_is_a_warning_and_strict_makes_it_an_error():
+    model = _dynamic_at_cut()
+    found = [d for d in check(model) if d.code == "OMNY114"]
+    assert found and all(d.severity is Severity.WARNING for d in found)
+    assert not [d for d in check(model) if d.is_error]
+    strict = check(model, strict=True)
+    assert [d.code for d in strict if d.is_error] == ["OMNY114"] * len(found)
+    assert not [d for d in strict if d.severity is Severity.WARNING]
+    from onnx_ir_multidevice.passes.check import CheckPass
+
+    CheckPass()(model)
+    with pytest.raises(CheckError, match="OMNY114"):
+        CheckPass(strict=True)(model)
+
+
+def test_a_warning_blocks_neither_annotate_nor_split_nor_verify_nor_run():
+    pytest.importorskip("onnxruntime")
+    from onnx_ir_multidevice._proto.files import save
+    from onnx_ir_multidevice._split import split
+    from onnx_ir_multidevice.runtime import Pipeline
+    from onnx_ir_multidevice.runtime.verification import verify
+
+    model = _dynamic_at_cut()
+    annotate(model)
+    assert [c.name for c in model.device_configurations] == ["omny/2-shards"]
+    assert len(split(model, 2)) == 2
+    assert verify(model, 2, dims={"width": 8}).ok
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "dynamic.omny"
+        save(model, path)
+        with Pipeline(path, 2) as pipeline:
+            inputs = pipeline.example_inputs({"batch": 2, "width": 8})
+            (result,) = pipeline.map([inputs])
+        assert next(iter(result.values())).shape == (2, 8)
+
+
+def _many_dangling_cuts(count: int) -> ir.Model:
+    def add(document: dict) -> None:
+        base = document["cut_points"][0]
+        document["cut_points"] += [
+            dict(base, id=f"c{i}", after_node=f"n{i}", tensor_name=f"t{i}") for i in range(count)
+        ]
+
+    return edit_metadata(planned(), add)
+
+
+def test_diagnostics_are_capped_per_code_with_a_count_of_the_rest():
+    model = _many_dangling_cuts(100)
+    report = run_check(model)
+    listed = [d for d in report.diagnostics if d.code == "OMNY110"]
+    assert len(listed) == 21  # 20, then one that stands for the other 80
+    summary = listed[-1]
+    assert summary in report.omitted and summary.is_error
+    assert "80 more OMNY110 errors" in summary.message and "--all" in summary.message
+    assert report.omitted_counts == {
+        ("OMNY110", Severity.ERROR): 80,
+        ("OMNY111", Severity.ERROR): 80,
+    }
+    assert report.counts()["error"] == 200
+    everything = check(model, max_per_code=None)
+    assert len([d for d in everything if d.code == "OMNY110"]) == 100
+    assert len([d for d in check(model, max_per_code=3) if d.code == "OMNY111"]) == 4
+    from onnx_ir_multidevice._cli.check import _MAX_PER_CODE
+    from onnx_ir_multidevice.checker.diagnostics import DEFAULT_MAX_PER_CODE
+
+    assert _MAX_PER_CODE == DEFAULT_MAX_PER_CODE  # omny check says the same as check()
+
+
+def _check_peak_bytes(count: int) -> int:
+    import tracemalloc
+
+    model = _many_dangling_cuts(count)
+    tracemalloc.start()
+    try:
+        run_check(model)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_check_memory_is_linear_and_modest_in_the_cut_points():
+    """Issue 10 item 16: a million cut points cost 4.7 GB and four million diagnostics."""
+    small, large = _check_peak_bytes(2_000), _check_peak_bytes(8_000)
+    # docs/diagnostics.md states about 1.2 KB per (broken) cut point, diagnostics included.
+    assert large < 2_000 * 8_000, large
+    assert large < 4.5 * small + 2**20, (small, large)
+
+
 def test_check_does_not_modify_model():
     model = annotated()
     before = ir.to_proto(model).SerializeToString()
@@ -775,6 +960,31 @@ def test_check_is_near_linear():
     small, large = per_node(1000), per_node(4000)
     # 2x per node (8x in all for 4x the nodes) plus 50 ms for scheduling noise.
     assert large * 4000 < 2.0 * small * 4000 + 0.05, (small, large)
+
+
+def _many_cuts_cpu_seconds(cuts: int) -> float:
+    """CPU time of check, annotate and split of a chain cut after every node (best of 2)."""
+    import time
+
+    from onnx_ir_multidevice._split import split
+
+    model = chain(cuts + 1)
+    plan(model, [[f"h{i}" for i in range(1, cuts + 1)]], max_shards=cuts + 1)
+    best = math.inf
+    for _ in range(2):  # the second annotate() rewrites the same stages
+        start = time.process_time()  # this process's CPU time: other processes don't count
+        found = check(model)
+        stages = split(annotate(model), cuts + 1)
+        best = min(best, time.process_time() - start)
+    assert not [d for d in found if d.is_error] and len(stages) == cuts + 1
+    return best
+
+
+def test_check_annotate_split_scale_linearly_in_the_cuts_of_one_configuration():
+    """Issue 10 item 1: 1,000 / 2,000 / 4,000 cuts took 0.21 / 0.75 / 3.0 s (cubic)."""
+    small, large = _many_cuts_cpu_seconds(1000), _many_cuts_cpu_seconds(4000)
+    # 4x the cuts and nodes: about 4x the time when linear, 16x when quadratic; 0.1 s of noise.
+    assert large < 8 * small + 0.1, (small, large)
 
 
 # ---------------------------------------------------------------------------------------------

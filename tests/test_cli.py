@@ -174,15 +174,15 @@ def test_demo_runs_every_available_step(capsys):
     # load, round trip, strict check of the bundled file
     assert "byte-identical" in out and "DIFFERS" not in out
     assert "tensor_name is now" in out
-    assert "bert_tiny.omny: 0 error(s)" in out
+    assert "bert_tiny.omny: 0 errors" in out
     # plan: the describe() table for 2, 3, 4 shards and the scaled-down device list
     for n in (2, 3, 4):
         assert f"{n} shards: cuts cut_" in out
     assert "same cuts as the plan stored in bert_tiny.omny: yes" in out
     assert "24GiB, 8GiB, 8GiB scaled by 1/" in out and "/ device " in out
     # check and annotate the written plans
-    assert "check bert_tiny.planned.omny: 0 error(s)" in out
-    assert "check bert_tiny.annotated.onnx: 0 error(s)" in out
+    assert "check bert_tiny.planned.omny: 0 errors" in out
+    assert "check bert_tiny.annotated.onnx: 0 errors" in out
     assert "omny/4-shards" in out
     # verify every configuration, then the pipeline
     for n in (2, 3, 4):
@@ -228,7 +228,7 @@ def test_demo_only_runs_the_steps_it_needs(capsys):
 def test_demo_relaxed_example_fails_the_strict_check(capsys):
     code, out, _ = _run(capsys, "demo", "--model", str(GPT_TINY), "--only", "check")
     assert code == 1
-    assert "FAILED: RuntimeError: gpt_tiny.omny: the checker found 4 error(s)" in out
+    assert "FAILED: RuntimeError: gpt_tiny.omny: the checker found 4 errors" in out
     assert "demo: FAILED steps: check" in out
     code, out, _ = _run(capsys, "demo", "--model", str(GPT_TINY), "--only", "check", "--relaxed")
     assert code == 0, out

@@ -24,7 +24,7 @@ def planned_file(tmp_path: Path) -> Path:
 def test_check_ok_file(planned_file: Path, capsys):
     assert main(["check", str(planned_file)]) == 0
     out = capsys.readouterr().out
-    assert "info OMNY312" in out and "0 error(s)" in out
+    assert "info OMNY312" in out and "0 errors" in out
 
 
 def test_check_json_schema(planned_file: Path, capsys):

@@ -292,7 +292,7 @@ def test_every_command_takes_v2_input(capsys, tmp_path):
     code, out, _ = _cli_run(capsys, "inspect", file, "--json")
     assert json.loads(out)["container"]["manifest"]["version"] == "2.0"
     code, out, err = _cli_run(capsys, "check", file)
-    assert code == 0 and "0 error(s), 0 warning(s)" in out, out + err
+    assert code == 0 and "0 errors, 0 warnings" in out, out + err
     code, _, err = _cli_run(capsys, "plan", file, "-o", str(tmp_path / "p.omny"), "--shards", "2")
     assert code == 0, err
     assert (tmp_path / "p.omny").read_bytes()[:4] != b"OMNY"  # plan writes v1

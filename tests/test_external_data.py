@@ -132,19 +132,19 @@ def test_faulty_reference_is_a_typed_error_naming_tensor_and_location(tmp_path, 
     assert reason in str(error)
     assert "'W1'" in str(error) and str(path) in str(error)
     (problem,) = error.problems
-    assert problem.tensor == "W1" and problem.code == "OMNY106"
+    assert problem.tensor == "W1" and problem.code == "OMNY108"
     assert problem.where == "graph.initializer[0]"
 
 
 @pytest.mark.parametrize("case", sorted(FAULTS))
 def test_faulty_reference_check_diagnostic_and_cli_exit_codes(tmp_path, case, capsys):
     path = _mutated(tmp_path, FAULTS[case][0])
-    found = [d for d in check(path) if d.code == "OMNY106"]
+    found = [d for d in check(path) if d.code == "OMNY108"]
     assert len(found) == 1 and found[0].location == "value:W1"
     assert "'W1'" in found[0].message
     assert main(["check", str(path)]) == 2  # the model cannot be read safely
     out = capsys.readouterr().out
-    assert "error OMNY106 at value:W1" in out
+    assert "error OMNY108 at value:W1" in out
     for command in (["inspect", str(path)], ["split", str(path), str(tmp_path / "s")]):
         assert main([*command, "--shards", "2"] if command[0] == "split" else command) == 2
         err = capsys.readouterr().err
@@ -163,7 +163,7 @@ def test_every_problem_is_reported_at_once(tmp_path):
     with pytest.raises(ExternalDataError) as info:
         load(path)
     assert [p.tensor for p in info.value.problems] == ["W1", "b", "W2"]
-    assert {d.location for d in check(path) if d.code == "OMNY106"} == {
+    assert {d.location for d in check(path) if d.code == "OMNY108"} == {
         "value:W1",
         "value:b",
         "value:W2",
@@ -185,7 +185,7 @@ def test_valid_references_inside_the_folder_are_accepted(tmp_path):
     onnx.save(proto, folder / "m.onnx")
     for name, array in _arrays(load(folder / "m.onnx")).items():
         np.testing.assert_array_equal(array, _arrays(model)[name])
-    assert not [d for d in check(folder / "m.onnx") if d.code in ("OMNY106", "OMNY107")]
+    assert not [d for d in check(folder / "m.onnx") if d.code in ("OMNY108", "OMNY109")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_constant_referencing_a_file_outside_is_refused(tmp_path, location, caps
     assert main(["split", str(path), str(tmp_path / "split"), "--shards", "1"]) == 2
     assert "etc/passwd" in capsys.readouterr().err
     assert not (tmp_path / "split").exists()
-    assert [d.code for d in check(path) if d.code == "OMNY106"] == ["OMNY106"]
+    assert [d.code for d in check(path) if d.code == "OMNY108"] == ["OMNY108"]
 
 
 def test_split_stages_are_self_contained(tmp_path, capsys):
@@ -311,8 +311,8 @@ def test_a_data_file_that_is_not_the_models_is_detected(tmp_path, how, capsys):
             file.write(b"\0" * 4)
     with pytest.raises(ExternalDataError, match="m.onnx.data") as info:
         load(path)
-    assert "OMNY107" in {p.code for p in info.value.problems}
-    assert "OMNY107" in {d.code for d in check(path)}
+    assert "OMNY109" in {p.code for p in info.value.problems}
+    assert "OMNY109" in {d.code for d in check(path)}
     assert main(["inspect", str(path)]) == 2
     assert "m.onnx.data" in capsys.readouterr().err
 

@@ -104,3 +104,64 @@ def test_resources_beyond_the_cluster_fail_fast():
     with pytest.raises(PipelineError, match="ask for 4 CPU"):
         Pipeline(mlp_stages([2]), backend="ray", intra_op_num_threads=2)
     assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_dead_actor_fails_every_pending_and_later_request(stage):
+    """A stage actor that dies (killed here) breaks the pipeline: the requests that need it
+    fail at once, naming the stage and its device, and later requests are refused."""
+    with Pipeline(mlp_stages([2]), backend="ray", intra_op_num_threads=1, max_in_flight=4) as pipe:
+        assert_outputs(pipe.run(request(0)), request(0))
+        actor = pipe._engine._actors[stage]
+        ray.kill(actor, no_restart=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # dead now, not only told to die (kill is async)
+            try:
+                ray.get(actor.ready.remote(), timeout=60)
+            except ray.exceptions.RayActorError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the killed actor still answers after 60 s")
+        sent = 0
+        with pytest.raises(PipelineError) as refused:
+            for k in range(1000):  # until the pipeline learns of the death and refuses
+                pipe.send_input(request(k), timeout=60)
+                sent += 1
+        assert sent >= 1
+        for _ in range(sent):
+            with pytest.raises(PipelineError) as info:
+                pipe.receive_output(timeout=60)
+            assert info.value.stage == stage
+            assert "failed on cpu: the stage's Ray actor died" in str(info.value)
+        assert refused.value.stage == stage
+        assert f"stage {stage} on cpu can run no more requests" in str(refused.value)
+        with pytest.raises(PipelineError, match="broken"):
+            pipe.run(request(1), timeout=60)
+
+
+def test_base_exception_in_a_stage_actor_is_fatal_for_the_requests_that_need_it():
+    """The stage actor's own logic, run in this process: SystemExit from the stage fails the
+    request fatally, and every later request reaching that actor fails the same way."""
+    from onnx_ir_multidevice.runtime import load_stages, parse_device
+    from onnx_ir_multidevice.runtime.engines.ray import _StageActor
+
+    chain = load_stages(mlp_stages([2]))
+    actor = _StageActor(chain.stages[0], parse_device("cpu"), 1, False, chain.keep_after[0], None)
+    try:
+        env, periods = actor.run(0, (dict(request(0)), []))
+        assert set(env) == chain.keep_after[0] and [p[0] for p in periods] == [0]
+
+        def exit_(env, **kwargs):
+            raise SystemExit(2)
+
+        actor._runner.run = exit_
+        for k in (1, 2):
+            failure, periods = actor.run(k, (dict(request(k)), []))
+            assert failure.fatal and failure.stage == 0
+            assert "SystemExit: 2" in failure.message and "Ray actor" in failure.message
+        del actor._runner.run
+        failure, _ = actor.run(3, (dict(request(3)), []))  # still refused: the stage is dead
+        assert failure.fatal and "SystemExit: 2" in failure.message
+    finally:
+        actor.close()

@@ -230,11 +230,13 @@ def test_cli_verify_mismatch_exits_1(tmp_path, capsys):
     assert main(["verify", str(path), "--shards", "2"]) == 1
     assert "MISMATCH" in capsys.readouterr().out
     assert main(["verify", str(path), "--shards", "5"]) == 1
-    assert "5 shards" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "5 stages" in err and len(err.splitlines()) == 1  # one summary line
 
 
-def test_cli_verify_without_any_configuration_is_a_usage_error(tmp_path, capsys):
+def test_cli_verify_without_any_configuration_is_a_content_problem(tmp_path, capsys):
+    # Exit 1 (no plan), as for split, run and annotate; 2 is for unreadable input and usage.
     path = tmp_path / "plain.onnx"
     save(zoo.resnet(depth_blocks=1), path)
-    assert main(["verify", str(path)]) == 2
+    assert main(["verify", str(path)]) == 1
     assert "no shard configuration" in capsys.readouterr().err

@@ -6,19 +6,63 @@ parser and sets ``func=run``, where ``run(args) -> int`` returns the exit status
 modules import only the standard library and this module at import time; ``run`` imports
 what it needs when called, so ``omny --help`` and ``omny --version`` start fast.
 
-Exit statuses: 0 success, 1 findings in the content (a check failed, a verification mismatch),
-2 unreadable input or bad usage. An :class:`~onnx_ir_multidevice._errors.OmnyError` escaping a
-subcommand prints one line ``omny: error: <message>`` on stderr and exits with 2.
+Exit statuses (the table of situations is in ``docs/cli.md``): 0 success, 1 the input was read
+and its content stops the job or has problems (a check failed, a verification mismatch, no plan
+for the shard count asked), 2 unreadable input or bad usage, 130 interrupted. An
+:class:`~onnx_ir_multidevice._errors.OmnyError` escaping a subcommand prints one line
+``omny: error: <message>`` on stderr and exits with 2.
+
+Ctrl-C: when this module is imported by the ``omny`` command (or ``python -m
+onnx_ir_multidevice._cli``), SIGINT prints ``omny: interrupted`` and exits with 130 at once
+until :func:`main` dispatches to a subcommand (the imports of the package and of the parser),
+without a traceback from the middle of an import; from then on it raises
+:class:`KeyboardInterrupt` as usual (what a running pipeline cleans up on), which :func:`main`
+turns into the same line and status. Imported by anything else (tests, notebooks), this module
+leaves signal handling alone.
 """
 
+# ruff: noqa: E402 - the SIGINT handler is installed before the other imports (see above)
 from __future__ import annotations
+
+# Before any other import: Ctrl-C during start-up is not a traceback (see the docstring).
+import signal as _signal
+import sys as _sys
+
+EXIT_INTERRUPTED = 130
+"""Interrupted (Ctrl-C): 128 + SIGINT, as shells report it."""
+
+
+def _interrupted_at_start(signum: int, frame: object) -> None:
+    """SIGINT before a subcommand runs: one line and status 130, no traceback."""
+    try:
+        _sys.stderr.write("omny: interrupted\n")
+        _sys.stderr.flush()
+    finally:
+        raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _started_as_command() -> bool:
+    """Whether the process is the ``omny`` command.
+
+    ``sys.argv[0]`` is its script, or ``-m`` while ``python -m onnx_ir_multidevice._cli``
+    locates its module.
+    """
+    name = _sys.argv[0].replace("\\", "/").rsplit("/", 1)[-1] if _sys.argv else ""
+    return name in ("omny", "omny.exe", "omny-script.py", "-m")
+
+
+if _started_as_command() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    _signal.signal(_signal.SIGINT, _interrupted_at_start)
 
 __all__ = [
     "EXIT_FINDINGS",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "add_shards_argument",
     "build_parser",
     "check_dim_names",
+    "help_description",
     "dim_argument",
     "main",
     "positive_int",
@@ -86,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name in _SUBCOMMANDS:
         importlib.import_module(f"{__name__}.{name.replace('-', '_')}").register(subparsers)
     return parser
+
+
+def help_description(doc: str) -> str:
+    """The ``--help`` description of a subcommand, from its module docstring.
+
+    The first line after the usage (``omny plan IN -o OUT.omny``: *find cut points...*), in
+    plain text.
+    """
+    return doc.splitlines()[0].split(": ", 1)[1].replace("``", "")
 
 
 def error(message: str) -> None:
@@ -159,6 +212,53 @@ def positive_int(text: str) -> int:
     return value
 
 
+def shard_counts(text: str) -> list[int]:
+    """Parse one ``--shards`` word: ``2`` or a comma-separated list ``2,4`` (for argparse)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"expected shard counts such as 2 or 2,4, got {text!r}")
+    return [positive_int(part) for part in parts]
+
+
+class _ShardCounts(argparse.Action):
+    """Collect ``--shards`` values, written ``--shards 2 4``, ``--shards 2,4`` or repeated."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[no-untyped-def]
+        counts = list(getattr(namespace, self.dest, None) or [])
+        for value in values:
+            counts.extend(value)
+        if self.const == "one" and len(counts) != 1:
+            parser.error(
+                f"{option_string}: one shard count, got {', '.join(map(str, counts))}; run the "
+                "command once per shard count"
+            )
+        setattr(namespace, self.dest, counts[0] if self.const == "one" else counts)
+
+
+def add_shards_argument(
+    parser: argparse.ArgumentParser, *, several: bool, help: str, required: bool = False
+) -> None:
+    """Add ``--shards`` as every subcommand reads it: ``--shards 2 4`` or ``--shards 2,4``.
+
+    Args:
+        parser: The subcommand's parser.
+        several: Whether several shard counts are accepted (the value is a list of ints);
+            otherwise exactly one (the value is an int).
+        help: The help text.
+        required: Whether the option is required.
+    """
+    parser.add_argument(
+        "--shards",
+        type=shard_counts,
+        nargs="+",
+        action=_ShardCounts,
+        const=None if several else "one",
+        required=required,
+        metavar="N",
+        help=help,
+    )
+
+
 def tolerance_argument(text: str) -> float:
     """Parse a non-negative finite tolerance (``--rtol``, ``--atol``) for argparse."""
     try:
@@ -172,7 +272,7 @@ def tolerance_argument(text: str) -> float:
 
 def _input_file(args: argparse.Namespace) -> Path | None:
     """The model file a subcommand reads (its ``input`` or ``file`` argument), if any."""
-    for name in ("input", "file"):
+    for name in ("input", "file", "model"):
         value = getattr(args, name, None)
         if isinstance(value, Path):
             return value
@@ -197,6 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if _signal.getsignal(_signal.SIGINT) is _interrupted_at_start:
+        # From here Ctrl-C raises KeyboardInterrupt, which the subcommands clean up on.
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     try:
         return int(func(args))
     except OmnyFormatError as exc:  # its path is inside the model: say which file
@@ -208,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("omny: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `omny inspect x | head`
         sys.stderr.close()
         return EXIT_OK

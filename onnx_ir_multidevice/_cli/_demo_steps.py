@@ -48,6 +48,7 @@ from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._proto.convert import roundtrip
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice._split import split
+from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.passes.api import annotate
@@ -190,7 +191,9 @@ def _step_cut_points(ctx: DemoContext) -> None:
             f"MiB per shard {list(config.spec.memory_per_shard_mb)}"
         )
     if plan.unresolved:
-        raise RuntimeError(f"{len(plan.unresolved)} unresolved reference(s): {plan.unresolved}")
+        raise RuntimeError(
+            f"{plural(len(plan.unresolved), 'unresolved reference')}: {plan.unresolved}"
+        )
 
 
 def _step_rename(ctx: DemoContext) -> None:
@@ -238,7 +241,10 @@ def _report_check(ctx: DemoContext, label: str, diagnostics: Sequence[Any]) -> N
     """Print a check's counts and its errors and warnings; raise on errors."""
     counts = {k: sum(1 for d in diagnostics if _severity(d) == k) for k in ("error", "warning")}
     infos = len(diagnostics) - counts["error"] - counts["warning"]
-    ctx.say(f"{label}: {counts['error']} error(s), {counts['warning']} warning(s), {infos} info(s)")
+    ctx.say(
+        f"{label}: {plural(counts['error'], 'error')}, {plural(counts['warning'], 'warning')}, "
+        f"{plural(infos, 'info')}"
+    )
     shown = [d for d in diagnostics if _severity(d) in counts]
     for diagnostic in shown[:12]:
         ctx.say(f"  {diagnostic}")
@@ -249,7 +255,9 @@ def _report_check(ctx: DemoContext, label: str, diagnostics: Sequence[Any]) -> N
     )
     if counts["error"]:
         codes = sorted({d.code for d in diagnostics if _severity(d) == "error"})
-        raise RuntimeError(f"{label}: the checker found {counts['error']} error(s) ({codes})")
+        raise RuntimeError(
+            f"{label}: the checker found {plural(counts['error'], 'error')} ({codes})"
+        )
 
 
 def _step_check(ctx: DemoContext) -> None:
@@ -495,7 +503,8 @@ def _step_pipeline(ctx: DemoContext) -> None:
         ctx.say(
             f"  {name}, pipeline vs whole model over {len(results)} requests: max abs diff "
             f"{worst_abs:.3g}, max rel diff {worst_rel:.3g}, "
-            f"{'all within' if not bad else f'{bad} element(s) beyond'} rtol=atol={TOLERANCE:g}"
+            f"{'all within' if not bad else plural(bad, 'element') + ' beyond'} "
+            f"rtol=atol={TOLERANCE:g}"
         )
     bad = sum(o["mismatches"] for o in per_output.values())
     ctx.record(

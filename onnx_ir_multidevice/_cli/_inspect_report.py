@@ -295,10 +295,10 @@ def _format_metadata(meta: dict[str, Any]) -> list[str]:
     s = meta["sharding"]
     lines = [
         f"omny model  {mm['name']} (architecture: {mm['architecture']}), "
-        f"{mm['total_params']:,} parameters, {mm['total_size_mb']} MB on disk, "
-        f"{mm['inference_memory_mb']} MB to run",
+        f"{mm['total_params']:,} parameters, {mm['total_size_mb']} MiB on disk, "
+        f"{mm['inference_memory_mb']} MiB to run",
         f"sharding    {s['min_shards']}..{s['max_shards']} shards, allowed {s['allowed_shards']}, "
-        f"max shard {s['max_shard_size_mb']} MB, min VRAM {s['min_vram_mb']} MB",
+        f"max shard {s['max_shard_size_mb']} MiB, min VRAM {s['min_vram_mb']} MiB",
         "",
         f"cut points ({len(meta['cut_points'])})",
     ]
@@ -316,7 +316,7 @@ def _format_metadata(meta: dict[str, Any]) -> list[str]:
             ]
             for c in meta["cut_points"]
         ]
-        headers = ["id", "after node", "tensor", "shape", "dtype", "cumul. MB", "shard MB"]
+        headers = ["id", "after node", "tensor", "shape", "dtype", "cumul. MiB", "shard MiB"]
         lines.append(table([*headers, "resolves"], rows))
     lines += ["", f"configurations ({len(meta['configurations'])})"]
     if meta["configurations"]:
@@ -330,7 +330,7 @@ def _format_metadata(meta: dict[str, Any]) -> list[str]:
             ]
             for c in meta["configurations"]
         ]
-        lines.append(table(["#", "shards", "MB per shard", "cut points", "resolves"], rows))
+        lines.append(table(["#", "shards", "MiB per shard", "cut points", "resolves"], rows))
     if meta["unresolved"]:
         lines += ["", f"unresolved references ({len(meta['unresolved'])})"]
         lines += [f"  {u}" for u in meta["unresolved"]]

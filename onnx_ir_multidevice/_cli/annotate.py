@@ -14,8 +14,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, error, positive_int, print_json
+from onnx_ir_multidevice._cli import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    add_shards_argument,
+    error,
+    help_description,
+    print_json,
+)
 from onnx_ir_multidevice._errors import BindingError, CheckError
+
+_MAX_PER_CODE = 20
+"""Errors of one code printed when the check refuses the plan (as ``omny check``)."""
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -30,17 +40,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "annotate",
         help="write IR v11 pipeline stages and cut placements from the .omny plan",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
     )
     parser.add_argument("input", type=Path, help="an .omny model file (not modified)")
     parser.add_argument("output", type=Path, help="the annotated model file to write")
-    parser.add_argument(
-        "--shards",
-        type=positive_int,
-        nargs="+",
-        action="extend",
-        metavar="N",
-        help="annotate only the configurations with these shard counts (default: all)",
+    add_shards_argument(
+        parser,
+        several=True,
+        help="annotate only the configurations with these shard counts, e.g. 2 4 or 2,4 "
+        "(default: all)",
     )
     parser.add_argument(
         "--device-names",
@@ -60,9 +68,11 @@ def run(args: argparse.Namespace) -> int:
     """Annotate ``args.input`` into ``args.output``."""
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._proto.files import load, save
+    from onnx_ir_multidevice.omny import read
     from onnx_ir_multidevice.passes.api import annotate
 
     model = load(args.input)
+    read(model)  # a plan that cannot be read is an unreadable input (exit 2), as for split
     try:
         annotate(
             model,
@@ -72,9 +82,16 @@ def run(args: argparse.Namespace) -> int:
             relaxed_cuts=args.relaxed,
         )
     except CheckError as exc:
+        shown: dict[str, int] = {}
         for diagnostic in exc.diagnostics:
-            print(diagnostic, file=sys.stderr)
-        error(f"{args.input}: {len(exc.diagnostics)} error(s); nothing written")
+            shown[diagnostic.code] = shown.get(diagnostic.code, 0) + 1
+            if shown[diagnostic.code] <= _MAX_PER_CODE:
+                print(diagnostic, file=sys.stderr)
+        for code, count in shown.items():
+            if count > _MAX_PER_CODE:
+                print(f"... and {count - _MAX_PER_CODE:,} more {code} errors", file=sys.stderr)
+        count = len(exc.diagnostics)
+        error(f"{args.input}: {count:,} error{'' if count == 1 else 's'}; nothing written")
         return EXIT_FINDINGS
     except BindingError as exc:
         error(f"{args.input}: {exc}")

@@ -1,11 +1,13 @@
 """``omny check FILE``: check a model's .omny plan, IR v11 device fields and pipeline stages.
 
-Prints one line per diagnostic (errors first) and a summary. Exit status: 0 when there is no
-error, 1 when there are errors, 2 when the file cannot be read as ONNX. ``--json`` prints
-one JSON document instead (schema in ``docs/diagnostics.md``)::
+Prints one line per diagnostic (errors first; at most 20 of one code, then one line saying how
+many more, unless ``--all``) and a summary. Exit status: 0 when there is no error, 1 when there
+are errors, 2 when the file cannot be read as ONNX or its ``.omny`` plan cannot be read (the
+status the other commands give for that file). ``--strict`` makes every warning an error.
+``--json`` prints one JSON document instead (schema in ``docs/diagnostics.md``)::
 
     {"format": "onnx-ir-multidevice/check", "version": 1, "file": "model.omny",
-     "ok": false, "counts": {"error": 1, "warning": 0, "info": 2},
+     "ok": false, "counts": {"error": 1, "warning": 0, "info": 2}, "omitted": {},
      "diagnostics": [{"code": "OMNY132", "severity": "error", "message": "...",
                       "location": "sharding.configurations[1].cut_point_ids[2]"}]}
 """
@@ -15,17 +17,25 @@ from __future__ import annotations
 __all__ = ["JSON_FORMAT", "JSON_VERSION", "register", "report_document", "run"]
 
 import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, error, print_json
+from onnx_ir_multidevice._cli import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    error,
+    help_description,
+    print_json,
+)
 
 JSON_FORMAT = "onnx-ir-multidevice/check"
 """Value of ``"format"`` in the ``--json`` document."""
 JSON_VERSION = 1
 """Value of ``"version"`` in the ``--json`` document; bumped on incompatible changes."""
+_MAX_PER_CODE = 20
+"""Diagnostics of one code listed without ``--all`` (the checker's ``DEFAULT_MAX_PER_CODE``,
+repeated here so that ``omny --help`` does not import the checker)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "check",
         help="check a model's .omny plan, IR v11 device fields and pipeline stages",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
     )
     parser.add_argument("file", type=Path, help="an .onnx or .omny model file")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -42,47 +52,74 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="accept cuts crossed by several activations (OMNY320 becomes a warning)",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="make every warning an error: for files shipped to a runtime that allocates "
+        "fixed buffers from the .omny spec",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help=f"list every diagnostic (default: at most {_MAX_PER_CODE} of one code)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print info diagnostics")
     parser.set_defaults(func=run)
 
 
-def report_document(file: str, diagnostics: Sequence[Any]) -> dict[str, Any]:
-    """Return the ``--json`` document for ``diagnostics`` of ``file``."""
-    counts = dict.fromkeys(("error", "warning", "info"), 0)
-    for diagnostic in diagnostics:
-        counts[diagnostic.severity.value] += 1
+def report_document(file: str, report: Any) -> dict[str, Any]:
+    """Return the ``--json`` document of a :class:`~onnx_ir_multidevice.checker.CheckReport`.
+
+    ``counts`` are every diagnostic found by severity, those left out by the limit per code
+    included; ``omitted`` says how many of each code were left out of ``diagnostics``.
+    """
+    counts = report.counts()
+    omitted: dict[str, int] = {}
+    for (code, _), count in report.omitted_counts.items():
+        omitted[code] = omitted.get(code, 0) + count
+    left_out = set(report.omitted)
     return {
         "format": JSON_FORMAT,
         "version": JSON_VERSION,
         "file": file,
-        "ok": counts["error"] == 0,
+        "ok": counts["error"] == 0 and not report.unreadable,
         "counts": counts,
-        "diagnostics": [d.to_dict() for d in diagnostics],
+        "omitted": omitted,
+        "diagnostics": [d.to_dict() for d in report.diagnostics if d not in left_out],
     }
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def run(args: argparse.Namespace) -> int:
     """Check ``args.file``."""
     from onnx_ir_multidevice.checker.core import run_check  # lazy: `omny --help` stays fast
 
-    report = run_check(args.file, relaxed_cuts=args.relaxed)
-    diagnostics = list(report.diagnostics)
-    readable = report.model is not None
+    report = run_check(
+        args.file,
+        relaxed_cuts=args.relaxed,
+        strict=args.strict,
+        max_per_code=None if args.all else _MAX_PER_CODE,
+    )
     if args.json:
-        print_json(report_document(str(args.file), diagnostics))
+        print_json(report_document(str(args.file), report))
     else:
-        shown = [d for d in diagnostics if not (args.quiet and d.severity.value == "info")]
-        for diagnostic in shown:
-            print(diagnostic)
-        document = report_document(str(args.file), diagnostics)
-        counts = document["counts"]
+        for diagnostic in report.diagnostics:
+            if not (args.quiet and diagnostic.severity.value == "info"):
+                print(diagnostic)
+        counts = report.counts()
         print(
-            f"{args.file}: {counts['error']} error(s), {counts['warning']} warning(s), "
-            f"{counts['info']} info(s)",
-            file=sys.stdout,
+            f"{args.file}: {_plural(counts['error'], 'error')}, "
+            f"{_plural(counts['warning'], 'warning')}, {_plural(counts['info'], 'info')}"
         )
-    if not readable:
+    if report.model is None:
         if not args.json:
             error(f"{args.file}: cannot be read as an ONNX model")
+        return EXIT_USAGE
+    if report.unreadable:
+        if not args.json:
+            error(f"{args.file}: its model or .omny plan cannot be read (see the errors above)")
         return EXIT_USAGE
     return EXIT_FINDINGS if report.errors else EXIT_OK

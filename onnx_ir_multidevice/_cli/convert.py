@@ -18,7 +18,10 @@ import sys
 import warnings
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_OK, print_json
+from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, error, help_description, print_json
+
+_PLAN_PATH = "metadata_props[omnynet_metadata]"
+"""Where a v1 file's plan is: a plain ONNX model has none there."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "convert",
         help="rewrite an .omny file in the v1 (ONNX) or v2 (OMNY container) format",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
     )
     parser.add_argument("input", metavar="IN", type=Path, help="a v1 or v2 .omny file")
     parser.add_argument("output", metavar="OUT", type=Path, help="the file to write")
@@ -44,10 +47,18 @@ def run(args: argparse.Namespace) -> int:
     """Convert ``args.input`` to ``args.output``; warnings go to stderr."""
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._proto.container_files import ContainerWarning, convert_container
+    from onnx_ir_multidevice.omny.container import OmnyContainerError
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ContainerWarning)
-        result = convert_container(args.input, args.output, container=args.container)
+        try:
+            result = convert_container(args.input, args.output, container=args.container)
+        except OmnyContainerError as exc:
+            if exc.path == _PLAN_PATH and exc.reason.startswith("missing"):
+                # No plan: a content problem (1), as for split, verify and run.
+                error(str(exc))
+                return EXIT_FINDINGS
+            raise
     for warning in caught:
         if issubclass(warning.category, ContainerWarning):
             print(f"omny: warning: {warning.message}", file=sys.stderr)

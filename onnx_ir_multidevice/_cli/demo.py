@@ -75,6 +75,13 @@ def run(args: argparse.Namespace) -> int:
     path = EXAMPLE if args.model is None else args.model
     if not path.is_file():
         raise OmnyIOError(f"{path}: no such file; pass an existing .omny file to --model")
+    if args.model is not None:
+        # lazy: `omny --help` stays fast. An unreadable model or plan is an unreadable input
+        # (exit 2, as for the other commands), not a failed step.
+        from onnx_ir_multidevice._proto.files import load
+        from onnx_ir_multidevice.omny import read
+
+        read(load(path))
     unknown = sorted(set(args.only or ()) - {s.name for s in STEPS})
     if unknown:
         names = ", ".join(s.name for s in STEPS)

@@ -27,9 +27,10 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_shards_argument,
     dim_argument,
     error,
-    positive_int,
+    help_description,
     print_json,
 )
 from onnx_ir_multidevice._errors import ExportError, PlanningDimsError, SplitError
@@ -91,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "export",
         help="write a planned model in another format (--list-formats)",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
         formatter_class=_HelpFormatter,
         usage=_USAGE,
     )
@@ -103,11 +104,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "directory to write",
     )
     parser.add_argument("--format", metavar="NAME", help=_FORMAT_HELP)
-    parser.add_argument(
-        "--shards",
-        metavar="N",
-        type=positive_int,
-        help="number of pipeline stages (formats that split)",
+    add_shards_argument(
+        parser, several=False, help="number of pipeline stages (formats that split)"
     )
     parser.add_argument(
         "--option",

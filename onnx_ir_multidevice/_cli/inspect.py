@@ -13,7 +13,7 @@ __all__ = ["register", "run"]
 import argparse
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_OK, print_json
+from onnx_ir_multidevice._cli import EXIT_OK, help_description, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "inspect",
         help="show a model's inputs/outputs, cut points and shard configurations",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
     )
     parser.add_argument("file", type=Path, help="an .omny or .onnx model file")
     parser.add_argument("--json", action="store_true", help="print one JSON document")

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_USAGE
+from onnx_ir_multidevice._cli import EXIT_USAGE, help_description
 from onnx_ir_multidevice._version import __version__
 
 _PROGRAM = "omny-oaax-toolchain"
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "oaax-convert",
         help="the OAAX toolchain: convert a model or archive into an .omny artifact and a log",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
     )
     parser.add_argument("input", metavar="INPUT", type=Path, help="a model file or an archive")
     parser.add_argument("outdir", metavar="OUTDIR", type=Path, help="the output directory")

@@ -25,7 +25,9 @@ from onnx_ir_multidevice._cli import (
     EXIT_OK,
     EXIT_USAGE,
     add_progress_argument,
+    add_shards_argument,
     error,
+    help_description,
     print_json,
     progress_enabled,
 )
@@ -37,12 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan",
         help="find cut points and shard configurations; write an .omny file",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
     )
     parser.add_argument("input", type=Path, help="an .onnx or .omny model file")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the .omny file to write")
-    parser.add_argument(
-        "--shards", metavar="N,N...", help="shard counts to plan, e.g. 2,4 (each must fit)"
+    add_shards_argument(
+        parser, several=True, help="shard counts to plan, e.g. 2 4 or 2,4 (each must fit)"
     )
     parser.add_argument(
         "--devices",
@@ -79,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice import omny
     from onnx_ir_multidevice._proto.files import load, save
+    from onnx_ir_multidevice._util import plural
     from onnx_ir_multidevice.planner.devices import parse_dims, parse_memory_sizes
     from onnx_ir_multidevice.planner.options import PlanOptions
     from onnx_ir_multidevice.planner.planning import describe, plan_model
@@ -86,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     try:  # every bad option is a usage error (exit 2), found before the model is read
         options = PlanOptions(
             devices=None if args.devices is None else parse_memory_sizes(args.devices),
-            shards=None if args.shards is None else _counts(args.shards),
+            shards=args.shards,
             max_shard_size_mb=args.max_shard_mb,
             dims=parse_dims(args.dim),
             relaxed=args.relaxed,
@@ -121,20 +124,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     cuts = len(result.analysis.candidates)
     print(
-        f"{args.input} -> {args.output}: {cuts} cut point(s), "
-        f"{len(result.partitions)} configuration(s)"
+        f"{args.input} -> {args.output}: {plural(cuts, 'cut point')}, "
+        f"{plural(len(result.partitions), 'configuration')}"
     )
     print(describe(result))
     for n, why in result.skipped:
         print(f"{n} shards: not feasible ({why})")
     return EXIT_OK
-
-
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise ValueError(f"cannot read --shards {text!r}: expected e.g. 2,4") from None
-    if not counts or min(counts) < 1:
-        raise ValueError(f"--shards {text!r} must list positive shard counts, e.g. 2,4")
-    return counts

@@ -23,10 +23,11 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_shards_argument,
     check_dim_names,
     dim_argument,
     error,
-    positive_int,
+    help_description,
     print_json,
 )
 from onnx_ir_multidevice._errors import PipelineError, SplitError
@@ -47,14 +48,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run a split model as a pipeline and report per-stage timing",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
     )
     parser.add_argument(
-        "input", type=Path, help="an .omny / annotated .onnx model, or an `omny split` directory"
+        "input",
+        type=Path,
+        help="an .omny or annotated .onnx model, or a directory written by omny split",
     )
-    parser.add_argument(
-        "--shards", type=positive_int, help="number of stages (required for a model file)"
-    )
+    add_shards_argument(parser, several=False, help="number of stages (required for a model file)")
     parser.add_argument(
         "--providers",
         default="cpu",
@@ -103,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.requests < 1 or args.warmup < 0:
         error("--requests must be at least 1 and --warmup at least 0")
+        return EXIT_USAGE
+    if not args.input.exists():
+        error(f"{args.input}: no such model file or split directory")
         return EXIT_USAGE
     if not args.input.is_dir() and args.shards is None:
         error(f"{args.input}: --shards N is required for a model file")

@@ -15,7 +15,14 @@ __all__ = ["register", "run"]
 import argparse
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, error, positive_int, print_json
+from onnx_ir_multidevice._cli import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    add_shards_argument,
+    error,
+    help_description,
+    print_json,
+)
 from onnx_ir_multidevice._errors import SplitError
 
 
@@ -30,13 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "split",
         help="write one runnable ONNX model per pipeline stage, and a manifest",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
     )
     parser.add_argument("input", type=Path, help="an .omny or annotated .onnx model file")
     parser.add_argument(
         "outdir", type=Path, help="directory to write: absent or empty, in an existing folder"
     )
-    parser.add_argument("--shards", type=positive_int, required=True, help="number of stages")
+    add_shards_argument(parser, several=False, required=True, help="number of stages")
     parser.add_argument(
         "--configuration",
         metavar="ID",

@@ -3,8 +3,9 @@
 Splits the model, runs the whole model and the chained stages on onnxruntime with the same
 inputs (generated from the input types; ``--dim batch=2`` sets a symbolic dimension) and
 compares every graph output. Without ``--shards``, every shard count the model's
-configurations offer is verified. Exits with 1 when an output differs by more than
-``--rtol``/``--atol`` or a stage fails in onnxruntime.
+configurations offer is verified (``--shards 2 4`` or ``--shards 2,4``: these). Exits with 1 when
+an output differs by more than ``--rtol``/``--atol``, a stage fails in onnxruntime or the model
+has no plan to verify, with one ``omny: error:`` line naming the shard counts that failed.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_shards_argument,
     check_dim_names,
     dim_argument,
     error,
-    positive_int,
+    help_description,
     print_json,
     tolerance_argument,
 )
@@ -33,11 +35,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "verify",
         help="compare the split stages with the whole model on onnxruntime",
-        description=__doc__.splitlines()[0].split(": ", 1)[1],
+        description=help_description(__doc__),
     )
     parser.add_argument("file", type=Path, help="an .omny or annotated .onnx model file")
-    parser.add_argument(
-        "--shards", type=positive_int, help="number of stages (default: every one offered)"
+    add_shards_argument(
+        parser,
+        several=True,
+        help="numbers of stages, e.g. 2 4 or 2,4 (default: every one the model offers)",
     )
     parser.add_argument(
         "--rtol", type=tolerance_argument, default=1e-4, help="relative tolerance (1e-4)"
@@ -85,15 +89,16 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         error(problem)
         return EXIT_USAGE
-    counts = [args.shards] if args.shards is not None else _shard_counts(model)
+    counts = sorted(set(args.shards)) if args.shards else _shard_counts(model)
     if not counts:
         error(
-            f"{args.file}: no shard configuration to verify; give --shards N for an annotated "
-            "model or plan one first (omny plan)"
+            f"{args.file}: no shard configuration to verify: the model has no .omny plan and no "
+            "pipeline annotation; plan it first (omny plan), or give --shards N for a model "
+            "annotated by other means"
         )
-        return EXIT_USAGE
+        return EXIT_FINDINGS
     reports = []
-    failed = False
+    failed: list[int] = []
     for shards in counts:
         try:
             report = verify(
@@ -101,14 +106,28 @@ def run(args: argparse.Namespace) -> int:
                 seed=args.seed,
             )  # fmt: skip
         except (SplitError, VerifyError) as exc:
-            error(f"{args.file}: {shards} shards: {exc}")
             reports.append({"shards": shards, "ok": False, "error": str(exc)})
-            failed = True
+            failed.append(shards)
+            if not args.json:
+                print(f"{_stages(shards)}: FAILED: {exc}")
             continue
-        failed = failed or not report.ok
+        if not report.ok:
+            failed.append(shards)
         reports.append({"shards": shards, **report.to_dict()})
         if not args.json:
             print(report)
     if args.json:
         print_json({"file": str(args.file), "ok": not failed, "results": reports})
-    return EXIT_FINDINGS if failed else EXIT_OK
+    if failed:
+        numbers = ", ".join(map(str, failed[:-1])) + (" and " if len(failed) > 1 else "")
+        splits = "split" if len(failed) == 1 else "splits"
+        error(
+            f"{args.file}: verification failed for the {splits} into {numbers}"
+            f"{_stages(failed[-1])} (details above)"
+        )
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _stages(count: int) -> str:
+    return f"{count} stage{'' if count == 1 else 's'}"

@@ -343,7 +343,7 @@ def check_output_directory(
         if not force and any(target.iterdir()):
             raise OmnyIOError(
                 f"{target}: directory is not empty; choose another one or pass --force "
-                "(force=True) to replace it."
+                "(force=True in Python) to replace it."
             )
     else:
         _check_parent(target)
@@ -360,7 +360,8 @@ def check_output_file(target: Path, force: bool) -> None:
         raise OmnyIOError(f"{target}: is a directory; pass a file path such as {target / 'out'}")
     if target.exists() and not force:
         raise OmnyIOError(
-            f"{target}: exists; choose another path or pass --force (force=True) to replace it"
+            f"{target}: exists; choose another path or pass --force (force=True in Python) to "
+            "replace it"
         )
     _check_parent(target)
 

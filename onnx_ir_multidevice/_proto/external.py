@@ -15,12 +15,12 @@ checked up front, for every tensor at once, with the tensor named):
 :func:`proto_problems` checks a proto before it is deserialised (so a non-numeric offset is
 reported, not raised by onnx-ir), :func:`model_problems` the external tensors of an IR model
 before they are read. Both return :class:`~onnx_ir_multidevice.ExternalDataProblem` records
-with code ``OMNY106``.
+with code ``OMNY108``.
 
 **The data record.** :func:`~onnx_ir_multidevice.save` records, in the ``metadata_props``
 entry :data:`DATA_RECORD_KEY` of the model it writes, the size and CRC-32 of each data file it
 wrote: ``{"version": 1, "files": {"m.onnx.data": {"bytes": 50331648, "crc32": "1c291ca3"}}}``.
-:func:`record_problems` compares the files with the record (code ``OMNY107``): a data file
+:func:`record_problems` compares the files with the record (code ``OMNY109``): a data file
 that was replaced, truncated or appended to after the model was saved is detected before a
 wrong weight is read. ``load`` removes the entry from the loaded model (it describes the
 file, not the model), so it never travels into a stage, an export or another save.
@@ -65,8 +65,8 @@ DATA_RECORD_KEY = "onnx_ir_multidevice.external_data"
 """``metadata_props`` key of the data record :func:`~onnx_ir_multidevice.save` writes."""
 
 _RECORD_VERSION = 1
-_REFERENCE = "OMNY106"
-_MISMATCH = "OMNY107"
+_REFERENCE = "OMNY108"
+_MISMATCH = "OMNY109"
 _CRC_CHUNK = 1 << 24
 _EXTERNAL = onnx.TensorProto.EXTERNAL
 _GRAPH = onnx.AttributeProto.GRAPH
@@ -238,7 +238,7 @@ def proto_problems(proto: onnx.ModelProto, folder: str | os.PathLike) -> list[Ex
         folder: The folder of the model file.
 
     Returns:
-        One problem per refused tensor (code ``OMNY106``), in proto order.
+        One problem per refused tensor (code ``OMNY108``), in proto order.
     """
     files = _Files(os.fspath(folder))
     problems = []
@@ -322,7 +322,7 @@ def model_problems(model: ir.Model) -> list[ExternalDataProblem]:
     for its file and range.
 
     Returns:
-        One problem per refused tensor (code ``OMNY106``).
+        One problem per refused tensor (code ``OMNY108``).
     """
     by_folder: dict[str, _Files] = {}
     problems = []
@@ -470,7 +470,7 @@ def record_problems(
             (outside the folder...), are not read.
 
     Returns:
-        One problem (code ``OMNY107``) per data file whose size or CRC-32 differs.
+        One problem (code ``OMNY109``) per data file whose size or CRC-32 differs.
 
     Raises:
         OmnyFormatError: The record is malformed.
@@ -482,7 +482,7 @@ def record_problems(
         if tensor is None:
             continue
         refused, path, _ = files.resolve(name)
-        if refused is not None:  # outside the folder, missing...: OMNY106 says so; never read
+        if refused is not None:  # outside the folder, missing...: OMNY108 says so; never read
             continue
         try:
             actual_size, actual_crc = crc32_of(path)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import BindingError, SplitError
-from onnx_ir_multidevice._util import gc_paused, require_model
+from onnx_ir_multidevice._util import gc_paused, plural, require_model
 from onnx_ir_multidevice.analysis.stages import assign_stages, stages_from_annotations
 from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
@@ -121,7 +121,7 @@ def _cuts_from_metadata(
         if not 0 <= configuration < len(configurations):
             raise SplitError(
                 f"sharding.configurations[{configuration}] does not exist: the .omny metadata "
-                f"has {len(configurations)} configuration(s)."
+                f"has {plural(len(configurations), 'configuration')}."
             )
         position = configuration
     else:
@@ -136,8 +136,8 @@ def _cuts_from_metadata(
         raise SplitError(f"{path} has num_shards={chosen.num_shards}, not {shards}.")
     if len(chosen.cut_point_ids) != shards - 1:
         raise SplitError(
-            f"{path} lists {len(chosen.cut_point_ids)} cut point(s); {shards} shards need "
-            f"{shards - 1}."
+            f"{path} lists {plural(len(chosen.cut_point_ids), 'cut point')}; {shards} shards "
+            f"need {shards - 1}."
         )
     # The one cut resolver: the same references, verdicts and messages as the checker's.
     bound = bind(model, metadata, index=index).configurations[position]

@@ -18,7 +18,8 @@ must land in a stage ``<= j``, which fails exactly when cut ``j`` is computed fr
 cut. A later cut that does not depend on an earlier one is accepted (it simply crosses more
 boundaries). Nodes inside subgraph bodies run with their parent and get no stage of their own.
 
-Runs in O(N + E).
+Runs in O(N + E) per cut list, whatever the number of cuts (:data:`FUSED_CUTS` bounds the
+work of the shared walk that stages several lists at once).
 
 .. versionadded:: 0.1
 """
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx_ir as ir
 
@@ -167,10 +168,49 @@ def precompute_stages(
         _fused_stages(index, todo)
 
 
+#: At most this many distinct cut tensors share one graph walk in :func:`_fused_stages`. Each
+#: node then carries a mark of at most this many bits (a few machine words), so that walk is
+#: O(N + E) whatever the number of configurations; a cut list longer than this is staged by
+#: :func:`_stage_list` on its own (also O(N + E)).
+FUSED_CUTS = 60
+
+
 def _fused_stages(
     index: GraphIndex, todo: Sequence[tuple[Sequence[ir.Value], Mapping[ir.Value, int]]]
 ) -> None:
     """Stages of validated cut lists (``(cuts, positions)``), cached on ``index``.
+
+    Lists of at most :data:`FUSED_CUTS` cuts are grouped so that each group has at most
+    :data:`FUSED_CUTS` distinct cut tensors, and each group is staged in one graph walk
+    (:func:`_fused_group`); a longer list is staged on its own by :func:`_stage_list`. Lists
+    whose cuts are out of pipeline order are left out of the cache (:func:`_stage_list`
+    names the offending cuts when :func:`assign_stages` is called). Each list costs
+    O(N + E): linear in the graph, whatever the number of cuts.
+    """
+    group: list[tuple[Sequence[ir.Value], Mapping[ir.Value, int]]] = []
+    distinct: set[ir.Value] = set()
+    for cuts, cut_positions in todo:
+        if len(cut_positions) > FUSED_CUTS:
+            try:
+                stage = _stage_list(index, cuts, cut_positions, None)
+            except StageAssignmentError:
+                continue
+            index.stage_cache.put(cuts, dict(zip(index.nodes, stage)))
+            continue
+        new = distinct.union(cut_positions)
+        if len(new) > FUSED_CUTS:
+            _fused_group(index, group)
+            group, new = [], set(cut_positions)
+        group.append((cuts, cut_positions))
+        distinct = new
+    if group:
+        _fused_group(index, group)
+
+
+def _fused_group(
+    index: GraphIndex, todo: Sequence[tuple[Sequence[ir.Value], Mapping[ir.Value, int]]]
+) -> None:
+    """Stages of cut lists with at most :data:`FUSED_CUTS` distinct cuts, in one graph walk.
 
     Each distinct cut tensor gets a mark bit that
     :func:`~onnx_ir_multidevice.analysis.tensor_classes.propagate_marks` ORs down the graph
@@ -201,22 +241,14 @@ def _fused_stages(
     del flags[n:]
     distinct = set(flags)
     for cuts, cut_positions in todo:
-        bits = [bit_of[value] for value in cuts]
-        mask = sum(bits)
-
-        def stage_of(marked: int, bits: list[int] = bits) -> int:
-            for j in range(len(bits) - 1, -1, -1):
-                if marked & bits[j]:
-                    return j + 1
-            return 0
-
-        table = {f: stage_of(f & mask) for f in distinct}
+        stage_of = _last_cut(bit_of[value] for value in cuts)
+        table = {f: stage_of(f) for f in distinct}
         stage = list(map(table.__getitem__, flags))
         in_order = True
         for value, j in cut_positions.items():
             p = position[value.producer()]  # type: ignore[index]
             # The producer's own mark is what its readers get, not a read of its own.
-            stage[p] = stage_of(flags[p] & mask & ~bit_of[value])
+            stage[p] = stage_of(flags[p] & ~bit_of[value])
             if stage[p] > j:
                 in_order = False
         if not in_order:
@@ -225,13 +257,46 @@ def _fused_stages(
         index.stage_cache.put(cuts, dict(zip(nodes, stage)))
 
 
+def _last_cut(bits: Iterable[int]) -> Callable[[int], int]:
+    """Map marks to a stage: ``j + 1`` for the last cut ``j`` (of ``bits``) among them, else 0.
+
+    ``bits`` are the mark bits of one cut list, in its order (at most :data:`FUSED_CUTS`).
+    When they increase along the list (the usual case: bits are given in order of first
+    use), the highest set bit decides, in O(1); otherwise the set bits are visited, at
+    most :data:`FUSED_CUTS` of them.
+    """
+    bits = list(bits)
+    mask = sum(bits)
+    stage_by_bit = {bit.bit_length(): j + 1 for j, bit in enumerate(bits)}
+    if bits == sorted(bits):
+
+        def highest(marked: int) -> int:
+            return stage_by_bit.get((marked & mask).bit_length(), 0)
+
+        return highest
+
+    def largest(marked: int) -> int:
+        marked &= mask
+        best = 0
+        while marked:
+            low = marked & -marked
+            best = max(best, stage_by_bit[low.bit_length()])
+            marked ^= low
+        return best
+
+    return largest
+
+
 def _stage_list(
     index: GraphIndex,
     cuts: Sequence[ir.Value],
     cut_positions: Mapping[ir.Value, int],
     classes: Mapping[ir.Value, TensorClass] | None,
 ) -> list[int]:
-    """Stage of each node by position (see :func:`assign_stages`); cuts already validated."""
+    """Stage of each node by position (see :func:`assign_stages`); cuts already validated.
+
+    One walk in topological order: O(N + E), whatever the number of cuts.
+    """
     nodes = index.nodes
     n = len(nodes)
     base = n + len(index.external)
@@ -240,12 +305,19 @@ def _stage_list(
     reads = list(index.reads)
     position = index.position
     cut_slot = {value: base + j for value, j in cut_positions.items()}
-    for value in cut_positions:
-        for reader in index.value_readers(value):
-            reads[reader] = tuple(
-                cut_slot.get(v) or index.slot_of(v)  # type: ignore[misc]
-                for v in index.uses[reader]
-            )
+    # A read of a cut producer's slot may be a read of the cut: those nodes read cut slots
+    # instead (from their values, so a multi-output producer's other outputs stay as they are).
+    producers = {position[value.producer()] for value in cut_positions}  # type: ignore[index]
+    if producers:
+        is_producer = producers.__contains__
+        uses = index.uses
+        slot_of = index.slot_of
+        for reader, slots in enumerate(index.reads):
+            if any(map(is_producer, slots)):
+                reads[reader] = tuple(
+                    cut_slot.get(v) or slot_of(v)  # type: ignore[misc]
+                    for v in uses[reader]
+                )
     get = stage.__getitem__
     for i, slots in enumerate(reads):
         if slots:

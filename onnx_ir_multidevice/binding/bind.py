@@ -381,8 +381,8 @@ def _bind_node(
         code = "OMNY119"
         reason = (
             f"is ambiguous: {len(found)} nodes of the main graph have this name "
-            f"({_names(map(resolver.node_label, found))}); give them unique names "
-            "(onnx_ir.passes.common.NameFixPass) and point after_node at one"
+            f"({_names(map(resolver.node_label, found))}); give them unique names (omny plan "
+            "does; in Python, onnx_ir.passes.common.NameFixPass) and point after_node at one"
         )
     elif name in resolver.index.inner_node_names:
         code = "OMNY117"
@@ -411,8 +411,8 @@ def _bind_value(
         code = "OMNY119"
         reason = (
             f"is ambiguous: {len(found)} values of the main graph have this name "
-            f"({_names(map(resolver.value_label, found))}); give them unique names "
-            "(onnx_ir.passes.common.NameFixPass) and point tensor_name at one"
+            f"({_names(map(resolver.value_label, found))}); give them unique names (omny plan "
+            "does; in Python, onnx_ir.passes.common.NameFixPass) and point tensor_name at one"
         )
     elif name in resolver.index.inner_value_names:
         code = "OMNY117"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 __all__ = [
     "CODES",
+    "DEFAULT_MAX_PER_CODE",
+    "UNREADABLE_CODES",
     "CheckReport",
     "CodeInfo",
     "Diagnostic",
@@ -32,6 +34,8 @@ from onnx_ir_multidevice.checker.core import (
 )
 from onnx_ir_multidevice.checker.diagnostics import (
     CODES,
+    DEFAULT_MAX_PER_CODE,
+    UNREADABLE_CODES,
     CodeInfo,
     Diagnostic,
     Severity,

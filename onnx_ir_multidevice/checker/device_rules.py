@@ -20,6 +20,7 @@ from itertools import compress
 
 import onnx_ir as ir
 
+from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.checker.diagnostics import (
     Diagnostic,
     configuration_location,
@@ -153,8 +154,9 @@ def run_device_rules(
             make(
                 "OMNY200",
                 f"ir_version is {model.ir_version} but the model has "
-                f"{len(model.device_configurations)} device configuration(s) and "
-                f"{annotated_nodes} annotated node(s); multi-device fields need ir_version >= "
+                f"{plural(len(model.device_configurations), 'device configuration')} and "
+                f"{plural(annotated_nodes, 'annotated node')}; multi-device fields need "
+                f"ir_version >= "
                 f"{MULTI_DEVICE_IR_VERSION} and are dropped (or left dangling in subgraphs) on "
                 f"save. Set model.ir_version = {MULTI_DEVICE_IR_VERSION}.",
                 "model",
@@ -435,8 +437,9 @@ def _check_devices(
             diagnostics.append(
                 make(
                     "OMNY218",
-                    f"value {label!r} is split into {shards} shard(s) but placed on "
-                    f"{len(spec.device)} device entr(ies) {spec.device}; give one device (or "
+                    f"value {label!r} is split into {plural(shards, 'shard')} but placed on "
+                    f"{plural(len(spec.device), 'device entry', 'device entries')} "
+                    f"{spec.device}; give one device (or "
                     "group key) per shard",
                     location,
                 )

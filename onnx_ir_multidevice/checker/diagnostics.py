@@ -35,6 +35,8 @@ from __future__ import annotations
 
 __all__ = [
     "CODES",
+    "DEFAULT_MAX_PER_CODE",
+    "UNREADABLE_CODES",
     "CodeInfo",
     "Diagnostic",
     "Severity",
@@ -45,7 +47,7 @@ __all__ = [
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import onnx_ir as ir
 
@@ -54,10 +56,14 @@ class Severity(enum.Enum):
     """How serious a :class:`Diagnostic` is."""
 
     ERROR = "error"
-    """The model or plan is invalid: annotating, splitting or running it would fail or lie."""
+    """The plan cannot run correctly: annotating, splitting or running it would fail or lie
+    (a dangling or ambiguous reference, a backward edge, two activations across a strict
+    cut, an overflow)."""
 
     WARNING = "warning"
-    """Valid, but probably not what was meant (an idle device, an unverifiable shape...)."""
+    """It runs correctly here, but departs from the ``.omny`` spec (a dynamic non-batch dim
+    at a cut) or is probably not what was meant (an idle device). ``strict=True`` makes
+    warnings errors."""
 
     INFO = "info"
     """For information (the tensors crossing a boundary, a configuration not annotated)."""
@@ -161,32 +167,35 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY102", _E, True, "omnynet_metadata is present but omnynet_version is missing."),
     ("OMNY103", _E, True, "omnynet_version is present but omnynet_metadata is missing."),
     ("OMNY104", _E, True, "omnynet_metadata is not valid JSON or does not follow the schema."),
-    ("OMNY105", _W, True, "Unknown or inconsistent .omny format version."),
+    ("OMNY105", _W, True, "Unknown .omny format version."),
+    ("OMNY106", _E, True, "load() refuses the model's content (fields onnx-ir drops...)."),
+    ("OMNY107", _E, True, "omnynet_version and the JSON document's version disagree."),
     (
-        "OMNY106",
+        "OMNY108",
         _E,
         True,
         "A tensor's external data is outside the folder, missing or out of range.",
     ),
-    ("OMNY107", _E, True, "An external data file is not the one the model was saved with."),
+    ("OMNY109", _E, True, "An external data file is not the one the model was saved with."),
     ("OMNY110", _E, True, "A cut point's after_node is not a node of the graph."),
     ("OMNY111", _E, True, "A cut point's tensor_name is not a value of the graph."),
     ("OMNY112", _E, True, "A cut point's tensor is not an output of its after_node."),
     ("OMNY113", _E, True, "A cut point's node has more than one output tensor."),
-    ("OMNY114", _E, True, "A cut tensor's shape is not static (only the batch may be dynamic)."),
-    ("OMNY115", _W, True, "A cut tensor's shape or dtype is not recorded in the graph."),
+    ("OMNY114", _W, True, "A cut tensor's shape is not static (only the batch may be dynamic)."),
+    ("OMNY115", _I, True, "A cut tensor's shape or dtype is not recorded in the graph."),
     ("OMNY116", _E, True, "A cut point's shape or dtype disagrees with the graph."),
     ("OMNY117", _E, True, "A cut point is inside a control-flow body (If/Loop/Scan)."),
     ("OMNY118", _E, True, "Two cut points have the same id."),
     ("OMNY119", _E, True, "A cut point's node or tensor name is shared by several objects."),
-    ("OMNY120", _E, True, "A memory estimate is not positive."),
+    ("OMNY120", _W, True, "A memory estimate is not positive."),
     ("OMNY121", _W, True, "Memory estimates are inconsistent with each other."),
+    ("OMNY122", _E, True, "A cut tensor's shape is larger than any device holds (1 PiB)."),
     ("OMNY130", _E, True, "No shard configuration is defined."),
     ("OMNY131", _E, True, "A configuration does not list num_shards - 1 cut points."),
     ("OMNY132", _E, True, "A configuration names a cut point id that is not defined."),
-    ("OMNY133", _E, True, "memory_per_shard_mb does not have num_shards entries."),
-    ("OMNY134", _E, True, "A configuration's num_shards is not in allowed_shards."),
-    ("OMNY135", _E, True, "Shard-count limits are inconsistent (min/max/allowed/num_shards)."),
+    ("OMNY133", _W, True, "memory_per_shard_mb does not have num_shards entries."),
+    ("OMNY134", _W, True, "A configuration's num_shards is not in allowed_shards."),
+    ("OMNY135", _W, True, "Shard-count limits are inconsistent (min/max/allowed/num_shards)."),
     ("OMNY136", _E, True, "A shard needs more memory than max_shard_size_mb."),
     ("OMNY137", _W, True, "max_shard_size_mb exceeds min_vram_mb (no runtime headroom)."),
     ("OMNY138", _W, True, "A metadata input/output does not name a graph input/output."),
@@ -269,3 +278,72 @@ def make(code: str, message: str, location: str, severity: Severity | None = Non
     """Build a :class:`Diagnostic` with the default severity of ``code`` from :data:`CODES`."""
     info = CODES[code]
     return Diagnostic(code, severity or info.severity, message, location)
+
+
+UNREADABLE_CODES: frozenset[str] = frozenset(
+    {"OMNY102", "OMNY103", "OMNY104", "OMNY106", "OMNY107", "OMNY108", "OMNY109"}
+)
+"""Codes of a file whose model or plan the other commands cannot read.
+
+:func:`~onnx_ir_multidevice.load` or :func:`~onnx_ir_multidevice.omny.read` refuse it
+(``OmnyFormatError``), so ``omny check`` exits with status 2 on them, as ``omny split`` and
+the others do."""
+
+DEFAULT_MAX_PER_CODE = 20
+"""How many diagnostics of one code (and severity) :func:`~onnx_ir_multidevice.check` lists
+by default; the rest are counted and summed up in one diagnostic."""
+
+
+class DiagnosticCollector(list):  # type: ignore[type-arg]
+    """A list of diagnostics that keeps at most ``limit`` of each code and severity.
+
+    The rules append to it as to a list; past the limit a diagnostic is only counted
+    (:meth:`omitted`), so that a file with a million broken cut points costs a million
+    counts, not a million messages kept in memory and printed.
+    """
+
+    def __init__(self, limit: int | None = DEFAULT_MAX_PER_CODE) -> None:
+        """Create an empty collector; ``limit=None`` keeps everything."""
+        super().__init__()
+        if limit is not None and limit < 0:
+            raise ValueError(f"max_per_code must be >= 0 or None, got {limit}")
+        self.limit = limit
+        self._seen: dict[tuple[str, Severity], int] = {}
+
+    def append(self, diagnostic: Diagnostic) -> None:
+        """Keep ``diagnostic`` unless its code and severity reached the limit (then count it)."""
+        limit = self.limit
+        if limit is None:
+            super().append(diagnostic)
+            return
+        key = (diagnostic.code, diagnostic.severity)
+        seen = self._seen.get(key, 0) + 1
+        self._seen[key] = seen
+        if seen <= limit:
+            super().append(diagnostic)
+
+    def extend(self, diagnostics: Iterable[Diagnostic]) -> None:
+        """:meth:`append` each diagnostic."""
+        for diagnostic in diagnostics:
+            self.append(diagnostic)
+
+    def omitted(self) -> dict[tuple[str, Severity], int]:
+        """How many diagnostics of each code and severity were counted but not kept."""
+        limit = self.limit
+        if limit is None:
+            return {}
+        return {key: seen - limit for key, seen in self._seen.items() if seen > limit}
+
+
+def omitted_summary(code: str, severity: Severity, count: int, shown: int) -> Diagnostic:
+    """The diagnostic that stands for ``count`` diagnostics of ``code`` left out of a report."""
+    noun = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "info"}[severity]
+    plural = noun if count == 1 else f"{noun}s"
+    return Diagnostic(
+        code,
+        severity,
+        f"... and {count:,} more {code} {plural} ({CODES[code].title.rstrip('.')}); "
+        f"{'the first is' if shown == 1 else f'the first {shown} are'} listed: omny check --all "
+        "(max_per_code=None in Python) lists every one",
+        "model",
+    )

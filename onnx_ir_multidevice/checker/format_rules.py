@@ -21,10 +21,11 @@ import dataclasses
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError
+from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.binding.bind import BoundConfiguration, BoundPlan, bind
 from onnx_ir_multidevice.binding.naming import configuration_names
 from onnx_ir_multidevice.checker.diagnostics import Diagnostic, make, value_location
-from onnx_ir_multidevice.graph.dtypes import dtype_from_name, dtype_name
+from onnx_ir_multidevice.graph.dtypes import dtype_bits, dtype_from_name, dtype_name
 from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.omny._schema import (
     OMNY_FORMAT_VERSION,
@@ -33,6 +34,18 @@ from onnx_ir_multidevice.omny._schema import (
     OmnyMetadata,
     Sharding,
 )
+
+#: The largest cut tensor the checker accepts (``OMNY122``): 2**50 bytes (1 PiB), far above
+#: any device's memory and far below where sizes overflow a signed 64-bit integer.
+MAX_TENSOR_BYTES = 2**50
+
+
+def _bytes(nbytes: int) -> str:
+    """``nbytes`` in the largest binary unit that keeps the figure at least 1."""
+    for unit, power in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 2**power:
+            return f"{nbytes / 2**power:,.1f} {unit}"
+    return f"{nbytes} bytes"
 
 
 def _same_dtype(name: str, dtype: ir.DataType) -> bool:
@@ -140,15 +153,23 @@ class _FormatRules:
                 )
             )
             return []
-        if metadata.version != OMNY_FORMAT_VERSION or (
-            version is not None and version != metadata.version
-        ):
+        if version is not None and version != metadata.version:
+            self.out.append(
+                make(
+                    "OMNY107",
+                    f"omnynet_version is {version!r} but the JSON document's version is "
+                    f"{metadata.version!r}; readers refuse the plan until they agree: set "
+                    "both to the format version the document follows",
+                    "version",
+                )
+            )
+        elif metadata.version != OMNY_FORMAT_VERSION:
             self.out.append(
                 make(
                     "OMNY105",
-                    f"format version: omnynet_version={version!r}, JSON version="
-                    f"{metadata.version!r}; this checker knows {OMNY_FORMAT_VERSION!r}. "
-                    "Make them agree",
+                    f"format version {metadata.version!r}: this checker knows "
+                    f"{OMNY_FORMAT_VERSION!r} only, so rules of another version are not "
+                    "checked",
                     "version",
                 )
             )
@@ -179,6 +200,8 @@ class _FormatRules:
             previous_cumulative = cut.cumulative_memory_mb
 
     def _check_cut_shape(self, cut, path: str, value: ir.Value | None) -> None:
+        if not self._check_cut_sizes(cut, path):
+            return
         for i, dim in enumerate(cut.shape):
             if i > 0 and dim < 0:
                 self.out.append(
@@ -198,7 +221,8 @@ class _FormatRules:
                 make(
                     "OMNY115",
                     f"cut point {cut.id!r}: the graph does not record the {missing} of "
-                    f"{value.name!r}; run shape inference so it can be verified",
+                    f"{value.name!r}, so the cut point's {missing} is taken as written, "
+                    "without comparing it with the graph",
                     value_location(value),
                 )
             )
@@ -208,8 +232,10 @@ class _FormatRules:
                 self.out.append(
                     make(
                         "OMNY114",
-                        f"cut point {cut.id!r}: tensor {value.name!r} has dynamic dimension(s) "
-                        f"{dynamic} in the graph ({shape}); only the batch may be dynamic",
+                        f"cut point {cut.id!r}: tensor {value.name!r} has dynamic "
+                        f"{'dimension' if len(dynamic) == 1 else 'dimensions'} {dynamic} in the "
+                        f"graph ({shape}); it runs here, but the .omny spec wants fixed sizes "
+                        "except the batch (fix them with --dim when planning)",
                         value_location(value),
                     )
                 )
@@ -235,6 +261,32 @@ class _FormatRules:
                     f"{path}.dtype",
                 )
             )
+
+    def _check_cut_sizes(self, cut, path: str) -> bool:
+        """OMNY122: the tensor's bytes at its fixed dims fit a device.
+
+        The schema already refuses dims below -1 (``OMNY104``). Returns whether the shape
+        passed (the other shape rules assume it did).
+        """
+        elements = 1
+        for dim in cut.shape:
+            elements *= max(dim, 1)
+        try:
+            bits = dtype_bits(dtype_from_name(cut.dtype))
+        except ValueError:  # an unknown dtype name: OMNY116 says so when the graph knows it
+            bits = 8
+        if elements * bits > MAX_TENSOR_BYTES * 8:
+            self.out.append(
+                make(
+                    "OMNY122",
+                    f"cut point {cut.id!r}: shape {list(cut.shape)} of {cut.dtype} is "
+                    f"{_bytes(elements * bits // 8)}, more than any device holds (the limit "
+                    f"is {_bytes(MAX_TENSOR_BYTES)}); write the tensor's real shape",
+                    f"{path}.shape",
+                )
+            )
+            return False
+        return True
 
     def _check_cut_memory(self, cut, path: str, previous_cumulative: int | None) -> None:
         for field in ("cumulative_memory_mb", "shard_memory_mb"):
@@ -362,7 +414,8 @@ class _FormatRules:
             self.out.append(
                 make(
                     "OMNY131",
-                    f"{n} shards need {n - 1} cut point(s) but {len(ids)} are listed",
+                    f"{plural(n, 'shard')} need {plural(n - 1, 'cut point')} but {len(ids)} "
+                    f"{'is' if len(ids) == 1 else 'are'} listed",
                     f"{path}.cut_point_ids",
                 )
             )

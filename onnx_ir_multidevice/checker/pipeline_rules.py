@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import onnx_ir as ir
 
+from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.analysis.boundaries import Boundary, boundary_crossings, edge_violations
 from onnx_ir_multidevice.analysis.stages import (
     annotated_stage_list,
@@ -82,6 +83,19 @@ def _names(items: Iterable[str], limit: int = _MAX_NAMES) -> str:
     items = list(items)
     shown = ", ".join(repr(i) for i in items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _stages(numbers: list[int]) -> str:
+    """``stage 2`` or ``stages [1, 3]``."""
+    return f"stage {numbers[0]}" if len(numbers) == 1 else f"stages {numbers}"
+
+
+def _have(items: list) -> str:
+    return "has" if len(items) == 1 else "have"
+
+
+def _is(items: list) -> str:
+    return "is" if len(items) == 1 else "are"
 
 
 def _node_label(node: ir.Node) -> str:
@@ -192,7 +206,7 @@ class _PipelineRules:
             self.out.append(
                 make(
                     "OMNY323",
-                    f"configuration {entry.index}: stage(s) {empty} would have no node (two "
+                    f"configuration {entry.index}: {_stages(empty)} would have no node (two "
                     "cuts with nothing between them?); move or remove a cut",
                     f"{path}.cut_point_ids",
                 )
@@ -229,7 +243,7 @@ class _PipelineRules:
             self.out.append(
                 make(
                     "OMNY324",
-                    f"configuration {entry.index}: stage(s) {idle} would produce nothing that a "
+                    f"configuration {entry.index}: {_stages(idle)} would produce nothing that a "
                     "later stage or the graph outputs read (what crosses their boundary is "
                     "recomputed downstream); cut at an activation instead",
                     f"{path}.cut_point_ids",
@@ -282,7 +296,8 @@ class _PipelineRules:
             self.out.append(
                 make(
                     "OMNY301",
-                    f"{len(missing)} main-graph node(s) have no stage in {name!r} "
+                    f"{plural(len(missing), 'main-graph node')} {_have(missing)} no stage in "
+                    f"{name!r} "
                     f"({_names(_node_label(n) for n in missing)}); every node needs one",
                     location,
                 )
@@ -349,7 +364,8 @@ class _PipelineRules:
             self.out.append(
                 make(
                     "OMNY302",
-                    f"stage(s) {_names(map(str, gaps))} of {name!r} have no node but later "
+                    f"{'stage' if len(gaps) == 1 else 'stages'} {_names(map(str, gaps))} of "
+                    f"{name!r} {_have(gaps)} no node but later "
                     "stages do; number stages contiguously from 0",
                     location,
                 )
@@ -359,7 +375,8 @@ class _PipelineRules:
             self.out.append(
                 make(
                     "OMNY303",
-                    f"{beyond} node(s) of {name!r} are at stage >= num_devices="
+                    f"{plural(beyond, 'node')} of {name!r} {'is' if beyond == 1 else 'are'} at "
+                    f"stage >= num_devices="
                     f"{configuration.num_devices} (largest stage {largest}); stage k runs on "
                     "device k, so add devices or merge stages",
                     location,
@@ -369,7 +386,7 @@ class _PipelineRules:
             self.out.append(
                 make(
                     "OMNY304",
-                    f"{name!r} uses {largest + 1} stage(s) on {configuration.num_devices} "
+                    f"{name!r} uses {plural(largest + 1, 'stage')} on {configuration.num_devices} "
                     "devices; the last devices stay idle",
                     location,
                 )
@@ -434,7 +451,7 @@ class _PipelineRules:
                         "OMNY310",
                         f"in {name!r}, cut {j} {value.name!r} must be produced at stage <= {j} "
                         f"and read at stages > {j}, but its producer is at stage "
-                        f"{producer_stage} and {len(late_consumers)} consumer(s) at stage "
+                        f"{producer_stage} and {plural(len(late_consumers), 'consumer')} at stage "
                         f"<= {j}; re-annotate from the plan",
                         value_location(value),
                     )
@@ -446,7 +463,8 @@ class _PipelineRules:
             self.out.append(
                 make(
                     "OMNY311",
-                    f"{len(differing)} node(s) of {name!r} are not at the stage the plan's cut "
+                    f"{plural(len(differing), 'node')} of {name!r} {_is(differing)} not at the "
+                    "stage the plan's cut "
                     f"points give ({_names(_node_label(n) for n in differing)}); re-annotate "
                     "if that is not intended",
                     location,

@@ -153,7 +153,10 @@ def parse_config(data: bytes, source: str) -> ToolchainConfig:
         raise bad('the configuration must be a JSON object, e.g. {"shards": 3}')
     unknown = sorted(set(document).difference(_CONFIG_KEYS))
     if unknown:
-        raise bad(f"unknown key(s) {unknown}; the keys are {list(_CONFIG_KEYS)}")
+        raise bad(
+            f"unknown {'key' if len(unknown) == 1 else 'keys'} {unknown}; the keys are "
+            f"{list(_CONFIG_KEYS)}"
+        )
     shards = document.get("shards")
     if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)):
         raise bad(f"shards must be a positive integer, got {shards!r}")

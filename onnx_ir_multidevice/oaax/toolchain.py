@@ -73,6 +73,7 @@ from onnx_ir_multidevice._errors import (
 )
 from onnx_ir_multidevice._proto.files import EXTERNAL_DATA_TOTAL_BYTES, load, save
 from onnx_ir_multidevice._split import split
+from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.checker.core import run_check
 from onnx_ir_multidevice.graph.dtypes import dtype_name
 from onnx_ir_multidevice.oaax.codes import ERROR_CODES, ConversionError, ErrorCode
@@ -198,12 +199,12 @@ class _Conversion:
         path = self.input.model_path
         try:
             model = load(path)
+            metadata = omny.read(model)  # a plan that cannot be read: the input's fault too
         except (OmnyIOError, OmnyFormatError) as error:
             raise ConversionError("OAAX102", "load", f"{path.name}: {error}") from None
         self.model = model
         self.io = {"inputs": _io(_graph_inputs(model)), "outputs": _io(model.graph.outputs)}
         container = model.meta.get(CONTAINER_META_KEY)
-        metadata = omny.read(model)
         return {
             "Model file": path.name,
             "Container": "v2" if isinstance(container, Container) else "v1",
@@ -371,7 +372,7 @@ class _Conversion:
             raise ConversionError(
                 "OAAX401",
                 "check",
-                f"the checker reports {len(blocking)} error(s); first: {blocking[0]}",
+                f"the checker reports {plural(len(blocking), 'error')}; first: {blocking[0]}",
                 {**data, "Diagnostics": [str(d) for d in blocking[:10]]},
             )
         return data

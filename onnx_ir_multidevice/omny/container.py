@@ -89,6 +89,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
+from onnx_ir_multidevice._util import plural
 
 MAGIC = b"OMNY"
 """The first four bytes of a v2 container."""
@@ -1373,7 +1374,8 @@ def container_findings(
             ContainerFinding(
                 "padding-nonzero",
                 "warning",
-                f"{len(nonzero)} padding byte(s) of the header are not zero (first at offset "
+                f"{plural(len(nonzero), 'padding byte')} of the header "
+                f"{'is' if len(nonzero) == 1 else 'are'} not zero (first at offset "
                 f"{_FIELDS.size + nonzero[0]}); kept as they are",
                 "header.padding",
             )

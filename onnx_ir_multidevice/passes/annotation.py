@@ -42,6 +42,7 @@ from itertools import repeat
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import BindingError
+from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.analysis.stages import assign_stages, precompute_stages
 from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX, configuration_names
@@ -92,8 +93,8 @@ def _select(
         cuts = bound.cut_values()
         if len(cuts) != bound.num_shards - 1:
             raise BindingError(
-                f"{path}: {bound.num_shards} shards need {bound.num_shards - 1} cut point(s), "
-                f"{len(cuts)} listed"
+                f"{path}: {plural(bound.num_shards, 'shard')} need "
+                f"{plural(bound.num_shards - 1, 'cut point')}, {len(cuts)} listed"
             )
         selected.append(_Selected(bound.index, names[bound.index], bound.num_shards, tuple(cuts)))
     return selected, names
@@ -121,8 +122,8 @@ def _names_for(device_names: DeviceNames | None, num_devices: int) -> tuple[str,
     names = tuple(names)
     if len(names) < num_devices:
         raise BindingError(
-            f"{len(names)} device name(s) {list(names)} for a configuration of {num_devices} "
-            "devices; give at least one name per device"
+            f"{plural(len(names), 'device name')} {list(names)} for a configuration of "
+            f"{plural(num_devices, 'device')}; give at least one name per device"
         )
     return names[:num_devices]
 

@@ -97,8 +97,9 @@ def _annotate_model(
     index: GraphIndex,
 ) -> None:
     if check:
+        # Every diagnostic (no limit per code): which ones block depends on their locations.
         report = _check.run_check(
-            ir_model, relaxed_cuts=relaxed_cuts, onnx_checker=False, index=index
+            ir_model, relaxed_cuts=relaxed_cuts, onnx_checker=False, index=index, max_per_code=None
         )
         errors = _blocking_errors(report.diagnostics, report.plan, configurations)
         if errors:

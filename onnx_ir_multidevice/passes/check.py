@@ -22,24 +22,29 @@ class CheckPass(ir.passes.InPlacePass):
     :class:`~onnx_ir.passes.PassError` whose ``__cause__`` is the :class:`CheckError`.
     """
 
-    def __init__(self, *, relaxed_cuts: bool = False, warnings_as_errors: bool = False) -> None:
+    def __init__(
+        self, *, relaxed_cuts: bool = False, strict: bool = False, warnings_as_errors: bool = False
+    ) -> None:
         """Create the pass.
 
         Args:
             relaxed_cuts: Accept cuts that carry side activations (``OMNY320`` as warning).
-            warnings_as_errors: Also fail on warnings.
+            strict: Also fail on warnings: departures from the ``.omny`` spec that run
+                correctly here (``check(..., strict=True)``).
+            warnings_as_errors: The same as ``strict`` (its older name).
+
+        .. versionchanged:: 0.2
+            ``strict``.
         """
         super().__init__()
         self.relaxed_cuts = relaxed_cuts
-        self.warnings_as_errors = warnings_as_errors
+        self.strict = strict or warnings_as_errors
+        self.warnings_as_errors = self.strict
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         """Check ``model``; raise :class:`CheckError` on errors."""
-        failing = (
-            {Severity.ERROR, Severity.WARNING} if self.warnings_as_errors else {Severity.ERROR}
-        )
-        diagnostics = _check.check(model, relaxed_cuts=self.relaxed_cuts)
-        problems = [d for d in diagnostics if d.severity in failing]
+        diagnostics = _check.check(model, relaxed_cuts=self.relaxed_cuts, strict=self.strict)
+        problems = [d for d in diagnostics if d.severity is Severity.ERROR]
         if problems:
             raise CheckError(problems)
         return ir.passes.PassResult(model, modified=False)

@@ -48,6 +48,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import BindingError
+from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import stages_from_annotations
@@ -185,8 +186,9 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
             missing = self.configurations - {d.configuration.name for d in derived}
             if missing:
                 raise BindingError(
-                    f"configuration(s) {sorted(missing)} are not on the model or have no "
-                    "pipeline stages"
+                    f"{'configuration' if len(missing) == 1 else 'configurations'} "
+                    f"{sorted(missing)} {'is' if len(missing) == 1 else 'are'} not on the model "
+                    "or without pipeline stages"
                 )
         if not derived:
             raise BindingError(
@@ -223,7 +225,8 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
         missing = [n.name or n.op_type for n, s in stages.items() if s is None]
         if missing:
             raise BindingError(
-                f"configuration {name!r}: {len(missing)} node(s) have no stage "
+                f"configuration {name!r}: {plural(len(missing), 'node')} "
+                f"{'has' if len(missing) == 1 else 'have'} no stage "
                 f"(first: {missing[:5]}); give every main-graph node a stage"
             )
         staged: dict[ir.Node, int] = {n: s for n, s in stages.items() if s is not None}

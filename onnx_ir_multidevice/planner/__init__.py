@@ -21,6 +21,8 @@ __all__ = [
     "Partition",
     "PlanOptions",
     "PlanResult",
+    "RUNTIME_NODE_BYTES",
+    "RUNTIME_OVERHEAD_BYTES",
     "StagedConfiguration",
     "StageMemory",
     "build_metadata",
@@ -41,7 +43,13 @@ from onnx_ir_multidevice.planner.devices import (
     parse_memory_sizes,
     parse_size,
 )
-from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM, MemoryModel, StageMemory
+from onnx_ir_multidevice.planner.memory import (
+    DEFAULT_HEADROOM,
+    RUNTIME_NODE_BYTES,
+    RUNTIME_OVERHEAD_BYTES,
+    MemoryModel,
+    StageMemory,
+)
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
 from onnx_ir_multidevice.planner.planning import PlanResult, plan, plan_model

@@ -13,9 +13,34 @@ A stage's memory, at the planning dims, is the sum of
   (masks, position ids) it recomputes, and the graph outputs it produces (held until the
   pipeline ends).
 
-The device must also keep *headroom* for the runtime (arena, kernels' workspace):
-:attr:`StageMemory.required_bytes` is ``total / (1 - headroom)``, so a 1200 MiB stage with
-the default 20 % needs a 1500 MiB device (the ``.omny`` spec's 1.2 GB shard / 1.5 GB VRAM).
+What onnxruntime itself holds on top, measured on CPU (``docs/memory_accuracy.md``,
+``benchmarks/memory_accuracy.py``), is :attr:`StageMemory.runtime_bytes`; the stage's
+predicted resident memory is :attr:`StageMemory.resident_bytes`:
+
+* a fixed cost per session, :data:`RUNTIME_OVERHEAD_BYTES` (the session's own structures,
+  its thread pool and the code pages of the kernels it runs), plus
+  :data:`RUNTIME_NODE_BYTES` per node (kernel objects, execution plan);
+* *pre-packing*: while a session is created, onnxruntime's CPU kernels copy each constant
+  weight of a MatMul, Gemm, Conv or recurrent layer into their own layout
+  (:data:`PREPACKED_WEIGHT_INPUTS`) and release the original, so the largest such weight is
+  held twice for a moment
+  (:attr:`StageMemory.prepack_bytes`). No activation exists yet at that time: the stage
+  needs the larger of the pre-packing copy and its activations plus buffers;
+* *memory-mapped tables*: onnxruntime maps a model's external data file into memory and
+  leaves a weight there unless a kernel pre-packs it; a table read only by ``Gather``
+  (an embedding) becomes resident only around the rows read at the planning dims (up to
+  2 MiB per row: the kernel maps the page-cache folio around a fault), the rest stays on disk
+  (:attr:`StageMemory.mapped_bytes`, subtracted);
+* *convolution workspace*: onnxruntime runs a CPU convolution in a blocked channel layout
+  (NCHWc) or through a working buffer, so while the largest convolution of a stage runs, a
+  copy of its input and output exists besides the activations
+  (:attr:`StageMemory.workspace_bytes`).
+
+The ``.omny`` shard memory (:attr:`StageMemory.total_bytes`) leaves these out, as the spec
+does: they are what the headroom is for. The device must also keep *headroom* for the runtime
+(arena, kernels' workspace): :attr:`StageMemory.required_bytes` is ``total / (1 - headroom)``,
+so a 1200 MiB stage with the default 20 % needs a 1500 MiB device (the ``.omny`` spec's
+1.2 GB shard / 1.5 GB VRAM).
 
 A size that is not known at the planning dims is left out of the sums and *named* in
 :attr:`StageMemory.unknown`; the totals are then lower bounds. MiB figures are rounded up.
@@ -35,6 +60,9 @@ from __future__ import annotations
 __all__ = [
     "DEFAULT_HEADROOM",
     "MIB",
+    "PREPACKED_WEIGHT_INPUTS",
+    "RUNTIME_NODE_BYTES",
+    "RUNTIME_OVERHEAD_BYTES",
     "MemoryModel",
     "StageMemory",
     "format_bytes",
@@ -46,13 +74,14 @@ __all__ = [
 import bisect
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
+from onnx_ir_multidevice.analysis.ops import CONV_OPS, RECURRENT_OPS
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.graph.index import node_subgraphs
 from onnx_ir_multidevice.planner.flops import node_flops
@@ -62,6 +91,43 @@ MIB = 1 << 20
 
 DEFAULT_HEADROOM = 0.2
 """Share of a device's memory kept for the runtime (20 %, the spec's lower bound)."""
+
+PREPACKED_WEIGHT_INPUTS: Mapping[str, tuple[int, ...]] = {
+    **dict.fromkeys(("MatMul", "FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat"), (1,)),
+    **dict.fromkeys(("DynamicQuantizeMatMul", "MatMulNBits", "MatMulBnb4"), (1,)),
+    "QLinearMatMul": (3,),
+    **dict.fromkeys(("Gemm", "FusedGemm"), (1,)),
+    "QGemm": (3,),
+    **dict.fromkeys(("Conv", "FusedConv", "ConvInteger", "ConvTranspose"), (1,)),
+    "QLinearConv": (3,),
+    **dict.fromkeys(RECURRENT_OPS, (1, 2)),
+    **dict.fromkeys(("Attention", "QAttention"), (1,)),
+}
+"""Inputs that onnxruntime's CPU kernels *pre-pack* when they are constant: while the session
+is created, the kernel copies the weight into its own layout (MLAS packed GEMM panels,
+reordered convolution filters), then the original is released. Keyed by op type (any
+domain), the indices of the weight inputs."""
+
+RUNTIME_OVERHEAD_BYTES = 11 * MIB
+"""Resident memory an onnxruntime CPU session of a model with no weight adds to a process,
+created and run once: 10.8 to 10.9 MiB measured for a one-``Add`` model with onnxruntime 1.32
+on Linux x86-64 (median of 5 child processes, arena on or off), of which about 8.5 MiB are
+code pages of the library that the session touches; 11.1 MiB fitted over the corpus stages.
+Re-derive it with ``python benchmarks/memory_accuracy.py --derive``."""
+
+_ROW_RESIDENT_BYTES = 2 * MIB
+"""What reading one row of a memory-mapped table may make resident, at most: the kernel maps
+the page-cache folio around a faulting page, up to 2 MiB (a PMD) with large folios (Linux 6.x,
+ext4). Measured on Linux 6.18: 1.5 MiB per row for a data file still in the page cache from
+buffered writes (``save_split`` of an in-memory model), 64 KiB (``fault_around_bytes``) for
+one written by ``save_split`` from external data or read cold. The bound is taken, so as never
+to under-predict."""
+
+RUNTIME_NODE_BYTES = 40 * 1024
+"""Resident memory onnxruntime adds per node of a stage (its kernel, the execution plan, the
+code of op types not run before): 31 to 35 KiB fitted by least squares over the corpus stages
+whose sizes are all known (``benchmarks/memory_accuracy.py``), rounded up so that no stage is
+under-predicted by more than 10 %."""
 
 
 def to_mib(nbytes: int) -> int:
@@ -108,10 +174,37 @@ class StageMemory:
     unknown: tuple[str, ...] = ()
     """Names of values whose size is unknown (left out: the totals are lower bounds)."""
 
+    prepack_bytes: int = 0
+    """Largest weight onnxruntime's CPU kernels pre-pack (held twice while the session is
+    created; see the module docstring)."""
+
+    runtime_bytes: int = 0
+    """What onnxruntime holds on top of :attr:`total_bytes`: its fixed cost per session and
+    per node, and the larger of the convolution workspace and the pre-packing copy's excess
+    over the activations and buffers."""
+
+    mapped_bytes: int = 0
+    """Weight bytes onnxruntime leaves untouched in the memory-mapped external data file:
+    the rows of ``Gather``-only tables that are not read at the planning dims."""
+
+    workspace_bytes: int = 0
+    """Largest input plus output of a convolution of the stage: the copies onnxruntime's
+    CPU convolutions make while they run (part of :attr:`runtime_bytes`)."""
+
     @property
     def total_bytes(self) -> int:
         """Weights + peak activations + buffers: the ``.omny`` shard memory."""
         return self.weights_bytes + self.activations_bytes + self.io_bytes
+
+    @property
+    def resident_bytes(self) -> int:
+        """Predicted resident memory of the stage's onnxruntime CPU session, created and run once.
+
+        That is :attr:`total_bytes` + :attr:`runtime_bytes` - :attr:`mapped_bytes`, for a
+        stage whose weights are in an external data file, as
+        :func:`~onnx_ir_multidevice.save_split` writes them.
+        """
+        return self.total_bytes + self.runtime_bytes - self.mapped_bytes
 
     @property
     def required_bytes(self) -> int:
@@ -194,14 +287,25 @@ class MemoryModel:
     Args:
         analysis: The cut-point analysis of the graph.
         headroom: Share of device memory kept for the runtime, in ``[0, 1)``.
+        runtime_bytes: onnxruntime's fixed cost per session (:data:`RUNTIME_OVERHEAD_BYTES`).
+        node_bytes: onnxruntime's cost per node (:data:`RUNTIME_NODE_BYTES`).
 
     .. versionadded:: 0.1
     """
 
-    def __init__(self, analysis: CutAnalysis, *, headroom: float = DEFAULT_HEADROOM) -> None:
+    def __init__(
+        self,
+        analysis: CutAnalysis,
+        *,
+        headroom: float = DEFAULT_HEADROOM,
+        runtime_bytes: int = RUNTIME_OVERHEAD_BYTES,
+        node_bytes: int = RUNTIME_NODE_BYTES,
+    ) -> None:
         _fraction(headroom)
         self.analysis = analysis
         self.headroom = headroom
+        self.runtime_bytes = runtime_bytes
+        self.node_bytes = node_bytes
         self.sizes = analysis.sizes
         order = analysis.order
         self.starts = (0, *analysis.boundaries)
@@ -225,6 +329,12 @@ class MemoryModel:
         self._prefix_additive = self._prefix_weights + self._prefix_io
         self._prefix_flops = np.concatenate([[0], np.cumsum(self._flops)])
         self._peak_table = _SparseMax(self._peak)
+        self._prepack_table = _SparseMax(self._count_prepacked())
+        self._workspace_table = _SparseMax(self._count_workspace())
+        self._prefix_mapped = np.concatenate([[0], np.cumsum(self._count_mapped())])
+        self._prefix_nodes = np.concatenate(
+            [[0], np.cumsum(np.asarray(self.ends) - np.asarray(self.starts))]
+        )
         self._with_unknown = [s for s, names in enumerate(self._unknown) if names]
 
     # -- construction -----------------------------------------------------------------------
@@ -366,6 +476,91 @@ class MemoryModel:
         if nonempty.any():
             self._peak[nonempty] = np.maximum.reduceat(live, starts[nonempty])
 
+    def _count_prepacked(self) -> np.ndarray:
+        """Largest pre-packed weight of each segment.
+
+        That is a weight, or a value computed from weights only (a transposed weight), read at
+        a :data:`PREPACKED_WEIGHT_INPUTS` input.
+        """
+        prepack = np.zeros(self.num_segments, dtype=np.int64)
+        analysis = self.analysis
+        initializers = set(analysis.graph.initializers.values())
+        replicable = set(analysis.replicable_nodes)
+        from_weights: dict[ir.Node, bool] = {}
+
+        def is_weight(value: ir.Value) -> bool:
+            producer = value.producer()
+            if producer is None:
+                return value in initializers or value.const_value is not None
+            if producer not in replicable:
+                return False  # an activation
+            if producer not in from_weights:
+                from_weights[producer] = all(
+                    v in initializers or v.const_value is not None for v in _cone_sources(producer)
+                )
+            return from_weights[producer]
+
+        segment_of = self._segment_of
+        for position, node in enumerate(analysis.order):
+            indices = PREPACKED_WEIGHT_INPUTS.get(node.op_type)
+            if indices is None:
+                continue
+            for index in indices:
+                value = node.inputs[index] if index < len(node.inputs) else None
+                if value is None or not is_weight(value):
+                    continue
+                n = self._nbytes(value)
+                s = int(segment_of[position])
+                if n is not None and n > prepack[s]:
+                    prepack[s] = n
+        return prepack
+
+    def _count_workspace(self) -> np.ndarray:
+        """Largest input plus output of a convolution (:data:`CONV_OPS`) of each segment."""
+        workspace = np.zeros(self.num_segments, dtype=np.int64)
+        segment_of = self._segment_of
+        for position, node in enumerate(self.analysis.order):
+            if node.op_type not in CONV_OPS or not node.inputs or node.inputs[0] is None:
+                continue
+            sizes = [self._nbytes(node.inputs[0]), self._nbytes(node.outputs[0])]
+            if None in sizes:
+                continue
+            s = int(segment_of[position])
+            workspace[s] = max(workspace[s], sum(sizes))  # type: ignore[arg-type]
+        return workspace
+
+    def _count_mapped(self) -> np.ndarray:
+        """Untouched bytes of each segment's ``Gather``-only tables (see the module docstring).
+
+        A table counts when every reader is a ``Gather`` on axis 0 taking it as data, all in
+        one segment; the rows read are the index elements at the planning dims, each
+        making up to :data:`_ROW_RESIDENT_BYTES` resident.
+        """
+        mapped = np.zeros(self.num_segments, dtype=np.int64)
+        analysis = self.analysis
+        position = {node: k for k, node in enumerate(analysis.order)}
+        for value in analysis.graph.initializers.values():
+            tensor = value.const_value
+            shape = tensor.shape.numpy() if tensor is not None else ()
+            if tensor is None or len(shape) < 1 or shape[0] < 1:
+                continue
+            uses = value.uses()
+            if not uses:
+                continue
+            touched, segments = 0, set()
+            for node, index in uses:
+                axis = node.attributes.get_int("axis", 0) if node.op_type == "Gather" else None
+                rows = None if axis != 0 or index != 0 else self.sizes.shape(node.inputs[1])
+                if rows is None or node not in position:
+                    break
+                row_bytes = tensor.nbytes // shape[0]
+                touched += math.prod(rows) * max(row_bytes, _ROW_RESIDENT_BYTES)
+                segments.add(int(self._segment_of[position[node]]))
+            else:
+                if len(segments) == 1:
+                    mapped[segments.pop()] += max(0, tensor.nbytes - touched)
+        return mapped
+
     def _count_flops(self) -> tuple[str, ...]:
         unknown = []
         for i, node in enumerate(self.analysis.order):
@@ -428,17 +623,44 @@ class MemoryModel:
         with_unknown = self._with_unknown
         for k in range(bisect.bisect_left(with_unknown, i), bisect.bisect_left(with_unknown, j)):
             unknown.update(self._unknown[with_unknown[k]])
+        activations = int(self._peak_table.query(a, b)[0])
+        prepack = int(self._prepack_table.query(a, b)[0])
+        nodes = int(self._prefix_nodes[j] - self._prefix_nodes[i])
+        workspace = int(self._workspace_table.query(a, b)[0])
+        runtime = self.runtime_bytes + nodes * self.node_bytes
+        runtime += max(workspace, prepack - activations - io)
+        mapped = int(self._prefix_mapped[j] - self._prefix_mapped[i])
         return StageMemory(
             weights_bytes=weights,
-            activations_bytes=int(self._peak_table.query(a, b)[0]),
+            activations_bytes=activations,
             io_bytes=io,
             headroom=self.headroom,
             unknown=tuple(unknown),
+            prepack_bytes=prepack,
+            runtime_bytes=runtime,
+            mapped_bytes=mapped,
+            workspace_bytes=workspace,
         )
 
     def whole(self) -> StageMemory:
         """The memory of the whole model run as one stage."""
         return self.stage(0, self.num_segments)
+
+
+def _cone_sources(node: ir.Node) -> Iterable[ir.Value]:
+    """The values without a producer that ``node`` is computed from (transitively)."""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        for value in current.inputs:
+            if value is None or value in seen:
+                continue
+            seen.add(value)
+            producer = value.producer()
+            if producer is None:
+                yield value
+            else:
+                stack.append(producer)
 
 
 def _body_constants(body: ir.Graph) -> Iterable[ir.Value]:

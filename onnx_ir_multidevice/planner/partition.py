@@ -44,6 +44,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from onnx_ir_multidevice._errors import PlanError
+from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.analysis.cut_points import CutCandidate
 from onnx_ir_multidevice.planner.memory import (
     MemoryModel,
@@ -325,7 +326,7 @@ def partition(
     if num_stages - 1 > usable:
         hint = "" if any(not c.strict for c in chain) else " (relaxed cuts may give more)"
         raise PlanError(
-            f"the model has {usable} usable cut point(s) along its main chain, so at most "
+            f"the model has {plural(usable, 'usable cut point')} along its main chain, so at most "
             f"{usable + 1} stages; {num_stages} were asked for{hint}"
         )
     bounds = _device_bounds(model, num_stages, capacities, max_stage_bytes)

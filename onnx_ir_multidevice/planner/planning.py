@@ -292,7 +292,7 @@ def describe(result: PlanResult) -> str:
                 f"  stage {k}: {stage.total_mb:>6} MiB (weights "
                 f"{format_bytes(stage.weights_bytes)}, activations "
                 f"{format_bytes(stage.activations_bytes)}, buffers "
-                f"{format_bytes(stage.io_bytes)}), needs {stage.required_mb} MiB{device},"
-                f" {flops / 1e9:.3g} GFLOP"
+                f"{format_bytes(stage.io_bytes)}), needs {format_bytes(stage.required_bytes)}"
+                f"{device}, {flops / 1e9:.3g} GFLOP"
             )
     return "\n".join(lines)

@@ -5,7 +5,9 @@
 * :func:`verify` compares the chained stages with the whole model;
 * :func:`make_inputs` and :meth:`Pipeline.example_inputs` generate random inputs with one
   generator (:mod:`~onnx_ir_multidevice.runtime.inputs`);
-* every onnxruntime session is made by :class:`~onnx_ir_multidevice.runtime.sessions.ModelSession`.
+* every onnxruntime session is made by :class:`~onnx_ir_multidevice.runtime.sessions.ModelSession`;
+* :func:`measure_memory` and :func:`measure_stages` measure the resident memory of a stage's
+  session and run, to check the planner's prediction (``docs/memory_accuracy.md``).
 
 ``StagePlan`` and ``load_plan`` are deprecated aliases of :class:`StageChain` and
 :func:`load_stages`, kept for one release (they warn).
@@ -40,6 +42,10 @@ __all__ = [
     "make_inputs",
     "verify",
     "verify_stages",
+    # Memory measurement
+    "MemoryMeasurement",
+    "measure_memory",
+    "measure_stages",
     # Timing
     "BusyPeriod",
     "PipelineStats",
@@ -52,6 +58,7 @@ from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.runtime import stages as _stages
 from onnx_ir_multidevice.runtime.devices import Device, parse_device
 from onnx_ir_multidevice.runtime.inputs import TensorSpec, generate_inputs, input_specs
+from onnx_ir_multidevice.runtime.measure import MemoryMeasurement, measure_memory, measure_stages
 from onnx_ir_multidevice.runtime.pipeline import Pipeline, PipelineTimeoutError
 from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failure_message
 from onnx_ir_multidevice.runtime.sessions import ModelSession

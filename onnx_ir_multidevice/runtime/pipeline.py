@@ -9,13 +9,23 @@ parallel); the ``"ray"`` engine gives each stage one actor; others can be regist
 
 Guarantees, on every engine (the pipeline keeps the bookkeeping):
 
-* **Order**: results come back in the order the requests were sent.
-* **Back-pressure**: at most ``max_in_flight`` requests are inside the stages at once;
-  :meth:`Pipeline.send_input` blocks (optionally with a timeout) until one completes.
-  Completed results wait for :meth:`Pipeline.receive_output`.
+* **Own results**: :meth:`Pipeline.run` returns its own request's outputs and
+  :meth:`Pipeline.map` yields its own requests' outputs, whatever other threads do meanwhile;
+  results are delivered by request number, never by position.
+* **Order**: :meth:`Pipeline.receive_output` returns the results of
+  :meth:`Pipeline.send_input` in the order of their request numbers; :meth:`Pipeline.map`
+  yields in the order of its iterable.
+* **Back-pressure**: at most ``max_in_flight`` requests (of every caller) are inside the
+  stages at once; sending blocks (optionally with a timeout) until one completes. Completed
+  results wait for :meth:`Pipeline.receive_output`.
 * **Faults**: a request that fails in a stage raises :class:`~onnx_ir_multidevice.PipelineError`
   (with ``.stage`` and ``.request``) when its turn to be received comes; the requests around it
-  are unaffected and the pipeline stays usable.
+  are unaffected and the pipeline stays usable. A stage that can run no more (its worker or
+  actor died) fails every request that still needs it, naming the stage and its device, and
+  the pipeline refuses later requests.
+* **Interrupts**: a ``run()`` or ``map()`` interrupted in the caller's thread
+  (``KeyboardInterrupt``, any exception in the loop over ``map()``) drops the requests it sent;
+  nothing is left behind for :meth:`Pipeline.receive_output`.
 * **No hangs**: :meth:`Pipeline.close` cancels the runs in progress, ends every worker, and
   wakes every caller waiting on the pipeline with a :class:`~onnx_ir_multidevice.PipelineError`.
 
@@ -27,13 +37,13 @@ from __future__ import annotations
 
 __all__ = ["Pipeline", "PipelineTimeoutError"]
 
-import contextlib
+import collections
 import inspect
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSequence, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,8 +61,10 @@ from onnx_ir_multidevice.runtime.stats import PipelineStats, StatsRecorder
 class PipelineTimeoutError(PipelineError, TimeoutError):
     """A call on a :class:`Pipeline` waited longer than its ``timeout``.
 
-    Nothing is lost: a request that timed out in :meth:`Pipeline.receive_output` can still be
-    received by a later call, and :meth:`Pipeline.send_input` did not send anything.
+    A request that timed out in :meth:`Pipeline.receive_output` can still be received by a
+    later call, and a send that timed out waiting for room sent nothing. A :meth:`Pipeline.run`
+    or :meth:`Pipeline.map` that timed out waiting for a result dropped its requests (their
+    results are discarded when they arrive).
     """
 
 
@@ -61,10 +73,20 @@ class PipelineTimeoutError(PipelineError, TimeoutError):
 
 
 class _Book:
-    """Request numbers, back-pressure and in-order delivery of results.
+    """Request numbers, back-pressure, and the delivery of each result to whoever waits for it.
 
-    Engines call :meth:`done` (from any thread) when a request leaves the last stage or
-    fails; the caller's threads wait in :meth:`admit` and :meth:`take`.
+    Every request gets a number (in admission order) and an *owner*: a list the admitting
+    call keeps (``run()`` and ``map()`` have their own; every ``send_input`` request is also
+    in :attr:`queue`, the FIFO of :meth:`take`). Results are routed by number: a caller
+    only ever takes the result of a request it admitted, so callers in different threads
+    cannot get each other's results. Engines call :meth:`done` (from any thread) when a
+    request leaves the last stage or fails; callers wait in :meth:`admit`, :meth:`take` and
+    :meth:`wait`, and give up their requests with :meth:`abandon` (a result that arrives for
+    an abandoned request is dropped).
+
+    Every state change happens under :attr:`cond`, in an order chosen so that an exception
+    raised in the caller's thread part-way (``KeyboardInterrupt``) leaves nothing that
+    :meth:`abandon` cannot undo.
     """
 
     def __init__(self, max_in_flight: int, recorder: StatsRecorder, devices: Sequence[str]):
@@ -72,93 +94,199 @@ class _Book:
         self.recorder = recorder
         self.devices = devices
         self.cond = threading.Condition()
-        self.receive_lock = threading.Lock()
         self.next_request = 0
-        self.next_receive = 0
-        self.in_pipeline = 0
+        self.inside: dict[int, bool] = {}
+        """Requests admitted and not done: number -> handed to the engine yet."""
+        self.waiting: set[int] = set()
+        """Requests whose result a caller will take (not abandoned, not taken yet)."""
         self.results: dict[int, Outputs | StageFailure] = {}
+        """Results of waited-for requests, until taken."""
+        self.queue: collections.deque[int] = collections.deque()
+        """``send_input`` requests not received yet, in number order."""
         self.closed = False
+        self.dropped = 0
+        """``send_input`` requests not received when the pipeline was closed."""
+        self.broken: tuple[int, StageFailure] | None = None
+        """The request and the failure that broke the pipeline (a stage that can run no more)."""
 
-    @property
-    def outstanding(self) -> int:
-        """Requests sent and not received yet."""
-        return self.next_request - self.next_receive
+    # -- admission -----------------------------------------------------------------------
 
-    def admit(self, timeout: float | None) -> int:
-        """Wait for room in the pipeline and take the next request number."""
+    def refusal(self) -> PipelineError | None:
+        """Why no request can be admitted now (closed or broken), or ``None``."""
+        if self.closed:
+            return PipelineError("the pipeline is closed; create a new one")
+        if self.broken is not None:
+            request, failure = self.broken
+            where = "" if failure.stage is None else f" on {self.devices[failure.stage]}"
+            stage = "a stage" if failure.stage is None else f"stage {failure.stage}"
+            error = PipelineError(
+                f"the pipeline is broken: {stage}{where} can run no more requests since "
+                f"request {request} ({failure.message})",
+                stage=failure.stage,
+            )
+            error.__cause__ = failure.cause
+            return error
+        return None
+
+    def admit(
+        self, what: str, timeout: float | None, owner: MutableSequence[int], *, queued: bool = False
+    ) -> tuple[int, bool]:
+        """Wait for room in the stages, take the next request number, record it in ``owner``.
+
+        Returns:
+            The request number, and whether no other request was inside the stages.
+        """
         with self.cond:
             ok = self.cond.wait_for(
-                lambda: self.closed or self.in_pipeline < self.max_in_flight, timeout
+                lambda: (
+                    self.closed or self.broken is not None or len(self.inside) < self.max_in_flight
+                ),
+                timeout,
             )
-            if self.closed:
-                raise PipelineError("the pipeline is closed; create a new one")
+            refusal = self.refusal()
+            if refusal is not None:
+                raise refusal
             if not ok:
                 raise PipelineTimeoutError(
-                    f"send_input timed out after {timeout} s: {self.in_pipeline} requests "
-                    f"(max_in_flight) are still inside the stages; receive or wait, or raise "
-                    "the timeout",
-                    request=self.next_request,
+                    f"{what} timed out after {timeout} s waiting for room in the pipeline: "
+                    f"{len(self.inside)} requests are inside the stages (max_in_flight="
+                    f"{self.max_in_flight}); nothing was sent (wait for requests to finish, "
+                    "or raise the timeout)",
                 )
             request = self.next_request
-            self.next_request += 1
-            self.in_pipeline += 1
+            self.next_request = request + 1
+            owner.append(request)  # first: whatever follows, abandon(owner) can undo it
+            idle = not self.inside
+            self.inside[request] = False
+            self.waiting.add(request)
+            if queued:
+                self.queue.append(request)
         self.recorder.sent(request)
-        return request
+        return request, idle
+
+    def dispatched(self, request: int) -> None:
+        """Note that the engine has ``request`` (it will call :meth:`done` for it)."""
+        with self.cond:
+            if request in self.inside:
+                self.inside[request] = True
+
+    # -- delivery ------------------------------------------------------------------------
 
     def done(self, request: int, result: Outputs | StageFailure) -> None:
-        """Deliver the result (or failure) of ``request``."""
-        self.recorder.done(request, failed=isinstance(result, StageFailure))
+        """Deliver the result (or failure) of ``request``; later deliveries of it are ignored.
+
+        A fatal failure (a stage that can run no more) breaks the pipeline: later admissions
+        are refused; the engine fails the requests it still holds.
+        """
+        failed = isinstance(result, StageFailure)
         with self.cond:
-            if self.closed:
+            if self.closed or self.inside.pop(request, None) is None:
                 return
-            self.results[request] = result
-            self.in_pipeline -= 1
+            if request in self.waiting:
+                self.results[request] = result
+            if failed and result.fatal and self.broken is None:
+                self.broken = (request, result)
             self.cond.notify_all()
+        self.recorder.done(request, failed=failed)
+
+    def _result(self, request: int) -> Outputs:
+        """Take the result of ``request`` (under :attr:`cond`): outputs, or raise its failure."""
+        result = self.results.pop(request)
+        self.waiting.discard(request)
+        if isinstance(result, StageFailure):
+            where = "" if result.stage is None else f" on {self.devices[result.stage]}"
+            error = PipelineError(
+                f"failed{where}: {result.message}", stage=result.stage, request=request
+            )
+            raise error from result.cause
+        return result
 
     def take(self, timeout: float | None) -> Outputs:
-        """Wait for the result of the oldest request not received yet."""
+        """Wait for the result of the oldest ``send_input`` request not received yet."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self.receive_lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise PipelineTimeoutError(
-                f"receive_output timed out after {timeout} s waiting for another receiver"
-            )
-        try:
-            with self.cond:
+        with self.cond:
+            while True:
                 if self.closed:
-                    raise PipelineError("the pipeline is closed; nothing more can be received")
-                request = self.next_receive
-                if request >= self.next_request:
-                    raise PipelineError(
-                        "receive_output: no request in flight (every request sent has been "
-                        "received); call send_input first"
+                    dropped = (
+                        f"; the {self.dropped} requests sent with send_input and not received "
+                        "when it was closed were dropped"
+                        if self.dropped
+                        else ""
                     )
+                    raise PipelineError(
+                        f"the pipeline is closed; nothing more can be received{dropped}"
+                    )
+                if not self.queue:
+                    raise PipelineError(
+                        "receive_output: nothing to receive, no request in flight from "
+                        "send_input (every one sent has been received); call send_input first"
+                    )
+                request = self.queue[0]
                 remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
-                ok = self.cond.wait_for(lambda: self.closed or request in self.results, remaining)
+                ok = self.cond.wait_for(
+                    lambda: (
+                        self.closed  # noqa: B023 - evaluated at once, in this iteration
+                        or request in self.results  # noqa: B023
+                        or request not in self.waiting  # noqa: B023 - taken by another
+                    ),
+                    remaining,
+                )
                 if self.closed:
                     raise PipelineError(
                         f"the pipeline was closed while request {request} was in flight; "
                         "its result is lost",
                         request=request,
                     )
+                if request in self.results:
+                    self.queue.popleft()
+                    return self._result(request)
+                if request not in self.waiting:  # another receiver took it: the next one
+                    continue
                 if not ok:
                     raise PipelineTimeoutError(
                         f"receive_output timed out after {timeout} s waiting for request "
-                        f"{request}; it is still running and can be received later",
+                        f"{request}; it is still running or waiting for a stage, and a later "
+                        "call can receive it",
                         request=request,
                     )
-                result = self.results.pop(request)
-                self.next_receive = request + 1
-        finally:
-            self.receive_lock.release()
-        if isinstance(result, StageFailure):
-            where = "" if result.stage is None else f" on {self.devices[result.stage]}"
-            error = PipelineError(
-                f"failed{where}: {result.message}",
-                stage=result.stage,
-                request=request,
-            )
-            raise error from result.cause
-        return result
+
+    def wait(self, request: int, timeout: float | None, what: str) -> Outputs:
+        """Wait for the result of ``request``, admitted by the calling ``run()`` or ``map()``."""
+        with self.cond:
+            ok = self.cond.wait_for(lambda: self.closed or request in self.results, timeout)
+            if self.closed:
+                raise PipelineError(
+                    f"the pipeline was closed while request {request} was in flight; "
+                    "its result is lost",
+                    request=request,
+                )
+            if not ok:
+                raise PipelineTimeoutError(
+                    f"{what} timed out after {timeout} s waiting for request {request}; the "
+                    "request was dropped (its result is discarded when it arrives)",
+                    request=request,
+                )
+            return self._result(request)
+
+    def abandon(self, owner: MutableSequence[int]) -> None:
+        """Give up the requests in ``owner``: nobody will take their results.
+
+        Their results are dropped (now, or when they arrive); a request never handed to the
+        engine leaves the stages' count. Results already taken are unaffected.
+        """
+        if not owner:
+            return
+        with self.cond:
+            for request in owner:
+                self.waiting.discard(request)
+                self.results.pop(request, None)
+                if self.queue and request in self.queue:
+                    self.queue.remove(request)
+                if self.inside.get(request) is False:  # admitted, never handed to the engine
+                    del self.inside[request]
+                    self.recorder.discard(request)
+            owner.clear()
+            self.cond.notify_all()
 
     def close(self) -> bool:
         """Mark the pipeline closed and wake every waiting caller; False if it already was."""
@@ -166,7 +294,10 @@ class _Book:
             if self.closed:
                 return False
             self.closed = True
+            self.dropped = len(self.queue)
             self.results.clear()
+            self.waiting.clear()
+            self.queue.clear()
             self.cond.notify_all()
             return True
 
@@ -212,7 +343,8 @@ def _check_engine_options(backend: str, factory: Any, options: Mapping[str, Any]
         signature.bind_partial(None, None, None, None, None, spinning=False, **options)
     except TypeError as exc:
         raise PipelineError(
-            f"backend {backend!r} does not take the option(s) {sorted(options)}: {exc}"
+            f"backend {backend!r} does not take the {'option' if len(options) == 1 else 'options'} "
+            f"{sorted(options)}: {exc}"
         ) from exc
 
 
@@ -236,6 +368,20 @@ class Pipeline:
             pipe.send_input({"x": x}); pipe.send_input({"x": y})   # queue API (OAAX-style)
             first, second = pipe.receive_output(), pipe.receive_output()
             print(pipe.stats().format())
+
+    Threads: every method may be called from any thread, concurrently. :meth:`run` and
+    :meth:`map` get their own requests' results (delivered by request number), whatever
+    other threads send or receive meanwhile, and leave nothing behind when they stop early or
+    are interrupted. :meth:`send_input` and :meth:`receive_output` share one queue between
+    all threads: results come back in the order of the request numbers ``send_input``
+    returned, so a thread that needs to pair results with its own requests uses ``run`` or
+    ``map`` (or keeps the queue to itself). ``max_in_flight`` counts the requests of every
+    caller. :meth:`close` (from any thread) drops the requests in flight and wakes every
+    caller waiting on the pipeline with a :class:`~onnx_ir_multidevice.PipelineError`; every
+    later call raises one. A stage whose worker dies (a ``BaseException`` such as
+    ``SystemExit`` escaped it) fails every request that still needs it and the pipeline
+    refuses later ones, naming the stage and its device. See "Threads and faults" in the
+    pipeline guide.
 
     Args:
         source: A planned model (:class:`onnx_ir.Model`, :class:`onnx.ModelProto` or a path
@@ -305,7 +451,6 @@ class Pipeline:
         ):
             raise PipelineError(f"max_in_flight must be a positive integer, got {max_in_flight!r}")
         self._backend = backend
-        self._run_lock = threading.Lock()
         clock = getattr(factory, "clock", time.perf_counter)
         self._recorder = StatsRecorder([str(d) for d in self._devices], backend, clock)
         self._book = _Book(max_in_flight, self._recorder, [str(d) for d in self._devices])
@@ -376,8 +521,12 @@ class Pipeline:
 
     @property
     def in_flight(self) -> int:
-        """Requests sent and not received yet."""
-        return self._book.outstanding
+        """Requests sent with :meth:`send_input` and not received yet (by any thread).
+
+        Requests of :meth:`run` and :meth:`map` are not counted: they deliver their own
+        results.
+        """
+        return len(self._book.queue)
 
     @property
     def closed(self) -> bool:
@@ -386,7 +535,12 @@ class Pipeline:
 
     def __repr__(self) -> str:
         devices = ", ".join(str(d) for d in self._devices)
-        state = "closed" if self.closed else f"{self.in_flight} in flight"
+        if self.closed:
+            state = "closed"
+        elif self._book.broken is not None:
+            state = f"broken at stage {self._book.broken[1].stage}"
+        else:
+            state = f"{self.in_flight} in flight"
         return (
             f"Pipeline({self.num_stages} stages on [{devices}], backend={self._backend!r}, {state})"
         )
@@ -412,32 +566,63 @@ class Pipeline:
             )
         return {n: v if isinstance(v, np.ndarray) else np.asarray(v) for n, v in inputs.items()}
 
+    def _dispatch(self, request: int, env: dict[str, Any], *, inline: bool) -> None:
+        """Hand an admitted request to the engine (or run it in this thread, ``inline``)."""
+        try:
+            if inline:
+                self._engine.run_inline(request, env)  # type: ignore[attr-defined]
+            else:
+                self._engine.submit(request, env)
+        except Exception as exc:  # e.g. Ray refused the call: the failure keeps its turn
+            self._book.done(request, StageFailure(None, f"could not submit: {exc!r}", exc))
+        except BaseException as exc:  # e.g. KeyboardInterrupt in this thread: drop it, re-raise
+            doing = "while it ran in the calling thread" if inline else "before it was sent"
+            self._book.done(
+                request, StageFailure(None, f"interrupted by {type(exc).__name__} {doing}", exc)
+            )
+            raise
+        else:
+            self._book.dispatched(request)
+
     def send_input(self, inputs: Mapping[str, Any], *, timeout: float | None = None) -> int:
         """Queue one request; it may be called many times before :meth:`receive_output`.
 
-        Blocks while ``max_in_flight`` requests are inside the stages (back-pressure).
+        Blocks while ``max_in_flight`` requests (of any thread and any of the calls
+        :meth:`send_input`, :meth:`run` and :meth:`map`) are inside the stages
+        (back-pressure). The request joins the pipeline's one queue of results, shared by
+        every thread: :meth:`receive_output` returns them in the order of their request
+        numbers.
 
         Args:
             inputs: Graph input name -> array (numpy arrays are passed on without a copy).
             timeout: Seconds to wait for room in the pipeline (``None``: no limit).
 
         Returns:
-            The request number (0-based, in sending order), as in ``PipelineError.request``.
+            The request number (0-based, in admission order, shared with :meth:`run` and
+            :meth:`map`), as in ``PipelineError.request``.
 
         Raises:
-            PipelineError: An input is missing or unknown, or the pipeline is closed.
+            PipelineError: An input is missing or unknown, the pipeline is closed, or it is
+                broken (a stage can run no more requests). Nothing was sent.
             PipelineTimeoutError: No room within ``timeout``; nothing was sent.
+            BaseException: Interrupted (``KeyboardInterrupt``): nothing is left to receive.
         """
         env = self._check_inputs(inputs)
-        request = self._book.admit(timeout)
+        mine: list[int] = []
         try:
-            self._engine.submit(request, env)
-        except Exception as exc:  # e.g. Ray refused the call: the failure keeps its turn
-            self._book.done(request, StageFailure(None, f"could not submit: {exc!r}", exc))
+            request, _ = self._book.admit("send_input", timeout, mine, queued=True)
+            self._dispatch(request, env, inline=False)
+        except BaseException:
+            self._book.abandon(mine)  # interrupted part-way: nothing of it stays queued
+            raise
         return request
 
     def receive_output(self, *, timeout: float | None = None) -> Outputs:
-        """Return the outputs of the oldest request not received yet (in sending order).
+        """Return the outputs of the oldest :meth:`send_input` request not received yet.
+
+        Results come in the order of the request numbers :meth:`send_input` returned,
+        whichever thread sent them and whichever thread receives. Requests of :meth:`run`
+        and :meth:`map` are not in this queue: they deliver their own results.
 
         Args:
             timeout: Seconds to wait for it (``None``: until it is ready).
@@ -447,48 +632,52 @@ class Pipeline:
 
         Raises:
             PipelineError: That request failed (``.stage`` and ``.request`` say where; the
-                pipeline stays usable), no request is in flight, or the pipeline was closed.
+                pipeline stays usable unless the failure broke a stage), nothing sent with
+                :meth:`send_input` is left to receive (it does not wait for a send), or the
+                pipeline was closed.
             PipelineTimeoutError: Not ready within ``timeout``; a later call can receive it.
         """
         return self._book.take(timeout)
 
     # -- convenience ---------------------------------------------------------------------
 
-    def _require_idle(self, what: str) -> None:
-        if self._book.outstanding:
-            raise PipelineError(
-                f"{what} needs every earlier request received, but {self._book.outstanding} "
-                "sent with send_input are not; receive them first"
-            )
-
     def run(self, inputs: Mapping[str, Any], *, timeout: float | None = None) -> Outputs:
         """Run one request through every stage and return its outputs.
 
+        It returns this request's own outputs whatever other threads do meanwhile (other
+        :meth:`run` calls, :meth:`map`, the queue API): results are delivered by request
+        number. Requests waiting to be received with :meth:`receive_output` stay there.
+
         On an engine that can (an :class:`~onnx_ir_multidevice.runtime.engines.InlineEngine`,
-        such as the in-process one) the stages run one after another in the calling thread:
-        a lone request has nothing to overlap with, and this saves a thread hand-off per
-        stage. Its busy periods are recorded as for any request.
+        such as the in-process one), when no other request is inside the stages, the stages
+        run one after another in the calling thread: a lone request has nothing to overlap
+        with, and this saves a thread hand-off per stage. Its busy periods are recorded as for
+        any request.
 
         Args:
             inputs: Graph input name -> array.
-            timeout: Seconds to wait for the result (``None``: no limit).
+            timeout: Seconds to wait for room in the pipeline, and then for the result
+                (``None``: no limit).
 
         Returns:
             Output name -> numpy array.
 
         Raises:
-            PipelineError: The request failed in a stage, or requests sent with
-                :meth:`send_input` are still waiting to be received.
+            PipelineError: The request failed in a stage, or the pipeline is closed or broken.
+            PipelineTimeoutError: No result within ``timeout``; the request is dropped (its
+                result is discarded when it arrives).
+            BaseException: An exception raised in the calling thread while it ran the stages
+                (``KeyboardInterrupt``...): the request is dropped, the pipeline stays usable.
         """
-        with self._run_lock:
-            self._require_idle("run()")
-            if isinstance(self._engine, InlineEngine):
-                # in-process: run the stages in this thread, bookkept like any request
-                env = self._check_inputs(inputs)
-                self._engine.run_inline(self._book.admit(timeout), env)
-            else:
-                self.send_input(inputs, timeout=timeout)
-            return self.receive_output(timeout=timeout)
+        env = self._check_inputs(inputs)
+        mine: list[int] = []
+        try:
+            request, idle = self._book.admit("run()", timeout, mine)
+            inline = idle and isinstance(self._engine, InlineEngine)
+            self._dispatch(request, env, inline=inline)
+            return self._book.wait(request, timeout, "run()")
+        finally:
+            self._book.abandon(mine)  # a no-op once the result was taken
 
     def map(
         self, requests: Iterable[Mapping[str, Any]], *, timeout: float | None = None
@@ -496,7 +685,14 @@ class Pipeline:
         """Stream requests through the pipeline; yield their outputs in order.
 
         At most ``max_in_flight`` requests are sent ahead of the results the iterator has
-        yielded, so a long (or endless) iterable runs in bounded memory.
+        yielded, so a long (or endless) iterable runs in bounded memory. The iterator gets
+        its own requests' results, whatever other threads do meanwhile; consume one iterator
+        from one thread at a time (it is a generator).
+
+        When the iterator stops early (a failure, a ``timeout``, the caller leaving the loop
+        or closing it, an exception such as ``KeyboardInterrupt`` in the loop or in the
+        iterable), the requests it sent and did not yield are dropped at once: their results
+        are discarded when they arrive, and nothing is left to receive.
 
         Args:
             requests: Graph inputs of each request.
@@ -506,31 +702,34 @@ class Pipeline:
             The outputs of each request, in order.
 
         Raises:
-            PipelineError: A request failed (the iterator stops there; requests already sent
-                are received and discarded, so the pipeline stays usable), or requests sent
-                with :meth:`send_input` are still waiting to be received.
+            PipelineError: A request failed (the iterator stops there), or the pipeline is
+                closed or broken (raised by ``map()`` itself when it already is).
+            PipelineTimeoutError: A result took longer than ``timeout``.
         """
-        self._require_idle("map()")
+        refusal = self._book.refusal()
+        if refusal is not None:
+            raise refusal
         return self._map(iter(requests), timeout)
 
     def _map(self, requests: Iterator[Mapping[str, Any]], timeout: float | None):
-        pending = 0
+        mine: collections.deque[int] = collections.deque()
+        book = self._book
         try:
             for inputs in requests:
-                if pending >= self.max_in_flight:
-                    pending -= 1
-                    yield self.receive_output(timeout=timeout)
-                self.send_input(inputs)
-                pending += 1
-            while pending:
-                pending -= 1
-                yield self.receive_output(timeout=timeout)
+                if len(mine) >= book.max_in_flight:
+                    outputs = book.wait(mine[0], timeout, "map()")
+                    mine.popleft()
+                    yield outputs
+                env = self._check_inputs(inputs)
+                request, _ = book.admit("map()", None, mine)
+                self._dispatch(request, env, inline=False)
+            while mine:
+                outputs = book.wait(mine[0], timeout, "map()")
+                mine.popleft()
+                yield outputs
         finally:
-            # Stopped early (a failure, or the caller left the loop): drop what is in flight.
-            while pending and not self.closed:
-                pending -= 1
-                with contextlib.suppress(PipelineError):
-                    self.receive_output()
+            # Stopped early (a failure, an interrupt, the caller left the loop): drop the rest.
+            book.abandon(mine)
 
     def example_inputs(
         self, dims: Mapping[str, int] | None = None, *, seed: int = 0
@@ -576,9 +775,11 @@ class Pipeline:
     def close(self, timeout: float = 5.0) -> None:
         """Stop the pipeline: cancel the runs in progress and end every worker.
 
-        Requests in flight are dropped; callers waiting in :meth:`receive_output` or
-        :meth:`send_input` get a :class:`~onnx_ir_multidevice.PipelineError`. Calling it
-        again does nothing.
+        It may be called from any thread, at any time. Requests in flight and results not
+        received yet are dropped; every caller waiting in :meth:`send_input`,
+        :meth:`receive_output`, :meth:`run` or :meth:`map` gets a
+        :class:`~onnx_ir_multidevice.PipelineError` saying the pipeline was closed, and so
+        does every later call. Calling it again does nothing.
 
         Args:
             timeout: Seconds to wait for the workers to end (onnxruntime stops a run between

@@ -35,6 +35,10 @@ class StageFailure:
     cause: BaseException | None = None
     """The original exception, where it is at hand (in-process backends)."""
 
+    fatal: bool = False
+    """The stage can run no more requests (its worker or actor died): the pipeline refuses
+    later requests, and the engine fails those it holds that still need that stage."""
+
 
 def failure_message(exc: BaseException) -> str:
     """One line saying why a stage failed: the exception type and its message.

@@ -229,6 +229,11 @@ class StatsRecorder:
                 self._t0 = now
             self._sent[request] = now
 
+    def discard(self, request: int) -> None:
+        """Forget ``request``: it was sent, then dropped before any stage ran it."""
+        with self._lock:
+            self._sent.pop(request, None)
+
     def busy(self, stage: int, request: int, start: float, end: float) -> None:
         """Record that ``stage`` ran ``request`` from ``start`` to ``end`` (backend clock)."""
         with self._lock:

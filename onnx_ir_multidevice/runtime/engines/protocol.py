@@ -44,7 +44,12 @@ class Engine(Protocol):
       the engine needs no queue bounds of its own.
     * A failure of one request is a :class:`~onnx_ir_multidevice.runtime.runner.StageFailure`
       passed to ``on_done``, never an exception out of :meth:`submit` (one raised there
-      fails that request alone).
+      fails that request alone). The pipeline routes results by request number, so
+      ``on_done`` may come in any order; a second ``on_done`` for a request is ignored.
+    * A stage that can run no more requests (its worker or actor died) is reported with a
+      ``StageFailure(..., fatal=True)`` naming the stage: the pipeline then refuses later
+      requests. The engine still calls ``on_done`` for every request it holds: those that
+      still need the dead stage with that failure, those past it with their outputs.
     * :meth:`close` is called once, from any thread (also from the garbage collector's
       finaliser of an unreferenced pipeline); no :meth:`submit` follows it.
 
@@ -74,12 +79,18 @@ class InlineEngine(Engine, Protocol):
     """An engine that can also run a lone request in the calling thread.
 
     :meth:`Pipeline.run <onnx_ir_multidevice.runtime.Pipeline.run>` uses it when no other
-    request is in flight: a lone request has nothing to overlap with, and handing it from
-    thread to thread costs latency.
+    request is inside the stages: a lone request has nothing to overlap with, and handing it
+    from thread to thread costs latency. Other threads may :meth:`submit` (or run inline)
+    while it runs, so an engine that runs a stage one request at a time must make the
+    caller's thread and its own workers take turns.
     """
 
     def run_inline(self, request: int, env: dict[str, Any]) -> None:
-        """Run ``request`` through every stage in this thread; call ``on_done`` before returning."""
+        """Run ``request`` through every stage in this thread; call ``on_done`` before returning.
+
+        An exception that is not a stage's failure (``KeyboardInterrupt`` in the caller's
+        thread...) propagates without ``on_done``: the pipeline drops the request.
+        """
         ...
 
 

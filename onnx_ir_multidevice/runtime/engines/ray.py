@@ -91,6 +91,7 @@ class _StageActor:
         self._runner = StageRunner(stage, device, threads, device_index=index, spinning=spinning)
         self._keep = keep
         self._final = final_outputs
+        self._dead: StageFailure | None = None
 
     def ready(self) -> bool:
         return True
@@ -104,12 +105,23 @@ class _StageActor:
         env, periods = payload
         if isinstance(env, StageFailure):
             return payload
+        if self._dead is not None:  # every request that needs this stage fails at once
+            return self._dead, periods
         start = time.time()
         try:
             produced = self._runner.run(env)
         except Exception as exc:  # any failure of the stage belongs to this request
             periods.append((self._index, start, time.time()))
             return StageFailure(self._index, failure_message(exc)), periods
+        except BaseException as exc:  # SystemExit...: the stage cannot be trusted any more
+            periods.append((self._index, start, time.time()))
+            self._dead = StageFailure(
+                self._index,
+                f"the stage's Ray actor raised {failure_message(exc)}; the pipeline can run no "
+                "more requests: close it and create a new one",
+                fatal=True,
+            )
+            return self._dead, periods
         periods.append((self._index, start, time.time()))
         merged = dict(env)
         merged.update(produced)
@@ -159,6 +171,7 @@ class RayEngine:
             ray.init(include_dashboard=False)
         self._recorder = recorder
         self._on_done = on_done
+        self._devices = tuple(devices)
         self._closed = False
         # Sessions of IR-model stages save the model to a temporary folder: let them remove it.
         self._files = any(isinstance(stage.source, ir.Model) for stage in chain.stages)
@@ -232,13 +245,36 @@ class RayEngine:
     def _finish(self, request: int, future: Any) -> None:
         try:
             result, periods = future.result()
-        except Exception as exc:  # the actor died or was killed
+        except Exception as exc:  # the actor died or was killed, or Ray lost the request
             if not self._closed:
-                self._on_done(request, StageFailure(None, f"Ray: {exc}"))
+                self._on_done(request, self._failure(exc))
             return
         for stage, start, end in periods:
             self._recorder.busy(stage, request, start, end)
         self._on_done(request, result)
+
+    def _failure(self, exc: Exception) -> StageFailure:
+        """The failure of a request whose actor call raised ``exc`` (in Ray, not in a stage).
+
+        A dead actor (``RayActorError``) is fatal: every later call to it fails too. Its
+        stage is found from the actor id; a request past it never got there.
+        """
+        actor_error = _ray().exceptions.RayActorError
+        cause = getattr(exc, "cause", None)
+        dead = exc if isinstance(exc, actor_error) else cause
+        if not isinstance(dead, actor_error):
+            return StageFailure(None, f"Ray lost the request: {failure_message(exc)}")
+        stage = next(
+            (i for i, a in enumerate(self._actors) if a._actor_id.hex() == dead.actor_id), None
+        )
+        what = "a stage's Ray actor" if stage is None else "the stage's Ray actor"
+        reason = " ".join(str(dead).split())
+        return StageFailure(
+            stage,
+            f"{what} died ({type(dead).__name__}: {reason}); the pipeline can run no more "
+            "requests: close it and create a new one",
+            fatal=True,
+        )
 
     def close(self, timeout: float) -> None:
         """Kill the stage actors (their runs in progress stop at once).

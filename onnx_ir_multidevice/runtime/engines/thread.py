@@ -30,7 +30,16 @@ class ThreadEngine:
     """One worker thread per stage, connected by queues.
 
     It is an :class:`~onnx_ir_multidevice.runtime.engines.InlineEngine`. Each queue holds at
-    most ``max_in_flight`` requests, since no more are admitted.
+    most ``max_in_flight`` requests, since no more are admitted. A stage runs one request at
+    a time (a lock per stage), whether its worker runs it or a caller's thread
+    (:meth:`run_inline`), so the busy periods of a stage never overlap.
+
+    A worker ends only when the engine closes, or when a ``BaseException`` that is not an
+    ``Exception`` (``SystemExit``, ``KeyboardInterrupt``...) escapes its stage: the request it
+    ran fails with a fatal :class:`~onnx_ir_multidevice.runtime.runner.StageFailure` naming
+    the stage (the pipeline then refuses later requests), and until the engine closes the
+    worker fails every request that reaches the stage, at once; workers of earlier stages
+    fail their requests without running them. Requests past that stage complete.
 
     Args:
         chain: The stages.
@@ -58,6 +67,7 @@ class ThreadEngine:
         spinning: bool,
     ) -> None:
         self._chain = chain
+        self._devices = tuple(devices)
         self._recorder = recorder
         self._on_done = on_done
         self._runners: list[StageRunner] = []
@@ -69,7 +79,13 @@ class ThreadEngine:
                 runner.close()
             raise
         self._queues: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in self._runners]
+        self._stage_locks = [threading.Lock() for _ in self._runners]
         self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._inside: set[int] = set()
+        """Requests submitted and not reported to ``on_done`` yet."""
+        self._dead: tuple[int, StageFailure] | None = None
+        """The first stage whose worker died, and the failure of the requests that need it."""
         self.threads = [
             threading.Thread(
                 target=self._work, args=(i,), name=f"omny-pipeline-stage-{i}", daemon=True
@@ -79,29 +95,49 @@ class ThreadEngine:
         for thread in self.threads:
             thread.start()
 
+    def _enter(self, request: int) -> bool:
+        """Track a new request; False (after failing it) if a stage is dead."""
+        with self._lock:
+            self._inside.add(request)
+            dead = self._dead
+        if dead is not None:
+            self._deliver(request, dead[1])
+            return False
+        return True
+
+    def _deliver(self, request: int, result: Any) -> None:
+        """Report the end of ``request`` to the pipeline, once."""
+        with self._lock:
+            if request not in self._inside:
+                return
+            self._inside.discard(request)
+        self._on_done(request, result)
+
     def submit(self, request: int, env: dict[str, Any]) -> None:
         """Queue the request for the first stage's worker."""
-        self._queues[0].put((request, env))
+        if self._enter(request):
+            self._queues[0].put((request, env))
 
     def _step(self, index: int, request: int, env: dict[str, Any]) -> dict[str, Any] | None:
-        """Run stage ``index`` on one request: the tensors to pass on, or ``None`` if it failed.
+        """Run stage ``index`` on one request: the tensors to pass on, or ``None`` if done.
 
-        A failure is delivered to the caller here (unless the pipeline is closing).
+        A failure (any ``Exception`` of the stage) is delivered to the caller here; so are
+        the outputs after the last stage.
         """
         clock = self.clock
-        start = clock()
-        try:
-            produced = self._runners[index].run(env, ort_values=True)
-        except Exception as exc:  # any failure of the stage belongs to this request
+        with self._stage_locks[index]:
+            start = clock()
+            try:
+                produced = self._runners[index].run(env, ort_values=True)
+            except Exception as exc:  # any failure of the stage belongs to this request
+                self._recorder.busy(index, request, start, clock())
+                self._deliver(request, StageFailure(index, failure_message(exc), exc))
+                return None
             self._recorder.busy(index, request, start, clock())
-            if not self._stopping.is_set():
-                self._on_done(request, StageFailure(index, failure_message(exc), exc))
-            return None
-        self._recorder.busy(index, request, start, clock())
         env.update(produced)
         if index + 1 == len(self._runners):
             outputs = {name: as_numpy(env[name]) for name in self._chain.graph_outputs}
-            self._on_done(request, outputs)
+            self._deliver(request, outputs)
             return None
         keep = self._chain.keep_after[index]
         return {k: v for k, v in env.items() if k in keep}
@@ -109,34 +145,74 @@ class ThreadEngine:
     def _work(self, index: int) -> None:
         inbox = self._queues[index]
         outbox = self._queues[index + 1] if index + 1 < len(self._queues) else None
+        request = None
+        try:
+            while True:
+                item = inbox.get()
+                if item is _STOP:
+                    return
+                request, env = item
+                dead = self._dead
+                if self._stopping.is_set():
+                    pass  # dropped: the pipeline is closed
+                elif dead is not None and dead[0] > index:
+                    self._deliver(request, dead[1])  # it could never pass the dead stage
+                else:
+                    try:
+                        passed_on = self._step(index, request, env)
+                    except Exception as exc:  # a bug of ours: fail the request, keep the worker
+                        self._deliver(request, StageFailure(index, f"internal error: {exc!r}", exc))
+                        passed_on = None
+                    if passed_on is not None and outbox is not None:
+                        outbox.put((request, passed_on))
+                request = env = None
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt...: this stage is dead
+            self._die(index, request, exc)
+
+    def _die(self, index: int, request: int | None, exc: BaseException) -> None:
+        """Fail the request at hand and, until the engine closes, every request reaching it."""
+        failure = StageFailure(
+            index,
+            f"the stage's worker thread died ({failure_message(exc)}); the pipeline can run no "
+            "more requests: close it and create a new one",
+            exc,
+            fatal=True,
+        )
+        with self._lock:
+            if self._dead is None or self._dead[0] > index:
+                self._dead = (index, failure)
+        if request is not None:
+            self._deliver(request, failure)
+        inbox = self._queues[index]
         while True:
             item = inbox.get()
             if item is _STOP:
                 return
-            if self._stopping.is_set():
-                continue
-            request, env = item
-            try:
-                passed_on = self._step(index, request, env)
-            except Exception as exc:  # a bug of ours: fail the request, keep the worker
-                self._on_done(request, StageFailure(index, f"internal error: {exc!r}", exc))
-                continue
-            if passed_on is not None and outbox is not None:
-                outbox.put((request, passed_on))
+            self._deliver(item[0], failure)
 
     def run_inline(self, request: int, env: dict[str, Any]) -> None:
         """Run one request through every stage in the calling thread (no hand-offs).
 
         For a lone request nothing runs concurrently anyway, and waking a worker thread per
-        stage costs latency (most on a loaded machine).
+        stage costs latency (most on a loaded machine). Each stage still runs one request at
+        a time: a worker and a caller take turns. An exception that escapes a stage in the
+        calling thread (``KeyboardInterrupt``...) propagates to the caller without a report
+        to ``on_done``.
         """
-        for index in range(len(self._runners)):
-            if self._stopping.is_set():
-                return
-            passed_on = self._step(index, request, env)
-            if passed_on is None:
-                return
-            env = passed_on
+        if not self._enter(request):
+            return
+        try:
+            for index in range(len(self._runners)):
+                if self._stopping.is_set():
+                    return
+                passed_on = self._step(index, request, env)
+                if passed_on is None:
+                    return
+                env = passed_on
+        except BaseException:
+            with self._lock:
+                self._inside.discard(request)
+            raise
 
     def close(self, timeout: float) -> None:
         """Cancel the runs in progress, end the workers, close the stage sessions."""

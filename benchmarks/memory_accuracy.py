@@ -1,0 +1,336 @@
+"""How accurate is the memory model: predicted vs measured memory of every stage of every plan.
+
+For each model of ``tests/corpus/`` (and the 1.1B Llama decoder with ``--llm PATH``):
+
+1. load it (``onnx_ir_multidevice.load``) and plan it for 2, 3 and 4 shards, one count at a
+   time (``plan_model(model, shards=[n], dims=...)`` at the manifest's ``suggested_dims``;
+   strict cuts first, relaxed cuts when strict ones give no plan);
+2. split each plan into stage files (``save_split``, weights as external data);
+3. measure each stage (``runtime.measure.measure_stages``): a fresh child process per stage
+   creates an onnxruntime CPU session from the stage file and runs it once on the tensors the
+   pipeline would give it (generated graph inputs at the planning dims, earlier stages'
+   outputs), once with onnxruntime's CPU arena on (``enable_cpu_mem_arena=True``, its
+   default) and once with it off; the figure is the peak resident-memory growth over the
+   child's baseline with onnxruntime imported;
+4. compare with the planner's prediction for that stage
+   (``PlanResult.partitions[0].memory[k]``: ``StageMemory.total_bytes``, headroom excluded).
+
+A model (or a shard count) the tool cannot plan, split or run yet is listed under ``skipped``
+with the reason. The results go to ``docs/_static/memory_accuracy.json`` (``--out``), which the
+docs page ``docs/memory_accuracy.md`` renders; the run prints the worst ratios against the goal
+(every stage within +-20 % of measured, never under-predicted by more than 10 %).
+
+``--derive`` instead re-derives the runtime constants of ``planner/memory.py``
+(:data:`~onnx_ir_multidevice.planner.memory.RUNTIME_OVERHEAD_BYTES`) from sessions of a model
+with no weights (see ``derive_constants``).
+
+Usage::
+
+    python benchmarks/memory_accuracy.py [--models bert_dynamo,resnet_dynamo] [--shards 2,3,4]
+        [--llm /work/llm-data/tinyllama-1.1b-kv.onnx] [--scratch DIR] [--out FILE] [--derive]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_ir_multidevice import load, save_split
+from onnx_ir_multidevice.planner.memory import MIB
+from onnx_ir_multidevice.planner.planning import plan_model
+from onnx_ir_multidevice.runtime.measure import measure_memory, measure_stages
+from onnx_ir_multidevice.runtime.verification import make_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "corpus"
+OUT = ROOT / "docs" / "_static" / "memory_accuracy.json"
+
+
+def _small_llama():
+    from onnx_ir_multidevice.testing import llama
+
+    return llama.LlamaConfig(layers=4, hidden=512, intermediate=1408, heads=8, kv_heads=2,
+                             vocab=8000, max_positions=512, kv_cache=True)  # fmt: skip
+
+
+LLM_DIMS = {"batch": 1, "seq": 128, "past_seq": 1, "total_seq": 129}
+"""Planning dims of the 1.1B decoder: a 128-token prefill after one cached token."""
+
+
+def _short(error: BaseException) -> str:
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def plans_for(model: ir.Model, shards: int, dims: dict[str, int]):
+    """The plans for ``shards``: with strict cuts and with relaxed cuts (when they differ).
+
+    Returns:
+        ``[(result, relaxed)]``, empty with the error when neither plans.
+    """
+    found, errors, seen = [], [], set()
+    for relaxed in (False, True):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = plan_model(model, shards=[shards], dims=dims, relaxed=relaxed)
+        except Exception as error:  # a PlanError, or a planner bug another issue fixes
+            errors.append(error)
+            continue
+        cuts = tuple(c.value.name for c in result.partitions[0].cuts)
+        if cuts not in seen:
+            seen.add(cuts)
+            found.append((result, relaxed))
+    return found, (errors[-1] if errors else None)
+
+
+def stage_row(name, shards, relaxed, k, stage, measured_on, measured_off, dims, ops):
+    """One row of the table: the prediction's terms and both measurements, in bytes."""
+    return {
+        "nodes": len(ops),
+        "op_types": len(set(ops)),
+        "model": name,
+        "shards": shards,
+        "relaxed": relaxed,
+        "stage": k,
+        "dims": dims,
+        "predicted_bytes": stage.resident_bytes,
+        "total_bytes": stage.total_bytes,
+        "weights_bytes": stage.weights_bytes,
+        "activations_bytes": stage.activations_bytes,
+        "io_bytes": stage.io_bytes,
+        "prepack_bytes": stage.prepack_bytes,
+        "runtime_bytes": stage.runtime_bytes,
+        "mapped_bytes": stage.mapped_bytes,
+        "workspace_bytes": stage.workspace_bytes,
+        "unknown": list(stage.unknown),
+        "measured_bytes": measured_on.peak_bytes,
+        "measured_no_arena_bytes": measured_off.peak_bytes,
+        "steady_bytes": measured_on.steady_bytes,
+        "session_bytes": measured_on.session_bytes,
+        "session_peak_bytes": measured_on.session_peak_bytes,
+        "anon_bytes": measured_on.anon_bytes,
+        "file_bytes": measured_on.file_bytes,
+        "input_bytes": measured_on.input_bytes,
+        "output_bytes": measured_on.output_bytes,
+        "create_seconds": round(measured_on.create_seconds, 4),
+        "run_seconds": round(measured_on.run_seconds, 4),
+    }
+
+
+def measure_model(name, path, dims, shard_counts, scratch, log):
+    """Rows of every stage of every feasible plan of one model, and the counts skipped."""
+    rows, skipped = [], []
+    model = load(path)
+    inputs = make_inputs(model, dims=dims)
+    for shards in shard_counts:
+        plans, error = plans_for(model, shards, dims)
+        if not plans:
+            skipped.append(
+                {"model": name, "shards": shards, "step": "plan", "reason": _short(error)}
+            )
+        for result, relaxed in plans:
+            rows += measure_plan(name, model, inputs, result, relaxed, dims, scratch, log, skipped)
+    return rows, skipped
+
+
+def measure_plan(name, model, inputs, result, relaxed, dims, scratch, log, skipped):
+    """Rows of the stages of one plan (or a ``skipped`` entry)."""
+    rows = []
+    found = result.partitions[0]
+    shards = found.num_stages
+    if True:
+        folder = Path(scratch) / f"{name}-{shards}"
+        try:
+            save_split(model, folder, shards, metadata=result.metadata, force=True)
+            ops = [
+                [
+                    n.op_type
+                    for n in onnx.load(
+                        folder / f"stage_{k}.onnx", load_external_data=False
+                    ).graph.node
+                ]
+                for k in range(shards)
+            ]
+            on = measure_stages(folder, inputs, arena=True)
+            off = measure_stages(folder, inputs, arena=False)
+        except Exception as error:
+            step = "split" if not folder.exists() else "measure"
+            skipped.append({"model": name, "shards": shards, "relaxed": relaxed, "step": step,
+                            "reason": _short(error)})  # fmt: skip
+            return rows
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        for k, stage in enumerate(found.memory):
+            row = stage_row(name, shards, relaxed, k, stage, on[k], off[k], dims, ops[k])
+            i, j = found.segments[k]
+            memory = result.memory
+            nodes = memory.analysis.order[memory.starts[i] : memory.ends[j - 1]]
+            row["planned_nodes"] = len(nodes)
+            row["outputs_bytes"] = sum(
+                memory.sizes.nbytes(v) or 0 for node in nodes for v in node.outputs
+            )
+            rows.append(row)
+            kind = " relaxed" if relaxed else ""
+            log(
+                f"{name:28} {shards} shards{kind} stage {k}: predicted "
+                f"{row['predicted_bytes'] / MIB:9.1f} MiB, measured "
+                f"{row['measured_bytes'] / MIB:9.1f} MiB (arena off "
+                f"{row['measured_no_arena_bytes'] / MIB:9.1f}), ratio "
+                f"{row['predicted_bytes'] / max(row['measured_bytes'], 1):.2f}"
+            )
+    return rows
+
+
+def zoo_models(scratch: str):
+    """Generated models of a few MiB to tens of MiB (the corpus models are all small)."""
+    from onnx_ir_multidevice import zoo
+    from onnx_ir_multidevice.testing import llama
+
+    built = {
+        "zoo_resnet": (zoo.resnet(depth_blocks=6, channels=64, image=64), {}),
+        "zoo_bert": (zoo.bert(layers=4, hidden=256, heads=4, seq=128, vocab=8000), {}),
+        "zoo_gpt": (zoo.gpt(layers=4, hidden=256, seq=256, vocab=8000), {}),
+        "zoo_vit": (zoo.vit(layers=4, hidden=192, patch=8, image=64), {}),
+    }
+    for name, (model, dims) in built.items():
+        path = Path(scratch) / f"{name}.onnx"
+        ir.save(model, path)
+        yield name, path, dims
+    configs = {
+        "llama_tiny_kv": (dataclasses.replace(llama.TINY, kv_cache=True), {"seq": 16}),
+        "llama_small_kv": (_small_llama(), {"seq": 128}),
+    }
+    for name, (config, dims) in configs.items():
+        path = llama.write_llama(Path(scratch) / f"{name}.onnx", config)
+        yield name, path, {"batch": 1, "past_seq": 1, "total_seq": dims["seq"] + 1, **dims}
+
+
+def corpus_models(names):
+    manifest = json.loads((CORPUS / "manifest.json").read_text())
+    for entry in manifest:
+        if names and entry["name"] not in names:
+            continue
+        yield entry["name"], CORPUS / entry["file"], dict(entry.get("suggested_dims") or {})
+
+
+def derive_constants(scratch: str, repeat: int = 5) -> dict[str, float]:
+    """Measure onnxruntime's fixed cost: a session of a model with no weights (one ``Add`` of
+    two 4-element inputs), created and run once; the median over ``repeat`` children.
+
+    This is :data:`~onnx_ir_multidevice.planner.memory.RUNTIME_OVERHEAD_BYTES`.
+    """
+    x = ir.val("x", ir.DataType.FLOAT, ir.Shape([1, 4]))
+    y = ir.val("y", ir.DataType.FLOAT, ir.Shape([1, 4]))
+    z = ir.val("z", ir.DataType.FLOAT, ir.Shape([1, 4]))
+    graph = ir.Graph([x, y], [z], nodes=[ir.node("Add", [x, y], outputs=[z])],
+                     opset_imports={"": 18})  # fmt: skip
+    path = Path(scratch) / "add.onnx"
+    ir.save(ir.Model(graph, ir_version=10), path)
+    feeds = {"x": np.ones((1, 4), np.float32), "y": np.ones((1, 4), np.float32)}
+    found = {}
+    for arena in (True, False):
+        peaks = [measure_memory(path, feeds, arena=arena).peak_bytes for _ in range(repeat)]
+        found[f"arena_{'on' if arena else 'off'}_peak_bytes"] = float(np.median(peaks))
+    return found
+
+
+def summary(rows) -> list[str]:
+    lines = []
+    if not rows:
+        return ["no stage measured"]
+    for key, label in (("measured_bytes", "arena on"), ("measured_no_arena_bytes", "arena off")):
+        ratios = [r["predicted_bytes"] / r[key] for r in rows]
+        within = sum(0.8 <= q <= 1.2 for q in ratios)
+        under = [r for r, q in zip(rows, ratios) if q < 0.9]
+        worst_low = min(range(len(rows)), key=lambda i: ratios[i])
+        worst_high = max(range(len(rows)), key=lambda i: ratios[i])
+        lo, hi = rows[worst_low], rows[worst_high]
+        lines.append(
+            f"{label}: {len(rows)} stages, {within} within +-20 % of measured; "
+            f"{len(under)} under-predicted by more than 10 %; predicted/measured from "
+            f"{ratios[worst_low]:.2f} ({lo['model']} {lo['shards']} shards stage {lo['stage']}) "
+            f"to {ratios[worst_high]:.2f} ({hi['model']} {hi['shards']} shards stage "
+            f"{hi['stage']})"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help="comma-separated corpus model names (default: all)")
+    parser.add_argument("--shards", default="2,3,4")
+    parser.add_argument("--llm", help="also measure this Llama model (e.g. tinyllama-1.1b-kv)")
+    parser.add_argument("--no-corpus", action="store_true")
+    parser.add_argument("--zoo", action="store_true", help="also generated zoo and Llama models")
+    parser.add_argument("--scratch", help="folder for stage files (default: a temporary one)")
+    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--derive", action="store_true", help="re-derive the runtime constants")
+    args = parser.parse_args()
+    scratch = tempfile.mkdtemp(prefix="omny-accuracy-", dir=args.scratch)
+    try:
+        if args.derive:
+            print(json.dumps(derive_constants(scratch), indent=2))
+            return
+        counts = [int(n) for n in args.shards.split(",")]
+        names = set(args.models.split(",")) if args.models else None
+        models = [] if args.no_corpus else list(corpus_models(names))
+        if args.zoo:
+            models += list(zoo_models(scratch))
+        if args.llm:
+            models.append((Path(args.llm).stem, Path(args.llm), dict(LLM_DIMS)))
+        rows, skipped = [], []
+        start = time.perf_counter()
+        for name, path, dims in models:
+            try:
+                found, missed = measure_model(name, path, dims, counts, scratch, print)
+            except Exception as error:
+                traceback.print_exc(limit=2, file=sys.stderr)
+                found, missed = [], [{"model": name, "shards": None, "step": "load",
+                                      "reason": _short(error)}]  # fmt: skip
+            rows += found
+            skipped += missed
+            for miss in missed:
+                print(f"{name:28} {miss['shards']} shards: skipped at {miss['step']}: "
+                      f"{miss['reason'][:120]}")  # fmt: skip
+        import onnxruntime
+
+        document = {
+            "command": " ".join(["python", "benchmarks/memory_accuracy.py", *sys.argv[1:]]),
+            "date": datetime.date.today().isoformat(),
+            "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+            "onnxruntime": onnxruntime.__version__,
+            "session": "CPUExecutionProvider, onnxruntime default options "
+            "(graph optimization ORT_ENABLE_ALL, memory pattern on, default threads); "
+            "enable_cpu_mem_arena on (measured_bytes) and off (measured_no_arena_bytes)",
+            "measure": "peak resident growth (VmHWM after session creation and one run, "
+            "minus VmRSS with onnxruntime imported) in a fresh child process per stage",
+            "seconds": round(time.perf_counter() - start, 1),
+            "rows": rows,
+            "skipped": skipped,
+        }
+        Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
+        for line in summary(rows):
+            print(line)
+        print(f"{len(skipped)} plan(s) skipped; wrote {args.out}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
