@@ -1,7 +1,10 @@
 """Benchmark: annotate + check of a synthetic model, against ``onnx_ir.load`` of the same model.
 
-Builds ``zoo.synthetic_chain(N)`` with a ``.omny`` plan (a 2-shard and a 4-shard
-configuration cutting at block outputs), saves it, then in the same run times:
+Builds ``zoo.synthetic_chain(N)`` (``--model chain``, every value typed) or
+``zoo.synthetic_transformer(layers)`` (``--model transformer``: symbolic ``batch``/``seq``, no
+``value_info``, as dynamo exports are) with a ``.omny`` plan (a 2-shard and a 4-shard
+configuration cutting at block / layer outputs; cut shapes from the shape layer, cut tensors
+typed as ``omny plan`` writes them), saves it, then in the same run times:
 
 * ``onnx_ir.load`` of the file (the reference);
 * ``annotate(model)`` (checker gate included) followed by ``check(model)``, sharing one
@@ -13,6 +16,7 @@ Prints the ratio (target <= 0.10) and the time per node at the small and the lar
 
     python benchmarks/annotate.py                # 3000 and 50000 nodes
     python benchmarks/annotate.py --sizes 3000 20000 --repeat 1
+    python benchmarks/annotate.py --model transformer --sizes 13000 52000
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice import omny, zoo
 from onnx_ir_multidevice.analysis import GraphIndex
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 from onnx_ir_multidevice.passes.api import annotate
@@ -34,14 +39,23 @@ from onnx_ir_multidevice.passes.api import annotate
 
 def add_plan(model: ir.Model) -> None:
     """Write a 2-shard and a 4-shard configuration cutting at evenly spaced block outputs."""
-    outs = [v for node in model.graph for v in node.outputs if v.name.endswith(".out")]
+    outs = [  # block.<i>.out / layer.<i>.out (not layer.<i>.attn.out)
+        v
+        for node in model.graph
+        for v in node.outputs
+        if v.name.endswith(".out") and v.name.count(".") == 2
+    ]
     picks = sorted({outs[len(outs) * k // 4] for k in (1, 2, 3)}, key=outs.index)
+    sizes = ValueSizes(model.graph)  # the shapes a plan writes, typed or not
+    for v in picks:  # `omny plan` writes its cut tensors typed (the transformer has no types)
+        if v.shape is None:
+            v.type, v.shape = ir.TensorType(sizes.dtype(v)), sizes.shapes.onnx_shape(v)
     cuts = tuple(
         CutPoint(
             id=f"cut_{i + 1}",
             after_node=v.producer().name,
             tensor_name=v.name,
-            shape=tuple(d if isinstance(d, int) else -1 for d in v.shape),
+            shape=sizes.static_shape(v),
             cumulative_memory_mb=10 * (i + 1),
             shard_memory_mb=10,
         )
@@ -66,13 +80,20 @@ def best_of(repeat: int, func) -> tuple[float, object]:
     return best, result
 
 
+def build(kind: str, num_nodes: int) -> ir.Model:
+    """The benchmark model of ``kind`` with about ``num_nodes`` nodes."""
+    if kind == "chain":
+        return zoo.synthetic_chain(num_nodes)
+    return zoo.synthetic_transformer(max(1, round((num_nodes - 16) / 34)))
+
+
 def measure(
-    num_nodes: int, repeat: int, folder: Path, shared_index: bool = True
+    num_nodes: int, repeat: int, folder: Path, shared_index: bool = True, kind: str = "chain"
 ) -> tuple[float, float]:
     """Return (load seconds, annotate + check seconds) for a model of ``num_nodes`` nodes."""
-    model = zoo.synthetic_chain(num_nodes)
+    model = build(kind, num_nodes)
     add_plan(model)
-    path = folder / f"chain_{num_nodes}.omny"
+    path = folder / f"{kind}_{num_nodes}.omny"
     ir.save(model, path)
     del model
     load_s, _ = best_of(repeat, lambda: ir.load(path))
@@ -99,6 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs=2, default=(3000, 50000))
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--model", choices=("chain", "transformer"), default="chain")
     parser.add_argument(
         "--no-shared-index",
         action="store_true",
@@ -108,7 +130,7 @@ def main() -> None:
     small, large = args.sizes
     shared = not args.no_shared_index
     with tempfile.TemporaryDirectory() as tmp:
-        rows = {n: measure(n, args.repeat, Path(tmp), shared) for n in (small, large)}
+        rows = {n: measure(n, args.repeat, Path(tmp), shared, args.model) for n in (small, large)}
     print(f"{'nodes':>8} {'ir.load s':>10} {'annotate+check s':>17} {'ratio':>7} {'us/node':>8}")
     for n, (load_s, work_s) in rows.items():
         ratio, per_node = work_s / load_s, work_s / n * 1e6

@@ -110,7 +110,8 @@ def test_builder_infers_what_the_graph_lacks_and_keeps_existing_ids():
     model = _small_graph()
     sizes = ValueSizes(model.graph)
     h = model.graph.node("mm").outputs[0]
-    assert tensor_info(h, sizes) == omny.TensorInfo("h", (1, 4), "float32")
+    # The inferred shape keeps the symbolic batch as -1, like the inputs and outputs (issue 9).
+    assert tensor_info(h, sizes) == omny.TensorInfo("h", (-1, 4), "float32")
     configuration = StagedConfiguration(cuts=(h,), stage_bytes=(3 * MIB, 0))
     metadata = build_metadata(
         model, [configuration], {h: 3 * MIB}, sizes=sizes, inference_memory_bytes=MIB + 1

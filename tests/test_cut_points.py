@@ -45,7 +45,7 @@ def oracle(graph: ir.Graph, *, relaxed: bool, limit: int) -> dict[str, tuple[str
             side = [v for v in crossing if v is not value]
             if side and not relaxed:
                 continue
-            side_bytes = [sizes.nbytes(v) for v in side]
+            side_bytes = [sizes.estimate_nbytes(v) for v in side]  # at the probe dims
             if any(n is None for n in side_bytes) or sum(side_bytes) > limit:
                 continue
             result[value.name] = tuple(sorted(v.name for v in side))

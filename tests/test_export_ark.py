@@ -483,7 +483,8 @@ def test_layouts_differ_only_where_ark_changed(gpt, tmp_path):
 
 def test_an_unknown_dim_is_refused_naming_it(tmp_path, capsys):
     model = load(CORPUS / "bert_dynamo.onnx")
-    omny.write(model, plan_model(model, shards=[2], dims={"seq": 128}).metadata)  # none recorded
+    omny.write(model, plan_model(model, shards=[2], dims={"seq": 128}).metadata)
+    omny.write_planning_dims(model, None)  # as a file planned elsewhere: no dims recorded
     with pytest.raises(PlanningDimsError, match="--dim seq=N") as caught:
         export(model, tmp_path / "a", "ark", shards=2)
     assert caught.value.dims == ("seq",)

@@ -388,7 +388,8 @@ def test_an_existing_archive_is_kept_unless_force(gpt, tmp_path):
 
 def test_an_unknown_dim_is_refused_naming_it(tmp_path, capsys):
     model = load(CORPUS / "bert_dynamo.onnx")
-    omny.write(model, plan_model(model, shards=[2], dims=DIMS).metadata)  # no dims recorded
+    omny.write(model, plan_model(model, shards=[2], dims=DIMS).metadata)
+    omny.write_planning_dims(model, None)  # as a file planned elsewhere: no dims recorded
     with pytest.raises(PlanningDimsError, match="--dim seq=N") as caught:
         export(model, tmp_path / "b.tar", "mlf", shards=2)
     assert caught.value.dims == ("seq",)

@@ -184,7 +184,8 @@ def test_generate_inputs_rules_and_errors():
     ]
     arrays = generate_inputs(specs, {"batch": 2}, seed=3)
     assert arrays["x"].shape == (2, 3) and arrays["x"].dtype == np.float16
-    assert arrays["ids"].shape == (2, 1) and arrays["ids"].dtype == np.uint8
+    # An unnamed dim takes an example value that looks like data (128 tokens), not 1 (issue 9).
+    assert arrays["ids"].shape == (2, 128) and arrays["ids"].dtype == np.uint8
     assert arrays["flag"].any() and not arrays["flag"].all()
     assert arrays["Key_Mask"].all()
     assert 0 <= arrays["n"] < DEFAULT_INT_HIGH

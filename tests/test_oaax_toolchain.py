@@ -252,7 +252,7 @@ def test_converts_a_v2_container_keeping_its_one_configuration(tmp_path):
 
 def test_an_omny_with_several_configurations_needs_a_config(tmp_path):
     model = omd.load(CORPUS / "bert_dynamo.onnx")
-    with pytest.warns(UserWarning, match="unknown at the planning dims"):
+    with pytest.warns(UserWarning, match="lower bounds"):
         metadata = omd.plan(model, shards=[2, 3], assign_names=True)
     omny.write(model, metadata)
     omd.save(model, tmp_path / "two.omny")

@@ -19,7 +19,9 @@ from onnx_ir_multidevice.planner.partition import partition
 def brute_force(memory: MemoryModel, n: int, capacities=None, max_stage=None):
     """Best (bottleneck, max flops, transfer) over every choice of n - 1 usable boundaries."""
     chain = memory.analysis.chain
-    usable = [b for b, cut in enumerate(chain, start=1) if cut.bytes is not None]
+    # Usable: every chain cut whose node has one output (.omny can name it), whatever is known
+    # of its size (issue 9: the choice of cuts never depends on a dim being bound).
+    usable = [b for b, cut in enumerate(chain, start=1) if len(cut.node.outputs) == 1]
     best = None
     for combo in itertools.combinations(usable, n - 1):
         ends = [0, *combo, memory.num_segments]
@@ -32,7 +34,7 @@ def brute_force(memory: MemoryModel, n: int, capacities=None, max_stage=None):
         if max_stage is not None and max(totals) > max_stage:
             continue
         flops = max(int(memory.flops([i], [j])[0]) for i, j in stages)
-        transfer = sum(chain[b - 1].bytes for b in combo)
+        transfer = sum(chain[b - 1].bytes or 0 for b in combo)
         key = (max(totals), flops, transfer)
         if best is None or key < best:
             best = key

@@ -57,7 +57,10 @@ def test_zoo_plans_are_spec_shaped_and_checker_clean(name):
     model = build()
     before = ir.to_proto(model).SerializeToString()
     meta = plan(model, shards=[2, 3] if name == "control_flow" else [2, 3, 4], relaxed=relaxed)
-    assert ir.to_proto(model).SerializeToString() == before  # the model is not modified
+    # The graph is not modified; the planning dims are recorded beside the metadata (issue 9).
+    assert omny.read_planning_dims(model) == {"batch": 1}
+    omny.write_planning_dims(model, None)
+    assert ir.to_proto(model).SerializeToString() == before
     document = json.loads(meta.to_json())
     assert keys(document) == keys(SPEC_EXAMPLE)  # only (and all) spec keys
     assert OmnyMetadata.from_json(meta.to_json()) == meta

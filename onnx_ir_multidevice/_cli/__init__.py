@@ -180,24 +180,29 @@ def dim_argument(text: str) -> tuple[str, int]:
 def check_dim_names(
     file: str | Path, given: Mapping[str, int], declared: Iterable[str]
 ) -> str | None:
-    """Return an error message if a ``--dim`` names no symbolic dimension of the inputs.
+    """Return an error message if a ``--dim`` names no dimension of the model's inputs.
+
+    The same words as ``omny plan`` (:func:`~onnx_ir_multidevice.planner.planning.
+    unknown_dims_message`): ``plan``, ``verify`` and ``run`` refuse an unknown name alike
+    (exit status 2).
 
     Args:
         file: The model file, for the message.
         given: The ``--dim`` values by name.
-        declared: The symbolic dimension names of the model's inputs.
+        declared: The dimension names of the model's inputs (its input symbols, see
+            :func:`~onnx_ir_multidevice.analysis.shapes.input_symbols`).
 
     Returns:
         ``None`` when every name is declared, else the message to print.
     """
-    names = set(declared)
-    unknown = sorted(set(given).difference(names))
+    names = list(dict.fromkeys(declared))
+    unknown = [name for name in given if name not in names]
     if not unknown:
         return None
-    have = ", ".join(sorted(names)) or "none: every input dimension is fixed"
+    have = ", ".join(names) or "none: every input dimension is fixed"
     return (
-        f"{file}: --dim {', '.join(unknown)}: no input of the model has a symbolic dimension "
-        f"of that name (it has: {have})"
+        f"{file}: --dim {', '.join(repr(n) for n in unknown)}: no input of the model has a "
+        f"dimension of that name (its dimensions: {have})"
     )
 
 

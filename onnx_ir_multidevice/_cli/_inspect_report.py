@@ -196,6 +196,7 @@ def collect(path: str | Path) -> dict[str, Any]:
         "outputs": [_tensor(v) for v in model.graph.outputs],
         "metadata": None if metadata is None else _metadata_info(model, metadata),
         "container": _container_info(model),
+        "planning_dims": omny.read_planning_dims(model),
     }
 
 
@@ -248,6 +249,7 @@ def format_text(doc: dict[str, Any]) -> str:
         f" ({_mib(m['weights_bytes'])})",
         f"format    IR version {m['ir_version']}, opsets {opsets}",
         f"producer  {producer}",
+        *_dims_line(doc.get("planning_dims")),
         "",
         "inputs",
         table(
@@ -288,6 +290,13 @@ def _format_container(c: dict[str, Any]) -> list[str]:
             "processor " + ", ".join(f"{k} {v}" for k, v in processor.items() if v is not None)
         )
     return lines
+
+
+def _dims_line(dims: dict[str, int] | None) -> list[str]:
+    """The planning dims the file records (``omny plan`` writes them), as one line."""
+    if not dims:
+        return []
+    return [f"dims      planned at {', '.join(f'{k}={v}' for k, v in dims.items())}"]
 
 
 def _format_metadata(meta: dict[str, Any]) -> list[str]:

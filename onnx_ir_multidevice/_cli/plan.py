@@ -3,7 +3,9 @@
 Plans every feasible shard count from 2 to 8 unless ``--shards`` or ``--devices`` says
 otherwise, stores the ``.omny`` metadata in the model and writes it to ``OUT``. Unnamed
 nodes and values are given names first (onnx-ir ``NameFixPass``), since ``.omny`` refers to
-cut points by name: the written graph may differ from ``IN`` in those names only.
+cut points by name: the written graph may differ from ``IN`` in those names, in the types of
+the cut tensors and graph outputs a model without ``value_info`` leaves out (written as the
+metadata states them), and in the order of its nodes when they are not topologically sorted.
 
 Prints a table of the chosen configurations (``--json``: the metadata document). Exit
 status 1 when no plan fits the request (the message names the stage, device and overflow),
@@ -18,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from onnx_ir_multidevice._cli import (
@@ -65,6 +68,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--relaxed", action="store_true", help="also cut where small side activations cross"
     )
     parser.add_argument(
+        "--static",
+        action="store_true",
+        help="pin every symbolic dim in the written model (at the --dim values, else example "
+        "values) so that every cut has a fixed shape",
+    )
+    parser.add_argument(
         "--headroom",
         type=float,
         default=0.2,
@@ -82,9 +91,15 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice import omny
     from onnx_ir_multidevice._proto.files import load, save
     from onnx_ir_multidevice._util import plural
+    from onnx_ir_multidevice.analysis.shapes import unknown_dim_names
     from onnx_ir_multidevice.planner.devices import parse_dims, parse_memory_sizes
     from onnx_ir_multidevice.planner.options import PlanOptions
-    from onnx_ir_multidevice.planner.planning import describe, plan_model
+    from onnx_ir_multidevice.planner.planning import (
+        describe,
+        plan_model,
+        unknown_dims_message,
+        unknown_sizes_message,
+    )
 
     try:  # every bad option is a usage error (exit 2), found before the model is read
         options = PlanOptions(
@@ -93,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             max_shard_size_mb=args.max_shard_mb,
             dims=parse_dims(args.dim),
             relaxed=args.relaxed,
+            static=args.static,
             headroom=args.headroom,
             name=args.name or args.input.stem,
             assign_names=True,
@@ -109,13 +125,20 @@ def run(args: argparse.Namespace) -> int:
 
     progress(f"loading {args.input}")
     model = load(args.input)
+    unknown = unknown_dim_names(model.graph, options.dims or {})
+    if unknown:
+        error(f"{args.input}: {unknown_dims_message(model.graph, unknown, flag='--dim')}")
+        return EXIT_USAGE
     try:
-        result = plan_model(model, options, progress=progress)
+        with warnings.catch_warnings():  # said once below, in command-line words
+            warnings.simplefilter("ignore")
+            result = plan_model(model, options, progress=progress)
     except PlanError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
-    for caveat in result.warnings:
+    for caveat in unknown_sizes_message(result.unbound_dims, result.unknown_values, flag="--dim"):
         print(f"omny plan: warning: {caveat}", file=sys.stderr)
+    _type_cut_tensors(result)
     omny.write(model, result.metadata)
     progress(f"writing {args.output}")
     save(model, args.output)
@@ -131,3 +154,39 @@ def run(args: argparse.Namespace) -> int:
     for n, why in result.skipped:
         print(f"{n} shards: not feasible ({why})")
     return EXIT_OK
+
+
+def _type_cut_tensors(result) -> None:
+    """Make the written file describe itself: typed cut tensors and outputs, nodes sorted.
+
+    A model without ``value_info`` leaves its cut tensors untyped (and some converters its
+    graph outputs): they get the dtype and shape the metadata states, so that ``check``
+    compares them without inferring the graph's shapes and ``onnx.checker`` accepts the
+    outputs. A graph whose nodes are not in topological order (onnxruntime's fp16 converter
+    appends Casts at the end) is written sorted, as ``onnx.checker`` requires.
+    """
+    # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
+    import onnx_ir as ir
+
+    analysis = result.analysis
+    shapes = analysis.sizes.shapes
+    values = [cut.value for found in result.partitions for cut in found.cuts]
+    for value in (*values, *analysis.graph.outputs):
+        if value.type is None:
+            dtype = shapes.dtype(value)
+            if dtype is not None:
+                value.type = ir.TensorType(dtype)
+        if value.shape is None:
+            value.shape = shapes.onnx_shape(value)
+    if analysis.index is not None and not analysis.index.in_graph_order:
+        analysis.graph.sort()
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError(f"cannot read --shards {text!r}: expected e.g. 2,4") from None
+    if not counts or min(counts) < 1:
+        raise ValueError(f"--shards {text!r} must list positive shard counts, e.g. 2,4")
+    return counts

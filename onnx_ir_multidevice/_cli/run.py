@@ -5,7 +5,8 @@ directory written by ``omny split``. Each stage gets its own onnxruntime session
 given by ``--providers`` (one per stage, comma-separated, e.g. ``cpu,cuda:0``). The command
 sends ``--requests`` random requests (after ``--warmup`` untimed ones) and prints per-stage
 latency, throughput and utilisation (busy time / wall time per stage). The requests are the
-inputs ``omny verify`` would generate for the same ``--seed`` and ``--dim`` values. ``--backend``
+inputs ``omny verify`` would generate for the same ``--seed`` and ``--dim`` values (by default
+at the planning dims the file records). ``--backend``
 names a registered engine (``thread``, ``ray``, or one added with ``register_engine``). Exit
 status 1 when a request fails in a stage, 2 for an unknown backend.
 """
@@ -81,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="NAME=SIZE",
-        help="size of a symbolic input dimension (default 1); repeat for several",
+        help="size of a symbolic input dimension (default: the planning dims); repeatable",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     parser.add_argument(
@@ -100,6 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``args.input`` as a pipeline and print its timing."""
     from onnx_ir_multidevice.runtime.engines import get_engine  # lazy: `omny --help` stays fast
+    from onnx_ir_multidevice.runtime.inputs import dim_names  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.pipeline import Pipeline  # lazy: `omny --help` stays fast
 
     if args.requests < 1 or args.warmup < 0:
@@ -130,8 +132,7 @@ def run(args: argparse.Namespace) -> int:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
     with pipeline:
-        declared = (d for spec in pipeline.inputs for d in spec.shape or () if isinstance(d, str))
-        problem = check_dim_names(args.input, dims, declared)
+        problem = check_dim_names(args.input, dims, dim_names(pipeline.inputs))
         if problem is not None:
             error(problem)
             return EXIT_USAGE

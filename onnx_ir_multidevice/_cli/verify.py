@@ -1,7 +1,8 @@
 """``omny verify FILE [--shards N] [--json]``: check that the split computes what the model does.
 
 Splits the model, runs the whole model and the chained stages on onnxruntime with the same
-inputs (generated from the input types; ``--dim batch=2`` sets a symbolic dimension) and
+inputs (generated from the input types at the planning dims the file records, else at
+example dims such as 128 tokens or 224 x 224 images; ``--dim batch=2`` sets one) and
 compares every graph output. Without ``--shards``, every shard count the model's
 configurations offer is verified (``--shards 2 4`` or ``--shards 2,4``: these). Exits with 1 when
 an output differs by more than ``--rtol``/``--atol``, a stage fails in onnxruntime or the model
@@ -51,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--dim", type=dim_argument, action="append", default=[], metavar="NAME=INT",
-        help="value of a symbolic input dimension (default 1); repeatable",
+        help="value of a symbolic input dimension (default: the planning dims); repeatable",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -75,17 +76,11 @@ def run(args: argparse.Namespace) -> int:
     """Verify ``args.file``; print a table or JSON; 1 on a mismatch."""
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._proto.files import load
+    from onnx_ir_multidevice.analysis.shapes import input_symbols
     from onnx_ir_multidevice.runtime.verification import verify
 
     model = load(args.file)
-    declared = (
-        dim.value
-        for value in model.graph.inputs
-        if value.shape is not None
-        for dim in value.shape
-        if not isinstance(dim, int) and dim.value is not None
-    )
-    problem = check_dim_names(args.file, dict(args.dim), declared)
+    problem = check_dim_names(args.file, dict(args.dim), input_symbols(model.graph))
     if problem is not None:
         error(problem)
         return EXIT_USAGE

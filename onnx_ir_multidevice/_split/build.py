@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 from onnx_ir import _cloner
 
-from onnx_ir_multidevice._errors import SplitError
+from onnx_ir_multidevice._errors import OmnyFormatError, SplitError
 from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY
 from onnx_ir_multidevice._split.select import (
     Configuration,
@@ -54,9 +54,11 @@ from onnx_ir_multidevice._split.select import (
     pipeline_configurations,
 )
 from onnx_ir_multidevice._util import gc_paused, require_model
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, default_classes
 from onnx_ir_multidevice.graph.index import GraphIndex, holds_subgraphs
 from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY, OmnyMetadata
+from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 
 STAGE_INDEX_KEY = "onnx_ir_multidevice.stage"
 """``metadata_props`` key of a stage model: its 0-based stage index."""
@@ -173,13 +175,53 @@ def _plan_stages(
                     f"{_node_label(value.producer()) if value.producer() else 'nobody'}); "
                     "name every value (onnx_ir.passes.common.NameFixPass) before splitting."
                 )
-            if value.type is None:
-                raise SplitError(
-                    f"Value {_value_label(value)} crosses a stage boundary but has no type; run "
-                    "shape inference (onnx_ir.passes.common.ShapeInferencePass) before "
-                    "splitting."
-                )
     return plans
+
+
+_Typed = dict[ir.Value, tuple[ir.TypeProtocol, ir.Shape | None]]
+
+
+def _boundary_types(model: ir.Model, index: GraphIndex, plans: Sequence[_StagePlan]) -> _Typed:
+    """Types for the stage inputs and outputs the file leaves untyped (or without a shape).
+
+    They come from the shape layer (:class:`~onnx_ir_multidevice.analysis.shapes.ValueShapes`,
+    at the planning dims the model records): symbolic dims by name where known, unnamed
+    where dynamic; a value whose shape stays unknown gets its dtype alone (a stage model
+    needs no more). The model is not modified: the types go on the stage copies.
+
+    Raises:
+        SplitError: A crossing value whose dtype nothing states or infers.
+    """
+    missing = [
+        value
+        for plan in plans
+        for value in (*plan.inputs, *plan.outputs)
+        if value.type is None or value.shape is None
+    ]
+    if not missing:
+        return {}
+    try:
+        dims = read_planning_dims(model) or {}
+    except OmnyFormatError:
+        dims = {}
+    shapes = ValueShapes(index.graph, dims, index=index)
+    result: _Typed = {}
+    for value in dict.fromkeys(missing):
+        type_ = value.type
+        if type_ is None:
+            dtype = shapes.dtype(value)
+            if dtype is None:
+                producer = value.producer()
+                what = f"{producer.op_type} node" if producer is not None else "graph"
+                raise SplitError(
+                    f"Value {_value_label(value)} crosses a stage boundary, but its dtype is "
+                    f"neither in the file nor inferable (made by a {what} whose output types "
+                    "ONNX cannot infer); give the value a type in the model."
+                )
+            type_ = ir.TensorType(dtype)
+        shape = value.shape if value.shape is not None else shapes.onnx_shape(value)
+        result[value] = (type_, shape)
+    return result
 
 
 def _value_order(index: GraphIndex, value: ir.Value) -> tuple[int, int]:
@@ -189,11 +231,14 @@ def _value_order(index: GraphIndex, value: ir.Value) -> tuple[int, int]:
     return (index.position[producer], value.index() or 0)
 
 
-def _copy_value(value: ir.Value, *, const: bool) -> ir.Value:
+def _copy_value(value: ir.Value, *, const: bool, typed: _Typed | None = None) -> ir.Value:
+    type_, shape = value.type, value.shape
+    if typed and value in typed:
+        type_, shape = typed[value]
     new = ir.Value(
         name=value.name,
-        type=value.type,
-        shape=value.shape.copy() if value.shape is not None else None,
+        type=type_,
+        shape=shape.copy() if shape is not None else None,
         doc_string=value.doc_string,
         const_value=value.const_value if const else None,
     )
@@ -264,18 +309,21 @@ def _build_stage_model(
     stripped: set[int],
     *,
     with_nodes: bool = True,
+    typed: _Typed | None = None,
 ) -> ir.Model:
     """Build the model of one stage.
 
     With ``with_nodes=False`` the stage graph has no node (a *skeleton*): its inputs,
     initializers, outputs (fresh values standing for the node outputs), functions and
     metadata are those of the stage; :func:`_write_stage_direct` serializes the nodes.
+    ``typed`` (:func:`_boundary_types`) types the stage inputs and outputs the file leaves
+    untyped.
     """
     graph = model.graph
     value_map: dict[ir.Value, ir.Value | None] = {}
     inputs: list[ir.Value] = []
     for value in plan.inputs:
-        new = _copy_value(value, const=value in plan.initializers)
+        new = _copy_value(value, const=value in plan.initializers, typed=typed)
         value_map[value] = new
         inputs.append(new)
     initializers: list[ir.Value] = []
@@ -297,8 +345,13 @@ def _build_stage_model(
         new = value_map.get(value)
         if new is None:
             assert not with_nodes
-            new = _copy_value(value, const=False)
+            new = _copy_value(value, const=False, typed=typed)
             value_map[value] = new
+        elif typed and value in typed:  # a clone of the input node's output: type the clone
+            type_, shape = typed[value]
+            new.type = type_
+            if new.shape is None and shape is not None:
+                new.shape = shape.copy()
         outputs.append(new)
     stage_graph = ir.Graph(
         inputs,
@@ -353,7 +406,8 @@ def split_by_stages(
     Raises:
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
         SplitError: A node has no stage or reads a later stage, a stage is empty or produces
-            nothing, or a value crossing a boundary has no name or type.
+            nothing, or a value crossing a boundary has no name, or a dtype that is neither
+            stated nor inferable.
     """
     require_model(model, "split_by_stages")
     with gc_paused():
@@ -369,9 +423,11 @@ def _split_with_index(
     if num_stages is None:
         num_stages = max(stages.values(), default=0) + 1
     plans = _plan_stages(index, stages, num_stages)
+    typed = _boundary_types(model, index, plans)
     stripped = {id(c) for c in pipeline_configurations(model.graph)}
     return [
-        _build_stage_model(model, plan, i, num_stages, stripped) for i, plan in enumerate(plans)
+        _build_stage_model(model, plan, i, num_stages, stripped, typed=typed)
+        for i, plan in enumerate(plans)
     ]
 
 

@@ -18,7 +18,12 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import ExternalDataError
 from onnx_ir_multidevice._proto.atomic import check_output_directory, staged_directory
 from onnx_ir_multidevice._proto.external import external_attributes_embedded, model_problems
-from onnx_ir_multidevice._split.build import _build_stage_model, _plan_stages, _StagePlan
+from onnx_ir_multidevice._split.build import (
+    _boundary_types,
+    _build_stage_model,
+    _plan_stages,
+    _StagePlan,
+)
 from onnx_ir_multidevice._split.manifest import _stage_file, build_manifest
 from onnx_ir_multidevice._split.select import (
     Configuration,
@@ -229,11 +234,12 @@ def _save_split(
     index = _build_index(model.graph)
     stage_of = _resolve(index, model, shards, configuration, metadata)
     plans = _plan_stages(index, stage_of, shards)
+    typed = _boundary_types(model, index, plans)
     stripped = {id(c) for c in pipeline_configurations(model.graph)}
     direct = _direct_writable(model)
     # Without nodes when writing directly: build_manifest reads only the stage inputs/outputs.
     stages = [
-        _build_stage_model(model, plan, i, shards, stripped, with_nodes=not direct)
+        _build_stage_model(model, plan, i, shards, stripped, with_nodes=not direct, typed=typed)
         for i, plan in enumerate(plans)
     ]
     files = [_stage_file(i) for i in range(len(stages))]
@@ -251,7 +257,7 @@ def _save_split(
                     direct = False
             if not direct:
                 if stage.graph.num_nodes() < len(plans[i].nodes):  # a skeleton
-                    stage = _build_stage_model(model, plans[i], i, shards, stripped)
+                    stage = _build_stage_model(model, plans[i], i, shards, stripped, typed=typed)
                     data = f"{file}.data" if _has_weights(stage) else None
                 if data is not None:
                     ir.save(

@@ -1,4 +1,4 @@
-"""Pure graph analysis for multi-device planning: tensor classes, stages, boundaries.
+"""Pure graph analysis for multi-device planning: tensor classes, stages, boundaries, shapes.
 
 Functions here take an :class:`onnx_ir.Graph` and return plain data; they do no I/O and never
 modify the graph.
@@ -38,6 +38,13 @@ __all__ = [
     "CutCandidate",
     "analyse_cut_points",
     "find_cut_points",
+    "narrowest_crossing",
+    # shapes
+    "DimExpression",
+    "ValueShapes",
+    "example_dims",
+    "input_symbols",
+    "parse_dim",
 ]
 
 from onnx_ir_multidevice._util import set_public_module
@@ -52,7 +59,10 @@ from onnx_ir_multidevice.analysis.cut_points import (
     CutCandidate,
     analyse_cut_points,
     find_cut_points,
+    narrowest_crossing,
 )
+from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
+from onnx_ir_multidevice.analysis.shapes import ValueShapes, example_dims, input_symbols
 from onnx_ir_multidevice.analysis.stages import (
     StageAssignmentError,
     assign_stages,

@@ -11,7 +11,9 @@ consumers) and list the activations crossing the boundary
   empty (``v`` has a consumer). Graph inputs are forwarded and replicable values recomputed,
   so they never count;
 * a **relaxed** cut when ``v`` crosses together with *side* activations whose sizes are all
-  known at the planning dims and sum to at most ``side_limit_bytes``.
+  known at the probe dims (the planning dims, unbound symbols at the example values of
+  :func:`~onnx_ir_multidevice.analysis.shapes.example_dims`, so that which cuts exist never
+  depends on a dim being bound) and sum to at most ``side_limit_bytes``.
 
 Only values of the main graph are candidates: a cut never falls inside an ``If``/``Loop``/
 ``Scan`` body (cutting right after such a node is fine).
@@ -51,6 +53,7 @@ __all__ = [
     "CutCandidate",
     "analyse_cut_points",
     "find_cut_points",
+    "narrowest_crossing",
 ]
 
 import dataclasses
@@ -361,6 +364,7 @@ class _Finder:
                     found.append(node)
         self.reads = dict(zip(self.placed, reads_by_node))
         self._bytes: dict[ir.Value, int | None] = {}
+        self._estimates: dict[ir.Value, int | None] = {}
         self.decided: set[ir.Value] = set()
 
     def nbytes(self, value: ir.Value) -> int | None:
@@ -368,6 +372,18 @@ class _Finder:
             return self._bytes[value]
         except KeyError:
             result = self._bytes[value] = self.sizes.nbytes(value)
+            return result
+
+    def estimate(self, value: ir.Value) -> int | None:
+        """Bytes at the probe dims (unbound dims at example values).
+
+        What the side limit of a relaxed cut is judged by, so that finding cuts never depends
+        on a dim being bound.
+        """
+        try:
+            return self._estimates[value]
+        except KeyError:
+            result = self._estimates[value] = self.sizes.estimate_nbytes(value)
             return result
 
     # -- step 1 ---------------------------------------------------------------------------
@@ -521,14 +537,14 @@ class _Finder:
         for b in range(1, size):
             for value in add_at.get(b, ()):
                 live[value] = None
-                n = self.nbytes(value)
+                n = self.estimate(value)
                 if n is None:
                     unknown += 1
                 else:
                     known_bytes += n
             for value in drop_at.get(b, ()):
                 del live[value]
-                n = self.nbytes(value)
+                n = self.estimate(value)
                 if n is None:
                     unknown -= 1
                 else:
@@ -537,14 +553,13 @@ class _Finder:
                 if not feeds_suffix(value):
                     continue
                 self.decided.add(value)  # its crossing set is exactly ``live``
-                own = self.nbytes(value)
+                own = self.estimate(value)
                 side_unknown = unknown - (own is None)
                 side_bytes = known_bytes - (own or 0)
                 if len(live) > 1 and (side_unknown or side_bytes > self.side_limit):
                     continue
                 side = tuple(v for v in live if v is not value)
-                total = None if own is None else own + side_bytes
-                found.append((b, self.candidate(value, side, total)))
+                found.append((b, self.candidate(value, side, self.sent_bytes(value, side))))
         return found
 
     def candidate(
@@ -570,7 +585,7 @@ class _Finder:
             for read in self.reads[node]:
                 if read is value or read.producer() in inside or read in side:
                     continue
-                n = self.nbytes(read)
+                n = self.estimate(read)
                 if n is None:
                     return None
                 side_bytes += n
@@ -583,14 +598,23 @@ class _Finder:
                     if p not in queued:
                         queued.add(p)
                         heapq.heappush(heap, p)
-        own = self.nbytes(value)
-        return self.candidate(value, tuple(side), None if own is None else own + side_bytes)
+        return self.candidate(value, tuple(side), self.sent_bytes(value, tuple(side)))
 
     # -------------------------------------------------------------------------------------
 
+    def sent_bytes(self, value: ir.Value, side: tuple[ir.Value, ...]) -> int | None:
+        """Bytes crossing at the planning dims, ``None`` when a size is unknown there."""
+        total = 0
+        for crossing in (value, *side):
+            n = self.nbytes(crossing)
+            if n is None:
+                return None
+            total += n
+        return total
+
     def main_key(self, cut: CutCandidate) -> tuple[int, int]:
         """Order of preference for the cut tensor among cuts at one boundary."""
-        own = self.nbytes(cut.value)
+        own = self.estimate(cut.value)
         return (-1 if own is None else own, cut.position)
 
     def run(self) -> CutAnalysis:
@@ -628,6 +652,32 @@ class _Finder:
             replicable_nodes=tuple(self.replicable_nodes),
             index=self.index,
         )
+
+
+def narrowest_crossing(
+    analysis: CutAnalysis,
+) -> tuple[ir.Node, tuple[ir.Value, ...]] | None:
+    """Where the fewest activations cross, for a model with too few cuts.
+
+    Looks for relaxed cuts with no limit on their side activations (by the definition of the
+    module docstring) and returns the one with the fewest: the node it comes after and the
+    activations that cross there (the cut tensor first). ``None`` when even that finds
+    nothing (the graph has fewer than two nodes that compute, say).
+
+    .. versionadded:: 0.1
+    """
+    wide = analyse_cut_points(
+        analysis.graph,
+        relaxed=True,
+        side_limit_bytes=1 << 62,
+        sizes=analysis.sizes,
+        classes=analysis.classes,
+        index=analysis.index,
+    )
+    if not wide.candidates:
+        return None
+    best = min(wide.candidates, key=lambda cut: (len(cut.side), cut.position))
+    return best.node, (best.value, *best.side)
 
 
 def _position_key(cut: CutCandidate) -> tuple[int, int]:

@@ -182,7 +182,7 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY112", _E, True, "A cut point's tensor is not an output of its after_node."),
     ("OMNY113", _E, True, "A cut point's node has more than one output tensor."),
     ("OMNY114", _W, True, "A cut tensor's shape is not static (only the batch may be dynamic)."),
-    ("OMNY115", _I, True, "A cut tensor's shape or dtype is not recorded in the graph."),
+    ("OMNY115", _W, True, "A cut tensor's shape or dtype is neither stated nor inferable."),
     ("OMNY116", _E, True, "A cut point's shape or dtype disagrees with the graph."),
     ("OMNY117", _E, True, "A cut point is inside a control-flow body (If/Loop/Scan)."),
     ("OMNY118", _E, True, "Two cut points have the same id."),

@@ -22,6 +22,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError
 from onnx_ir_multidevice._util import plural
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.binding.bind import BoundConfiguration, BoundPlan, bind
 from onnx_ir_multidevice.binding.naming import configuration_names
 from onnx_ir_multidevice.checker.diagnostics import Diagnostic, make, value_location
@@ -34,6 +35,7 @@ from onnx_ir_multidevice.omny._schema import (
     OmnyMetadata,
     Sharding,
 )
+from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 
 #: The largest cut tensor the checker accepts (``OMNY122``): 2**50 bytes (1 PiB), far above
 #: any device's memory and far below where sizes overflow a signed 64-bit integer.
@@ -108,6 +110,26 @@ class _FormatRules:
         self._index = index
         #: The plan bound to the model (by the one cut resolver), once read.
         self.plan: BoundPlan | None = None
+        self._shapes: ValueShapes | None = None
+
+    def _typed(self, value: ir.Value) -> tuple[ir.Shape | None, ir.DataType | None]:
+        """The shape and dtype of ``value``: stated, else from the shape layer (on a copy)."""
+        shape, dtype = value.shape, value.dtype
+        if shape is not None and dtype is not None:
+            return shape, dtype
+        if self._shapes is None:
+            try:
+                dims = read_planning_dims(self.model) or {}
+            except OmnyFormatError:
+                dims = {}
+            # Only the cut tensors are asked about: walk only what they are computed from.
+            focus = [b.value for b in (self.plan.cut_points if self.plan else ()) if b.resolved]
+            self._shapes = ValueShapes(self.graph, dims, index=self._index, focus=focus)
+        if shape is None:
+            shape = self._shapes.onnx_shape(value)
+        if dtype is None:
+            dtype = self._shapes.dtype(value)
+        return shape, dtype
 
     def run(self) -> list[PlanConfiguration]:
         props = self.model.metadata_props
@@ -214,15 +236,14 @@ class _FormatRules:
                 )
         if value is None:
             return
-        shape = value.shape
-        if shape is None or value.dtype is None:
+        shape, dtype = self._typed(value)
+        if shape is None or dtype is None:
             missing = "shape" if shape is None else "dtype"
             self.out.append(
                 make(
                     "OMNY115",
-                    f"cut point {cut.id!r}: the graph does not record the {missing} of "
-                    f"{value.name!r}, so the cut point's {missing} is taken as written, "
-                    "without comparing it with the graph",
+                    f"cut point {cut.id!r}: the {missing} of {value.name!r} is neither in the "
+                    "graph nor inferable from it, so the metadata cannot be compared with it",
                     value_location(value),
                 )
             )
@@ -252,12 +273,12 @@ class _FormatRules:
                         f"{path}.shape",
                     )
                 )
-        if value.dtype is not None and not _same_dtype(cut.dtype, value.dtype):
+        if dtype is not None and not _same_dtype(cut.dtype, dtype):
             self.out.append(
                 make(
                     "OMNY116",
                     f"cut point {cut.id!r}: dtype {cut.dtype!r} in the metadata but "
-                    f"{dtype_name(value.dtype)!r} in the graph; update the metadata",
+                    f"{dtype_name(dtype)!r} in the graph; update the metadata",
                     f"{path}.dtype",
                 )
             )

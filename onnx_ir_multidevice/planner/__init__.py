@@ -7,6 +7,8 @@
 * :mod:`~onnx_ir_multidevice.planner.options` -- :class:`PlanOptions`: what to plan for;
 * :mod:`~onnx_ir_multidevice.planner.builder` -- the one ``.omny`` document builder, shared
   with :class:`~onnx_ir_multidevice.passes.StagesToOmnyPass`;
+* :mod:`~onnx_ir_multidevice.planner.static_dims` -- :func:`pin_dims`: symbolic dims pinned
+  to numbers (``omny plan --static``);
 * :mod:`~onnx_ir_multidevice.planner.devices` -- parsing ``24GiB`` and ``seq=512``
   (:func:`parse_memory_sizes`; ``parse_devices`` is its deprecated former name).
 
@@ -31,6 +33,7 @@ __all__ = [
     "parse_memory_sizes",
     "parse_size",
     "partition",
+    "pin_dims",
     "plan",
     "plan_model",
 ]
@@ -53,5 +56,6 @@ from onnx_ir_multidevice.planner.memory import (
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
 from onnx_ir_multidevice.planner.planning import PlanResult, plan, plan_model
+from onnx_ir_multidevice.planner.static_dims import pin_dims
 
 set_public_module(globals(), root={"PlanOptions", "plan"})

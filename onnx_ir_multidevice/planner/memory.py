@@ -316,6 +316,8 @@ class MemoryModel:
             segment_of[a:b] = s
         self._segment_of = segment_of
         self._unknown: list[dict[str, None]] = [{} for _ in range(self.num_segments)]
+        #: The values whose size is unknown, by the name :attr:`StageMemory.unknown` gives.
+        self.unknown_values: dict[str, ir.Value] = {}
         self._weights = np.zeros(self.num_segments, dtype=np.int64)
         self._io = np.zeros(self.num_segments, dtype=np.int64)
         self._shared: list[tuple[int, bool, np.ndarray]] = []  # bytes, is_weight, segments
@@ -409,14 +411,17 @@ class MemoryModel:
                     segments.add(segment)
         for item, segments in item_segments.items():
             is_weight = item in initializers or classes.get(item) is not TensorClass.FORWARDED
-            if item.producer() is not None:
+            producer = item.producer()
+            if producer is not None and producer in memo:
                 # A replicable node output: a weight when constant-derived, else a buffer.
-                is_weight = not memo[item.producer()][1]  # type: ignore[index]
+                is_weight = not memo[producer][1]
+            # (A Constant inside an If/Loop body is produced by no main-graph node: a weight.)
             kinds[item] = is_weight
             n = self._nbytes(item)
             if n is None:
                 for s in segments:
                     self._unknown[s][item.name or "<unnamed>"] = None
+                self.unknown_values[item.name or "<unnamed>"] = item
                 continue
             if len(segments) == 1:
                 (s,) = segments
@@ -438,6 +443,7 @@ class MemoryModel:
             n = self._nbytes(value)
             if n is None:
                 self._unknown[s][value.name or "<unnamed>"] = None
+                self.unknown_values[value.name or "<unnamed>"] = value
             else:
                 self._io[s] += n
 
@@ -459,6 +465,7 @@ class MemoryModel:
             segment_of = self._segment_of.tolist()
             for i, value, end, n in zip(made, values, ends, amounts):
                 if n is None:
+                    self.unknown_values[value.name or "<unnamed>"] = value
                     for s in range(segment_of[i], segment_of[end] + 1):
                         self._unknown[s][value.name or "<unnamed>"] = None
             known = [k for k, n in enumerate(amounts) if n is not None]

@@ -84,6 +84,12 @@ class PlanOptions:
     """Name unnamed nodes and values in place (onnx-ir ``NameFixPass``) instead of refusing
     a cut on an unnamed one."""
 
+    static: bool = False
+    """Pin every symbolic dim of the model, in place, before planning
+    (:func:`~onnx_ir_multidevice.planner.static_dims.pin_dims`): inputs, outputs and the
+    inferred shape of every value, at ``dims`` (others at example values), so that no cut
+    has a dynamic dim (what a fixed-buffer runtime and ``check --strict`` want)."""
+
     def __post_init__(self) -> None:
         """Check every field; normalise ``devices``, ``shards`` and ``dims``."""
         devices = _capacities(self.devices)
@@ -120,6 +126,7 @@ class PlanOptions:
         object.__setattr__(self, "side_limit_bytes", int(side))
         object.__setattr__(self, "relaxed", bool(self.relaxed))
         object.__setattr__(self, "assign_names", bool(self.assign_names))
+        object.__setattr__(self, "static", bool(self.static))
 
     @property
     def shard_counts(self) -> tuple[int, ...]:

@@ -45,7 +45,7 @@ import numpy as np
 
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._util import plural
-from onnx_ir_multidevice.analysis.cut_points import CutCandidate
+from onnx_ir_multidevice.analysis.cut_points import CutCandidate, narrowest_crossing
 from onnx_ir_multidevice.planner.memory import (
     MemoryModel,
     StageMemory,
@@ -99,11 +99,14 @@ class _Search:
         self.model = model
         self.size = model.num_segments  # boundaries 0..size
         self.index = np.arange(self.size + 1, dtype=np.int64)
-        # A boundary can end a stage unless it is a cut whose size is unknown.
+        # Every chain cut can end a stage, whatever is known of its size: cut discovery and
+        # the choice of cuts never depend on a dim being bound. An unknown transfer counts 0.
+        # A cut after a node with several outputs cannot be written in .omny (its after_node
+        # must have exactly one output tensor): it is not offered.
         sent = [cut.bytes for cut in chain]
         allowed = np.ones(self.size + 1, dtype=bool)
         allowed[0] = False
-        allowed[1 : len(sent) + 1] = [n is not None for n in sent]
+        allowed[1 : len(chain) + 1] = [len(cut.node.outputs) == 1 for cut in chain]
         self.allowed = allowed
         transfer = np.zeros(self.size + 1, dtype=np.int64)
         transfer[1 : len(sent) + 1] = [n or 0 for n in sent]
@@ -324,11 +327,7 @@ def partition(
     search = _Search(model, chain)
     usable = int(search.allowed[1 : search.size].sum())
     if num_stages - 1 > usable:
-        hint = "" if any(not c.strict for c in chain) else " (relaxed cuts may give more)"
-        raise PlanError(
-            f"the model has {plural(usable, 'usable cut point')} along its main chain, so at most "
-            f"{usable + 1} stages; {num_stages} were asked for{hint}"
-        )
+        raise PlanError(_too_few_cuts(model, usable, num_stages))
     bounds = _device_bounds(model, num_stages, capacities, max_stage_bytes)
     feasible, highest, _ = search.probe(bounds, _INF, _INF)
     if not feasible:
@@ -352,6 +351,56 @@ def partition(
     )
     ends = search.cheapest(memory_bounds, flops_bound)
     return _make(model, chain, ends)
+
+
+def _too_few_cuts(model: MemoryModel, usable: int, num_stages: int) -> str:
+    """Why ``num_stages`` stages are impossible.
+
+    The cuts found, and, when there is none, where the graph is narrowest (which
+    activations cross there).
+    """
+    analysis = model.analysis
+    relaxed = any(not c.strict for c in analysis.candidates)
+    kind = "cut point" if relaxed else "strict cut point"
+    text = (
+        f"the model has {plural(usable, kind)} along its main chain, so at most "
+        f"{plural(usable + 1, 'stage')}; {num_stages} were asked for"
+    )
+    multi = [cut for cut in analysis.chain if len(cut.node.outputs) != 1]
+    if multi:
+        names = ", ".join(f"{c.node.name!r} ({c.node.op_type})" for c in multi[:3])
+        text += (
+            f" ({plural(len(multi), 'more cut')} come after a node with several outputs, which "
+            f".omny cannot name as a cut: {names})"
+        )
+    if usable:
+        return text + ("" if relaxed else " (relaxed cuts may give more)")
+    narrowest = narrowest_crossing(analysis)
+    if narrowest is None:
+        nodes = [node.op_type for node in analysis.order]
+        if not nodes:
+            return (
+                f"{text}: every node is cheap arithmetic on the inputs and constants, which "
+                "each stage recomputes itself, so there is nothing to cut"
+            )
+        what = ", ".join(nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+        return (
+            f"{text}: the main graph computes in {plural(len(nodes), 'node')} ({what}) with "
+            "nothing between them to cut (a node with a subgraph, such as If or Loop, runs whole)"
+        )
+    node, crossing = narrowest
+    if len(crossing) < 2:
+        return text
+    names = ", ".join(repr(v.name) for v in crossing[:4]) + (", ..." if len(crossing) > 4 else "")
+    text += (
+        f". Everywhere along the chain at least {len(crossing)} activations cross together: "
+        f"the fewest after node {node.name!r} ({node.op_type}): {names}"
+    )
+    if not relaxed:
+        text += (
+            "; relaxed cuts, which carry such side activations up to a size limit, may give more"
+        )
+    return text
 
 
 def _make(model: MemoryModel, chain: Sequence[CutCandidate], ends: Sequence[int]) -> Partition:

@@ -36,11 +36,14 @@ __all__ = [
     "guess_architecture",
     "plan",
     "plan_model",
+    "unknown_dims_message",
+    "unknown_sizes_message",
 ]
 
 import dataclasses
+import types
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -49,9 +52,11 @@ from onnx_ir.passes.common import NameFixPass
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._util import gc_paused, require_model
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis, analyse_cut_points
+from onnx_ir_multidevice.analysis.shapes import input_symbols, unknown_dim_names
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
+from onnx_ir_multidevice.omny.planning_dims import write_planning_dims
 from onnx_ir_multidevice.planner.builder import (
     StagedConfiguration,
     build_metadata,
@@ -60,6 +65,7 @@ from onnx_ir_multidevice.planner.builder import (
 from onnx_ir_multidevice.planner.memory import MIB, MemoryModel, format_bytes
 from onnx_ir_multidevice.planner.options import DEFAULT_MAX_SHARDS, PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
+from onnx_ir_multidevice.planner.static_dims import pin_dims
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +94,18 @@ class PlanResult:
     """The memory model."""
 
     warnings: tuple[str, ...] = ()
-    """Caveats (unknown sizes: numbers are lower bounds)."""
+    """Caveats (unknown sizes: numbers are lower bounds), worded for Python callers."""
+
+    planning_dims: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """The dims the plan was made at: the given ``dims`` plus the batch defaults (recorded in
+    the model with :func:`~onnx_ir_multidevice.omny.write_planning_dims`)."""
+
+    unbound_dims: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """The symbols no planning dim binds and on which some size depends, each with the graph
+    inputs that carry it (their sizes are unknown: the memory figures are lower bounds)."""
+
+    unknown_values: tuple[str, ...] = ()
+    """Values whose size is unknown even with every dim bound (inference could not tell)."""
 
 
 def plan(model: ir.Model, options: PlanOptions | None = None, **keywords: Any) -> OmnyMetadata:
@@ -121,14 +138,17 @@ def plan_model(
     """Plan ``model`` for its devices and return the metadata with the details behind it.
 
     Args:
-        model: The model, an :class:`onnx_ir.Model`. It is not modified (unless
-            ``assign_names``). ``plan`` does not load files: pass
+        model: The model, an :class:`onnx_ir.Model`. Its graph is not modified (unless
+            ``assign_names`` or ``static``); the planning dims are recorded in its
+            ``metadata_props`` (:func:`~onnx_ir_multidevice.omny.write_planning_dims`), so
+            that ``check``,
+            ``split``, ``verify`` and ``run`` reuse them. ``plan`` does not load files: pass
             ``onnx_ir_multidevice.load(path)`` (the plan's names refer to this object, which
             is the one to :func:`~onnx_ir_multidevice.omny.write` the metadata into).
         options: What to plan for: a :class:`~onnx_ir_multidevice.planner.options.PlanOptions`
             (``devices``, ``shards``, ``max_shard_size_mb``, ``dims``, ``relaxed``,
-            ``headroom``, ``side_limit_bytes``, ``name``, ``assign_names``; each field is
-            documented there). Default: the default of every field.
+            ``headroom``, ``side_limit_bytes``, ``name``, ``assign_names``, ``static``; each
+            field is documented there). Default: the default of every field.
         progress: Called with a short message before each long step.
         **keywords: Fields of :class:`~onnx_ir_multidevice.planner.options.PlanOptions`,
             replacing those of ``options``: ``plan_model(model, shards=[2, 4])``.
@@ -140,7 +160,8 @@ def plan_model(
         TypeError: If ``model`` is not an :class:`onnx_ir.Model`, ``options`` is not a
             ``PlanOptions`` or a keyword is not one of its fields.
         PlanError: If an option is not valid (``shards``, ``devices``, ``max_shard_size_mb``,
-            ``dims``, ``headroom``...), a requested shard count has no feasible plan (the
+            ``dims``, ``headroom``...; a name in ``dims`` that is no dimension of the model's
+            inputs), a requested shard count has no feasible plan (the
             message names the stage, its device and the overflow), no count is feasible, or a
             chosen cut has no name.
 
@@ -158,11 +179,18 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
     if options.assign_names:
         NameFixPass()(model)
     graph = model.graph
-    sizes = ValueSizes(graph, options.dims)
+    unknown = unknown_dim_names(graph, options.dims or {})
+    if unknown:
+        raise PlanError(unknown_dims_message(graph, unknown, flag="dims"))
+    if options.static:
+        report("pinning the symbolic dims")
+        pinned = pin_dims(model, options.dims)
+        options = dataclasses.replace(options, dims=pinned, static=False)
     report(f"finding cut points in {len(graph)} nodes")
     # One index of the graph for every analysis step. Built without the local functions:
     # the tensor classes judge a call by its op type, as ``classify_values(graph)`` does.
     index = GraphIndex.build(graph)
+    sizes = ValueSizes(graph, options.dims, index=index)
     analysis = analyse_cut_points(
         graph,
         relaxed=options.relaxed,
@@ -195,10 +223,12 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
             f"no shard count from {counts[0]} to {counts[-1]} has a feasible plan ({reasons})"
         )
     _check_names(model, partitions)
-    caveats = _caveats(memory, partitions)
+    unbound, unknown_values = _unknown_sizes(memory, partitions, sizes)
+    caveats = unknown_sizes_message(unbound, unknown_values, flag="dims")
     for caveat in caveats:
         warnings.warn(caveat, stacklevel=4)
     metadata = _metadata(model, sizes, memory, partitions, options)
+    write_planning_dims(model, sizes.dims)
     return PlanResult(
         metadata=metadata,
         partitions=tuple(partitions),
@@ -207,6 +237,9 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
         analysis=analysis,
         memory=memory,
         warnings=tuple(caveats),
+        planning_dims=types.MappingProxyType(dict(sizes.dims)),
+        unbound_dims=types.MappingProxyType(unbound),
+        unknown_values=unknown_values,
     )
 
 
@@ -222,19 +255,94 @@ def _check_names(model: ir.Model, partitions: Sequence[Partition]) -> None:
                 )
 
 
-def _caveats(memory: MemoryModel, partitions: Sequence[Partition]) -> list[str]:
-    unknown: dict[str, None] = {}
+def _unknown_sizes(
+    memory: MemoryModel, partitions: Sequence[Partition], sizes: ValueSizes
+) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """The unbound symbols behind unknown sizes (with their inputs), and the other unknowns.
+
+    A value counts only when it is used (read by a node or a graph output): an unused
+    ``Dropout`` mask is nobody's memory.
+    """
+    names: dict[str, None] = {}
     for found in partitions:
         for stage in found.memory:
-            unknown.update(dict.fromkeys(stage.unknown))
-    if not unknown:
-        return []
-    names = ", ".join(list(unknown)[:5]) + (", ..." if len(unknown) > 5 else "")
-    return [
-        f"the size of {len(unknown)} value(s) is unknown at the planning dims ({names}); "
-        "their memory is not counted, so the figures are lower bounds. Give the symbolic "
-        "dims (dims={'seq': 512}) or shapes"
-    ]
+            names.update(dict.fromkeys(stage.unknown))
+    if not names:
+        return {}, ()
+    shapes = sizes.shapes
+    unbound = {
+        symbol: tuple(dict.fromkeys(name for name, _ in shapes.symbols[symbol]))
+        for symbol in shapes.unbound
+    }
+    others: list[str] = []
+    if unbound:
+        by_name = memory.unknown_values
+        for name in names:
+            value = by_name.get(name)
+            if value is None or not (value.uses() or value.is_graph_output()):
+                continue
+            if shapes.estimate(value) is None:
+                others.append(name)
+    else:
+        others = list(names)
+    return unbound, tuple(others)
+
+
+def unknown_dims_message(graph: ir.Graph, unknown: Sequence[str], *, flag: str) -> str:
+    """The error for dims that name no dimension of the graph inputs.
+
+    Args:
+        graph: The main graph.
+        unknown: The names given that are no input symbol.
+        flag: ``"dims"`` (Python wording) or ``"--dim"`` (command-line wording).
+
+    .. versionadded:: 0.1
+    """
+    symbols = list(input_symbols(graph))
+    have = ", ".join(symbols) if symbols else "none: every input dimension is fixed"
+    return (
+        f"{flag} {', '.join(repr(n) for n in unknown)}: no input of the model has a dimension "
+        f"of that name (its dimensions: {have})"
+    )
+
+
+def unknown_sizes_message(
+    unbound: Mapping[str, Sequence[str]], unknown_values: Sequence[str], *, flag: str
+) -> list[str]:
+    """The caveats of a plan whose sizes are not all known.
+
+    One line for the unbound dims (naming each, the inputs that carry it and how to bind
+    it), one for the other unknown sizes.
+
+    Args:
+        unbound: :attr:`PlanResult.unbound_dims`.
+        unknown_values: :attr:`PlanResult.unknown_values`.
+        flag: ``"dims"`` (Python wording: ``dims={"seq": N}``) or ``"--dim"`` (command
+            line: ``--dim seq=N``).
+
+    .. versionadded:: 0.1
+    """
+    lines = []
+    if unbound:
+        which = "; ".join(
+            f"{symbol} (input{'s' if len(inputs) > 1 else ''} {', '.join(inputs)})"
+            for symbol, inputs in unbound.items()
+        )
+        if flag == "--dim":
+            how = " ".join(f"--dim {symbol}=N" for symbol in unbound)
+        else:
+            how = "dims={" + ", ".join(f'"{symbol}": N' for symbol in unbound) + "}"
+        lines.append(
+            f"the memory figures are lower bounds: sizes that depend on {which} are unknown; "
+            f"give {how} to plan for your data"
+        )
+    if unknown_values:
+        names = ", ".join(unknown_values[:5]) + (", ..." if len(unknown_values) > 5 else "")
+        lines.append(
+            f"the size of {len(unknown_values)} value(s) cannot be inferred ({names}); their "
+            "memory is not counted, so the figures are lower bounds"
+        )
+    return lines
 
 
 def _metadata(

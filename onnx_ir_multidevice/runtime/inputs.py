@@ -6,7 +6,14 @@ valid values. The bound is found once, from an IR model, by :func:`index_bound`:
 table a ``Gather`` indexes with the input (a token id must stay below the vocabulary size).
 :func:`generate_inputs` turns specs into arrays with one set of rules:
 
-* symbolic dimensions take their value from ``dims`` (by name), else 1;
+* symbolic dimensions take their value from ``dims`` (by name; a dimension written as an
+  expression, ``past_seq + seq``, is evaluated; one without a name is ``"<input>[<axis>]"``),
+  else an example value that looks like real data
+  (:func:`~onnx_ir_multidevice.analysis.shapes.example_dims`: batch 1, 128 tokens, images
+  of 224 x 224, waveforms of 512 samples...).
+  :func:`~onnx_ir_multidevice.runtime.verification.verify` and ``omny run`` pass the
+  planning dims the model records (:func:`~onnx_ir_multidevice.omny.read_planning_dims`), so
+  a model is verified and run at the dims it was planned at;
 * inputs whose name contains ``mask`` (any case) are all ones;
 * integer inputs are uniform in ``[0, high)`` (``high``: the spec's bound, else
   :data:`DEFAULT_INT_HIGH`);
@@ -23,6 +30,8 @@ __all__ = [
     "DEFAULT_INT_HIGH",
     "TensorSpec",
     "check_dims",
+    "dim_names",
+    "example_binding",
     "generate_inputs",
     "index_bound",
     "input_specs",
@@ -33,6 +42,13 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 import onnx_ir as ir
+
+from onnx_ir_multidevice.analysis.shapes import (
+    evaluate_dims,
+    example_dims,
+    input_symbols,
+    normalize_dims,
+)
 
 DEFAULT_INT_HIGH = 4
 """Exclusive upper bound of generated integers when no ``Gather`` bounds an input."""
@@ -51,7 +67,8 @@ class TensorSpec:
     """Tensor name."""
 
     shape: tuple[int | str | None, ...] | None
-    """Dimensions: an ``int``, a symbolic name, or ``None`` when unnamed; ``None`` if unknown."""
+    """Dimensions: an ``int``, a symbolic name (or expression), or ``None`` when unnamed (a
+    ``dim_value`` of ``-1`` included); ``None`` if unknown."""
 
     dtype: np.dtype | None
     """numpy element type (``None`` when the model does not say)."""
@@ -108,7 +125,9 @@ def _spec_of_value(value: ir.Value) -> TensorSpec:
     shape = None
     if value.shape is not None:
         # SymbolicDim.value is the name or None
-        shape = tuple(d if isinstance(d, int) else d.value for d in value.shape.dims)
+        shape = tuple(
+            (d if d >= 0 else None) if isinstance(d, int) else d.value for d in value.shape.dims
+        )
     dtype = None
     if value.dtype is not None:
         try:
@@ -154,6 +173,28 @@ def check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
     return checked
 
 
+def dim_names(specs: Iterable[TensorSpec]) -> list[str]:
+    """The names ``dims`` may bind for inputs of these specs (the input symbols).
+
+    See :func:`~onnx_ir_multidevice.analysis.shapes.input_symbols`.
+    """
+    return list(input_symbols({spec.name: spec.shape for spec in specs}))
+
+
+def example_binding(
+    specs: Iterable[TensorSpec], dims: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """``dims`` completed with example values for every other symbol of the inputs.
+
+    See :func:`~onnx_ir_multidevice.analysis.shapes.example_dims`.
+    """
+    specs = list(specs)
+    floats = [s.name for s in specs if s.dtype is not None and s.dtype.kind == "f"]
+    return example_dims(
+        {spec.name: spec.shape for spec in specs}, check_dims(dims), float_inputs=floats
+    )
+
+
 def generate_inputs(
     specs: Iterable[TensorSpec],
     dims: Mapping[str, int] | None = None,
@@ -166,7 +207,8 @@ def generate_inputs(
 
     Args:
         specs: The inputs to generate.
-        dims: Values of symbolic dimensions, by name (``{"batch": 2}``); others are 1.
+        dims: Values of symbolic dimensions, by name (``{"batch": 2}``); others get the
+            example values of :func:`example_binding`.
         seed: Seed of the random generator.
 
     Returns:
@@ -177,7 +219,8 @@ def generate_inputs(
             generate (strings, bfloat16, float8...); or a value of ``dims`` is not a positive
             integer. The message names the input.
     """
-    dims = check_dims(dims)
+    specs = list(specs)
+    bindings = example_binding(specs, dims)
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     for spec in specs:
@@ -189,10 +232,11 @@ def generate_inputs(
         dtype = spec.dtype
         if dtype.kind not in "biuf" or (dtype.kind == "f" and dtype.itemsize < 2):
             raise ValueError(f"Cannot generate input {name!r} of type {dtype}")
-        shape = tuple(
-            d if isinstance(d, int) else int(dims.get(d, 1)) if d is not None else 1
-            for d in spec.shape
-        )
+        shape = evaluate_dims(normalize_dims(name, spec.shape), bindings)
+        if shape is None:
+            raise ValueError(
+                f"input {name!r}: its shape {list(spec.shape)} has no positive size at {bindings}"
+            )
         if "mask" in name.lower():
             array = np.ones(shape, dtype=dtype)
         elif dtype.kind == "b":

@@ -745,7 +745,9 @@ class Pipeline:
         named ``*mask*`` are ones; booleans are random.
 
         Args:
-            dims: Size of each symbolic dimension (default 1 for any not given).
+            dims: Size of each symbolic dimension; any not given takes the planning dims the
+                model records, else an example value (batch 1, 128 tokens, 224 x 224 images:
+                :func:`~onnx_ir_multidevice.analysis.shapes.example_dims`).
             seed: Seed of the random generator.
 
         Returns:
@@ -756,7 +758,9 @@ class Pipeline:
                 cannot be generated, or a value of ``dims`` is not a positive integer.
         """
         try:
-            return generate_inputs(self.inputs, dims, seed=seed)
+            return generate_inputs(
+                self.inputs, {**self._chain.planning_dims, **(dims or {})}, seed=seed
+            )
         except ValueError as exc:
             raise PipelineError(f"{exc}; build the request arrays yourself") from exc
 

@@ -40,11 +40,12 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import OmnyIOError, PipelineError
+from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError, PipelineError
 from onnx_ir_multidevice._proto.convert import from_proto
 from onnx_ir_multidevice._proto.files import load as load_model
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._split.manifest import ManifestError, read_manifest
+from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 from onnx_ir_multidevice.runtime.inputs import TensorSpec, input_specs
 from onnx_ir_multidevice.runtime.sessions import session_source
 
@@ -104,6 +105,11 @@ class StageChain:
     input_specs: Mapping[str, TensorSpec] = dataclasses.field(default_factory=dict)
     """Declared shape, type and index bound of each graph input."""
 
+    planning_dims: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """The planning dims the model (or its stage models) records
+    (:func:`~onnx_ir_multidevice.omny.read_planning_dims`): what generated requests use for
+    the dims not given."""
+
     keep_after: tuple[frozenset[str], ...] = dataclasses.field(init=False)
     """``keep_after[i]``: the names still needed once stage ``i`` has run (read by a later
     stage, or a graph output); everything else is dropped from the request."""
@@ -154,7 +160,15 @@ class StageChain:
 # ---------------------------------------------------------------------------------------------
 # Stages from models, protos and files
 
-_Stage = tuple[StageModel, dict[str, TensorSpec]]
+_Stage = tuple[StageModel, dict[str, TensorSpec], dict[str, int]]
+"""A stage, the specs of the inputs it reads and the planning dims its model records."""
+
+
+def _recorded_dims(model: ir.Model) -> dict[str, int]:
+    try:
+        return read_planning_dims(model) or {}
+    except OmnyFormatError:  # an unreadable entry: generated requests use example dims
+        return {}
 
 
 def _stage_from_ir(
@@ -166,7 +180,8 @@ def _stage_from_ir(
     outputs = tuple(v.name or "" for v in graph.outputs)
     if source is None:
         source = session_source(model)
-    return StageModel(index, source, inputs, outputs), input_specs(model)
+    stage = StageModel(index, source, inputs, outputs)
+    return stage, input_specs(model), _recorded_dims(model)
 
 
 def _stage_from_path(index: int, path: str | os.PathLike) -> _Stage:
@@ -209,13 +224,14 @@ def _chain_from_stages(
     graph_outputs: Sequence[str] | None,
     graph_inputs: Sequence[str] | None = None,
     specs: Mapping[str, TensorSpec] | None = None,
+    planning_dims: Mapping[str, int] | None = None,
 ) -> StageChain:
     """Chain ``stages``; ``specs`` (of the whole model) replace those the stages declare."""
-    producer = {name: stage.index for stage, _ in reversed(stages) for name in stage.outputs}
+    producer = {name: stage.index for stage, _, _ in reversed(stages) for name in stage.outputs}
     produced: set[str] = set()
     inputs: list[str] = []
     found: dict[str, TensorSpec] = {}
-    for stage, stage_specs in stages:
+    for stage, stage_specs, _ in stages:
         late = [n for n in stage.inputs if producer.get(n, -1) >= stage.index]
         if late:
             raise PipelineError(
@@ -243,12 +259,18 @@ def _chain_from_stages(
         # no later stage reads (a list of stages carries no other record of the graph outputs).
         read_later: set[str] = set(stages[-1][0].inputs)
         extra: list[str] = []
-        for stage, _ in reversed(stages[:-1]):
+        for stage, _, _ in reversed(stages[:-1]):
             extra[:0] = [n for n in stage.outputs if n not in read_later]
             read_later.update(stage.inputs)
         graph_outputs = [*extra, *stages[-1][0].outputs]
+    if planning_dims is None:  # the first stage model that records them
+        planning_dims = next((dims for _, _, dims in stages if dims), {})
     return StageChain(
-        tuple(stage for stage, _ in stages), tuple(inputs), tuple(graph_outputs), found
+        tuple(stage for stage, _, _ in stages),
+        tuple(inputs),
+        tuple(graph_outputs),
+        found,
+        planning_dims=planning_dims,
     )
 
 
@@ -274,7 +296,7 @@ def _chain_from_model(model: ir.Model, shards: int, outputs: Sequence[str] | Non
     # The whole model's specs: its Gather analysis sees every use of an input, whichever
     # stage it lands in, and gives the bounds `verify` uses.
     specs = input_specs(model)
-    return _chain_from_stages(stages, graph_outputs, list(specs), specs)
+    return _chain_from_stages(stages, graph_outputs, list(specs), specs, _recorded_dims(model))
 
 
 def load_stages(

@@ -38,6 +38,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import VerifyError
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._util import plural, require_model
+from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 from onnx_ir_multidevice.runtime.inputs import check_dims, generate_inputs, input_specs
 from onnx_ir_multidevice.runtime.sessions import ModelSession
 
@@ -166,7 +167,10 @@ def make_inputs(
     which :meth:`Pipeline.example_inputs <onnx_ir_multidevice.runtime.Pipeline.example_inputs>`
     (``omny run``) uses too:
 
-    * symbolic dimensions take their value from ``dims`` (by name), else 1;
+    * symbolic dimensions take their value from ``dims`` (by name), else from the planning
+      dims the model records (:func:`~onnx_ir_multidevice.omny.read_planning_dims`), else
+      an example value that looks like real data (batch 1, 128 tokens, 224 x 224 images:
+      :func:`~onnx_ir_multidevice.analysis.shapes.example_dims`);
     * inputs whose name contains ``mask`` (any case) are all ones;
     * integer inputs are uniform in ``[0, n)`` where ``n`` is the smallest data dimension of
       the ``Gather`` nodes they index (through casts and reshapes), else ``[0, 4)``;
@@ -188,7 +192,7 @@ def make_inputs(
             positive integer.
     """
     require_model(model, "make_inputs")
-    dims = _checked_dims(dims)
+    dims = {**(read_planning_dims(model) or {}), **_checked_dims(dims)}
     try:
         return generate_inputs(input_specs(model).values(), dims, seed=seed)
     except ValueError as exc:
@@ -405,7 +409,8 @@ def verify(
         configuration: Which configuration to split by (see
             :func:`~onnx_ir_multidevice._split.build.split`).
         metadata: ``.omny`` metadata to use instead of the model's.
-        dims: Values of symbolic dimensions for generated inputs (others are 1).
+        dims: Values of symbolic dimensions for generated inputs (others: the planning dims
+            the model records, else example values; see :func:`make_inputs`).
         seed: Seed for generated inputs.
         providers: onnxruntime execution providers (default CPU).
 

@@ -42,6 +42,7 @@ __all__ = [
     "mlp",
     "resnet",
     "synthetic_chain",
+    "synthetic_transformer",
     "vit",
 ]
 
@@ -743,3 +744,143 @@ def synthetic_chain(num_nodes: int, *, width: int = 8, block: int = 4, seed: int
                 h = b.op("Tanh", [h], name=f"{p}.tanh{j}", dtype=_F32, shape=feat)
         count += steps
     return b.model("synthetic_chain", [x], [h], doc=f"zoo.synthetic_chain({num_nodes})")
+
+
+def synthetic_transformer(
+    layers: int = 2,
+    *,
+    hidden: int = 32,
+    heads: int = 2,
+    vocab: int = 128,
+    max_positions: int = 512,
+    seed: int = 0,
+) -> ir.Model:
+    """A decoder-only transformer shaped like a dynamo export: symbolic dims, no ``value_info``.
+
+    The graph inputs are ``input_ids`` and ``attention_mask`` (int64 ``[batch, seq]``) and the
+    output ``logits`` (float32 ``[batch, seq, vocab]``); ``batch`` and ``seq`` are symbolic, and
+    no other value of the graph has a type or shape (as ``torch.onnx.export`` writes models
+    without ``value_info``), so every tool that needs one must infer it. Position ids come
+    from ``Shape(input_ids)``; the attention mask becomes an additive ``[batch, 1, 1, seq]``
+    mask read by every layer; each layer is pre-LayerNorm multi-head attention (``Reshape`` to
+    ``[0, -1, heads, head_dim]``) and a GELU feed-forward, each with a residual ``Add``; the LM
+    head multiplies by ``Transpose(wte.weight)`` (tied embeddings). A layer has 34 nodes, the
+    embeddings, mask and head 16: ``layers=380`` gives about 13 000 nodes, ``layers=1530``
+    about 52 000, built in linear time. Weights are small (``hidden`` 32 by default), so the
+    graph, not the weights, dominates loading.
+
+    Args:
+        layers: Number of decoder layers; layer ``i`` ends in ``layer.<i>.out``.
+        hidden: Hidden size.
+        heads: Attention heads (``hidden`` must be a multiple).
+        vocab: Vocabulary size.
+        max_positions: Rows of the position embedding (the largest ``seq`` that runs).
+        seed: Seed of the weights.
+
+    Returns:
+        The model (opset 18, IR version 10).
+
+    .. versionadded:: 0.1
+    """
+    _check_heads(hidden, heads)
+    if layers < 0:
+        raise ValueError(f"layers must be >= 0, got {layers}")
+    rng = np.random.default_rng(seed)
+    nodes: list[ir.Node] = []
+    initializers: list[ir.Value] = []
+
+    def tensor(name: str, array: np.ndarray) -> ir.Value:
+        value = ir.Value(name=name, const_value=ir.Tensor(np.asarray(array), name=name))
+        value.type = ir.TensorType(value.const_value.dtype)  # type: ignore[union-attr]
+        value.shape = ir.Shape(value.const_value.shape)  # type: ignore[union-attr]
+        initializers.append(value)
+        return value
+
+    def weight(name: str, shape: tuple[int, ...]) -> ir.Value:
+        return tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
+
+    def op(op_type: str, inputs: Sequence[ir.Value], name: str, **attributes: object) -> ir.Value:
+        out = ir.Value(name=name)
+        attrs = [ir.convenience.convert_attribute(k, v) for k, v in attributes.items()]
+        nodes.append(ir.Node("", op_type, inputs, attrs, outputs=[out], name=name))
+        return out
+
+    def linear(x: ir.Value, prefix: str, n_in: int, n_out: int) -> ir.Value:
+        y = op("MatMul", [x, weight(f"{prefix}.weight", (n_in, n_out))], f"{prefix}.matmul")
+        return op("Add", [y, tensor(f"{prefix}.bias", np.zeros(n_out, np.float32))], prefix)
+
+    def layer_norm(x: ir.Value, prefix: str) -> ir.Value:
+        scale = tensor(f"{prefix}.weight", np.ones(hidden, np.float32))
+        bias = tensor(f"{prefix}.bias", np.zeros(hidden, np.float32))
+        return op("LayerNormalization", [x, scale, bias], prefix, axis=-1, epsilon=1e-5)
+
+    def scalar(name: str, value: float) -> ir.Value:
+        return tensor(name, np.asarray(value, np.float32))
+
+    hd = hidden // heads
+    ids = ir.Value(name="input_ids", type=ir.TensorType(_I64), shape=ir.Shape([_BATCH, "seq"]))
+    mask = ir.Value(
+        name="attention_mask", type=ir.TensorType(_I64), shape=ir.Shape([_BATCH, "seq"])
+    )
+    zero = tensor("const.zero", np.asarray(0, np.int64))
+    one = tensor("const.one", np.asarray(1, np.int64))
+    shape = op("Shape", [ids], "input_shape")
+    length = op("Gather", [shape, one], "input_length", axis=0)
+    positions = op("Range", [zero, length, one], "position_ids")
+    wte = weight("wte.weight", (vocab, hidden))
+    h = op("Gather", [wte, ids], "wte", axis=0)
+    pos = op("Gather", [weight("wpe.weight", (max_positions, hidden)), positions], "wpe", axis=0)
+    h = op("Add", [h, pos], "embeddings")
+    m = op("Unsqueeze", [mask, tensor("mask.axes", np.asarray([1, 2], np.int64))], "mask.4d")
+    m = op("Cast", [m], "mask.float", to=_F32)
+    m = op("Sub", [scalar("mask.one", 1.0), m], "mask.inverted")
+    m = op("Mul", [m, scalar("mask.min", -10000.0)], "mask.additive")
+    split = tensor("attention.split_shape", np.asarray([0, -1, heads, hd], np.int64))
+    merge = tensor("attention.merge_shape", np.asarray([0, -1, hidden], np.int64))
+    for i in range(layers):
+        p = f"layer.{i}"
+        a = layer_norm(h, f"{p}.ln_1")
+        q, k, v = (linear(a, f"{p}.attn.{n}_proj", hidden, hidden) for n in "qkv")
+        q, k, v = (
+            op("Reshape", [t, split], f"{p}.attn.{n}_split") for t, n in zip((q, k, v), "qkv")
+        )
+        q = op("Transpose", [q], f"{p}.attn.q_heads", perm=[0, 2, 1, 3])
+        k = op("Transpose", [k], f"{p}.attn.k_heads", perm=[0, 2, 3, 1])
+        v = op("Transpose", [v], f"{p}.attn.v_heads", perm=[0, 2, 1, 3])
+        s = op("MatMul", [q, k], f"{p}.attn.scores")
+        s = op("Mul", [s, scalar(f"{p}.attn.scale", 1.0 / math.sqrt(hd))], f"{p}.attn.scaled")
+        s = op("Add", [s, m], f"{p}.attn.masked")
+        s = op("Softmax", [s], f"{p}.attn.probs", axis=-1)
+        c = op("MatMul", [s, v], f"{p}.attn.context")
+        c = op("Transpose", [c], f"{p}.attn.context_t", perm=[0, 2, 1, 3])
+        c = op("Reshape", [c, merge], f"{p}.attn.merge_heads")
+        a = linear(c, f"{p}.attn.out", hidden, hidden)
+        h = op("Add", [h, a], f"{p}.attn.residual")
+        f = layer_norm(h, f"{p}.ln_2")
+        f = linear(f, f"{p}.mlp.fc1", hidden, 4 * hidden)
+        g = op("Div", [f, scalar(f"{p}.mlp.act.sqrt2", math.sqrt(2.0))], f"{p}.mlp.act.div")
+        g = op("Erf", [g], f"{p}.mlp.act.erf")
+        g = op("Add", [g, scalar(f"{p}.mlp.act.one", 1.0)], f"{p}.mlp.act.add_one")
+        g = op("Mul", [f, g], f"{p}.mlp.act.mul_x")
+        g = op("Mul", [g, scalar(f"{p}.mlp.act.half", 0.5)], f"{p}.mlp.act")
+        f = linear(g, f"{p}.mlp.fc2", 4 * hidden, hidden)
+        h = op("Add", [h, f], f"{p}.out")
+    h = layer_norm(h, "ln_f")
+    head = op("Transpose", [wte], "lm_head.tied_weight", perm=[1, 0])
+    logits = op("MatMul", [h, head], "logits")
+    logits.type = ir.TensorType(_F32)
+    logits.shape = ir.Shape([_BATCH, "seq", vocab])
+    graph = ir.Graph(
+        [ids, mask],
+        [logits],
+        nodes=nodes,
+        initializers=initializers,
+        opset_imports={"": OPSET},
+        name="synthetic_transformer",
+    )
+    return ir.Model(
+        graph,
+        ir_version=_IR_VERSION,
+        producer_name="onnx-ir-multidevice.zoo",
+        doc_string=f"zoo.synthetic_transformer(layers={layers})",
+    )
