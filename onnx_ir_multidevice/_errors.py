@@ -11,6 +11,8 @@ __all__ = [
     "BindingError",
     "CheckError",
     "ExportError",
+    "ExternalDataError",
+    "ExternalDataProblem",
     "OmnyError",
     "OmnyFormatError",
     "OmnyIOError",
@@ -21,6 +23,7 @@ __all__ = [
     "VerifyError",
 ]
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +51,68 @@ class OmnyFormatError(OmnyError, ValueError):
 
 class OmnyIOError(OmnyError, OSError):
     """A model file cannot be read or written (missing, unreadable, not ONNX, refused overwrite)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExternalDataProblem:
+    """One tensor whose external data cannot be trusted (see :class:`ExternalDataError`)."""
+
+    tensor: str
+    """Name of the tensor (an initializer, or a tensor held by a node attribute)."""
+
+    location: str
+    """The ``location`` the tensor's proto gives (or the data file, for ``OMNY109``)."""
+
+    reason: str
+    """What is wrong, e.g. ``is outside the model's folder``."""
+
+    code: str
+    """The checker's code: ``OMNY108`` (the reference) or ``OMNY109`` (the file's content
+    differs from what the model recorded when it was saved)."""
+
+    where: str = ""
+    """Proto field path of the tensor, e.g. ``graph.initializer[3]`` or
+    ``graph.node[0].attribute[0].t``."""
+
+    def __str__(self) -> str:
+        return f"tensor {self.tensor!r} at {self.location!r}: {self.reason}"
+
+
+class ExternalDataError(OmnyIOError):
+    """A model's external data cannot be read safely.
+
+    Raised by :func:`~onnx_ir_multidevice.load` (and by
+    :func:`~onnx_ir_multidevice.save` when a tensor it must copy cannot be read) when a
+    tensor's data location is outside the model's folder (an absolute path, ``..``, a link
+    leading out, a hard link), is not a regular file or does not exist, when its ``offset`` or
+    ``length`` is malformed or reaches past the end of the file, or when a data file is not the
+    one the model was saved with (its size or checksum differs from the model's record).
+
+    Attributes:
+        file: The model file.
+        problems: Every problem found, one per tensor (:class:`ExternalDataProblem`).
+    """
+
+    MAX_LISTED = 10
+    """Problems listed in the message; the rest are counted."""
+
+    def __init__(self, file: str, problems: Sequence[ExternalDataProblem]) -> None:
+        self.file = file
+        self.problems = tuple(problems)
+        lines = [str(p) for p in self.problems[: self.MAX_LISTED]]
+        more = len(self.problems) - len(lines)
+        if more > 0:
+            lines.append(f"... and {more} more")
+        advice = (
+            "keep every data file inside the model's folder, as a regular file, and save the "
+            "model again with onnx_ir_multidevice.save (or re-export it)"
+        )
+        if len(lines) == 1:
+            message = f"{file}: external data of {lines[0]}; {advice}"
+        else:
+            listed = "; ".join(lines)
+            message = f"{file}: external data: {len(self.problems)} problems: {listed}; {advice}"
+        super().__init__(message)
 
 
 class BindingError(OmnyError, ValueError):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import io
 import json
 import math
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,7 +20,7 @@ import pytest
 
 from onnx_ir_multidevice import omny, zoo
 from onnx_ir_multidevice._errors import CheckError, OmnyIOError
-from onnx_ir_multidevice._proto.files import load
+from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice.checker.core import check, check_device_configurations, run_check
 from onnx_ir_multidevice.checker.diagnostics import CODES, Diagnostic, Severity
 from onnx_ir_multidevice.omny import container as v2
@@ -228,6 +230,32 @@ def _t107() -> ir.Model:
     model = planned()
     model.metadata_props["omnynet_version"] = "2.0"  # the JSON document says 1.0
     return model
+
+
+def _saved_with_external_data() -> Path:
+    """A planned model saved with its weights in a data file, in a folder removed at exit."""
+    folder = Path(tempfile.mkdtemp(prefix="omny-check-trigger-"))
+    atexit.register(shutil.rmtree, folder, True)
+    save(planned(), folder / "m.omny", external_data=True, size_threshold_bytes=0)
+    return folder / "m.omny"
+
+
+def _t108() -> Path:  # a weight read from outside the model's folder
+    path = _saved_with_external_data()
+    proto = onnx.load(path, load_external_data=False)
+    shutil.copyfile(path.parent / "m.omny.data", path.parent.parent / f"{path.parent.name}.bin")
+    for entry in proto.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = f"../{path.parent.name}.bin"
+    onnx.save(proto, path)
+    return path
+
+
+def _t109() -> Path:  # the data file changed after the model was saved
+    path = _saved_with_external_data()
+    with open(path.parent / "m.omny.data", "r+b") as file:
+        file.write(b"\xff\xff\xff\xff")
+    return path
 
 
 def _cut(field: str, value: object, k: int = 0) -> Callable[[], ir.Model]:
@@ -508,6 +536,8 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY105": _t105,
     "OMNY106": _t106,
     "OMNY107": _t107,
+    "OMNY108": _t108,
+    "OMNY109": _t109,
     "OMNY110": _cut("after_node", "nope"),
     "OMNY111": _cut("tensor_name", "nope"),
     "OMNY112": _cut("tensor_name", "h4"),

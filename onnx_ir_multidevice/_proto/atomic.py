@@ -4,8 +4,8 @@ The one home of the "stage, then rename" rule, so that a destination never holds
 half-written result:
 
 * :func:`write_bytes_atomic` -- small whole-file writes (an ``.omny`` v2 container, a
-  conversion log); :func:`~onnx_ir_multidevice.save` stages a model and its data file the
-  same way;
+  conversion log); :func:`~onnx_ir_multidevice.save` stages a model and its data file in a
+  staging folder (:func:`make_staging`) the same way;
 * :func:`staged_file` -- a context manager for a file written as a stream (an exporter's
   archive): the block writes the yielded temporary path, which is flushed and renamed over the
   destination (:func:`check_output_file` refuses a destination first);
@@ -13,34 +13,132 @@ half-written result:
   block fills the yielded temporary directory, which is renamed over the destination
   (:func:`check_output_directory`, :func:`replace_directory`).
 
-A failure leaves the destination as it was and nothing temporary behind. New files and
-directories get the usual permissions (``0o666`` / ``0o777`` less the umask), not
-``mkstemp``'s ``0o600`` or ``mkdtemp``'s ``0o700``.
+A failure leaves the destination as it was and nothing temporary behind. The rules every
+writer follows:
+
+* **Names.** A temporary file or folder is ``.<destination name>.omny-<pid>-<8 hex>.<kind>``
+  (``tmp``; ``old`` for a directory being replaced), so a leftover says which process made it;
+  :data:`STAGING_PATTERN` matches exactly these names.
+* **Stale leftovers.** A writer killed with SIGKILL cannot remove its temporary files.
+  :func:`remove_stale`, called by every writer on the folder it writes to, removes those of
+  the folder that belong to this user and whose writer is gone: no process has that pid, or
+  the process that has it started after the leftover was last modified (the pid was reused).
+  Leftovers of live writers, of other users, and every other name are left alone.
+* **Modes.** New files and directories get the usual permissions (``0o666`` / ``0o777`` less
+  the umask), not ``mkstemp``'s ``0o600`` or ``mkdtemp``'s ``0o700``; a file or directory
+  that is replaced keeps its permission bits (:func:`existing_mode`).
+* **Links.** A destination that is a symbolic link is written through: the file or directory
+  it points to is replaced, the link stays.
+* **Durability.** Files are flushed before the rename, and the folder after it
+  (:func:`fsync_file`, :func:`fsync_dir`).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "STAGING_PATTERN",
     "check_output_directory",
     "check_output_file",
+    "existing_mode",
+    "folder_lock",
+    "fsync_dir",
+    "fsync_file",
+    "make_staging",
+    "pid_alive_since",
+    "process_started_after",
+    "remove_stale",
     "replace_directory",
     "staged_directory",
     "staged_file",
+    "staging_name",
     "write_bytes_atomic",
 ]
 
 import contextlib
+import errno
 import os
+import re
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from onnx_ir_multidevice._errors import OmnyIOError
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows: commits are then not serialised
+    fcntl = None  # type: ignore[assignment]
 
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not supported on every platform / filesystem
+STAGING_PATTERN = re.compile(r"^\.(?P<name>.+)\.omny-(?P<pid>\d+)-[0-9a-f]{8}\.(?:tmp|old)$")
+"""Names of temporary files and folders: ``.<name>.omny-<pid>-<8 hex digits>.<tmp|old>``."""
+
+_CLOCK_SLACK_SECONDS = 2.0
+"""A leftover modified less than this before its pid's process started is not called stale
+(the boot time in ``/proc/stat`` has a resolution of one second)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Names, modes, flushes
+
+
+def staging_name(name: str, kind: str = "tmp") -> str:
+    """A fresh temporary name for the destination ``name`` (nothing is created)."""
+    return f".{name}.omny-{os.getpid()}-{secrets.token_hex(4)}.{kind}"
+
+
+def make_staging(folder: Path, name: str, kind: str = "tmp") -> Path:
+    """Create the staging folder ``folder/.<name>.omny-<pid>-<hex>.<kind>`` (umask's mode).
+
+    Raises:
+        OSError: The folder cannot be created.
+    """
+    while True:
+        path = folder / staging_name(name, kind)
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        return path
+
+
+def _create_file(folder: Path, name: str) -> Path:
+    """Create an empty temporary file for the destination ``name`` (umask's mode)."""
+    while True:
+        path = folder / staging_name(name)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return path
+
+
+def existing_mode(path: Path) -> int | None:
+    """The permission bits of ``path`` (followed through links), or ``None`` if absent."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _through_link(path: Path) -> Path:
+    """``path``, or the path a symbolic link ``path`` points to (the file to replace)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a file's content to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Flush a folder's entries (renames into it) to disk, where the platform supports it."""
+    with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -48,8 +146,131 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+@contextlib.contextmanager
+def folder_lock(folder: Path, *, shared: bool = False) -> Iterator[None]:
+    """Hold an advisory lock on ``folder`` for the block (``flock`` on the folder).
+
+    Writers hold it exclusively while they commit (the renames into the folder and the removal
+    of what the commit replaced), so that commits into one folder happen one at a time and
+    never while a reader (holding it shared) reads a model and its data; the writing itself is
+    not serialised. Where ``flock`` is not available (Windows, a file system that refuses it),
+    the block runs unlocked.
+    """
+    fd = None
+    if fcntl is not None:
+        try:
+            fd = os.open(folder, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def pid_alive_since(pid: int, moment: float) -> bool:
+    """Whether process ``pid`` exists and was already running at ``moment`` (a Unix time)."""
+    return not _writer_gone(pid, moment)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stale leftovers
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat", encoding="ascii") as file:
+            for line in file:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def process_started_after(pid: int, moment: float) -> bool:
+    """Whether the process ``pid`` started after ``moment`` (a Unix time), as far as known.
+
+    Read from ``/proc/<pid>/stat``; ``False`` where that is not available.
+    """
+    boot = _boot_time()
+    if boot is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as file:
+            text = file.read()
+    except OSError:
+        return False
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = text.rpartition(")")[2].split()
+    try:
+        ticks = int(fields[19])  # field 22 of the whole line: start time in clock ticks
+    except (IndexError, ValueError):
+        return False
+    started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    return started > moment + _CLOCK_SLACK_SECONDS
+
+
+def _writer_gone(pid: int, modified: float) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's: the pid was reused if it started later
+        pass
+    except OSError as error:  # pragma: no cover - e.g. EINVAL for an absurd pid
+        return error.errno == errno.ESRCH
+    return process_started_after(pid, modified)
+
+
+def remove_stale(folder: Path) -> list[str]:
+    """Remove the temporary files and folders of dead writers in ``folder``.
+
+    See the module docstring. Never raises: a leftover that cannot be removed stays for a
+    later write.
+
+    Returns:
+        The names removed.
+    """
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for entry in entries:
+        match = STAGING_PATTERN.match(entry.name)
+        if match is None:
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        kind = stat.S_IFMT(info.st_mode)
+        if kind not in (stat.S_IFDIR, stat.S_IFREG) or (uid is not None and info.st_uid != uid):
+            continue
+        if not _writer_gone(int(match["pid"]), info.st_mtime):
+            continue
+        if kind == stat.S_IFDIR:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+        if not os.path.lexists(entry.path):
+            removed.append(entry.name)
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# Writers
+
+
 def write_bytes_atomic(destination: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``destination`` atomically.
+    """Write ``data`` to ``destination`` atomically (keeping its mode; through a link).
 
     Args:
         destination: The file; its folder must exist.
@@ -59,20 +280,23 @@ def write_bytes_atomic(destination: str | os.PathLike, data: bytes) -> None:
         OmnyIOError: The folder cannot be written, or writing failed (the destination is
             unchanged and no temporary file is left).
     """
-    destination = Path(destination)
-    temporary = destination.parent / f".{destination.name}.{secrets.token_hex(6)}.tmp"
+    destination = _through_link(Path(destination))
+    remove_stale(destination.parent)
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        temporary = _create_file(destination.parent, destination.name)
     except OSError as error:
         raise OmnyIOError(
             f"{destination}: cannot write into {destination.parent} ({error.strerror}); check "
             "its permissions"
         ) from error
     try:
-        with os.fdopen(fd, "wb") as file:
+        with open(temporary, "wb") as file:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
+        mode = existing_mode(destination)
+        if mode is not None:
+            os.chmod(temporary, mode)
         os.replace(temporary, destination)
     except BaseException as error:
         with contextlib.suppress(OSError):
@@ -82,12 +306,7 @@ def write_bytes_atomic(destination: str | os.PathLike, data: bytes) -> None:
                 f"{destination}: writing failed ({error}); no temporary file was left behind"
             ) from error
         raise
-    _fsync_dir(destination.parent)
-
-
-def _temporary_name(target: Path, tag: str = "") -> Path:
-    """A fresh hidden sibling name of ``target`` (``.<name>.<tag><random>.tmp``)."""
-    return target.parent / f".{target.name}.{tag}{secrets.token_hex(6)}.tmp"
+    fsync_dir(destination.parent)
 
 
 def _check_parent(target: Path) -> None:
@@ -150,12 +369,16 @@ def check_output_file(target: Path, force: bool) -> None:
 def replace_directory(source: Path, target: Path) -> None:
     """Rename ``source`` to ``target``, replacing ``target`` (a directory) if it exists.
 
-    A non-empty ``target`` is first renamed aside, so that a failure puts it back.
+    A non-empty ``target`` is first renamed aside (``.<name>.omny-<pid>-<hex>.old``), so that a
+    failure puts it back; ``source`` takes the mode of the ``target`` it replaces.
 
     Raises:
         OmnyIOError: A rename failed.
     """
     try:
+        mode = existing_mode(target)
+        if mode is not None:
+            os.chmod(source, mode)
         if not target.exists():
             os.rename(source, target)
             return
@@ -163,7 +386,7 @@ def replace_directory(source: Path, target: Path) -> None:
             target.rmdir()
             os.rename(source, target)
             return
-        old = _temporary_name(target, "old.")
+        old = target.parent / staging_name(target.name, "old")
         os.rename(target, old)
         try:
             os.rename(source, target)
@@ -182,7 +405,7 @@ def staged_directory(
     """Yield a new temporary directory next to ``target``; rename it to ``target`` on success.
 
     Args:
-        target: The directory to write.
+        target: The directory to write (a link to a directory: the directory it points to).
         force: Replace a non-empty ``target``.
         holds: What the output is (for :func:`check_output_directory`'s message).
 
@@ -190,10 +413,11 @@ def staged_directory(
         OmnyIOError: See :func:`check_output_directory`; or the temporary directory cannot be
             created, or the rename failed.
     """
+    target = _through_link(target)
     check_output_directory(target, force, holds=holds)
-    temporary = _temporary_name(target)
+    remove_stale(target.parent)
     try:
-        os.mkdir(temporary, 0o777)
+        temporary = make_staging(target.parent, target.name)
     except OSError as error:
         raise OmnyIOError(f"{target}: cannot create the output directory: {error}") from error
     try:
@@ -202,27 +426,34 @@ def staged_directory(
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
 
 
 @contextlib.contextmanager
 def staged_file(target: Path, force: bool) -> Iterator[Path]:
     """Yield a new, empty temporary file next to ``target``; flush it and rename it over ``target``.
 
+    The new file keeps the mode of the ``target`` it replaces; a ``target`` that is a symbolic
+    link is written through.
+
     Raises:
         OmnyIOError: See :func:`check_output_file`; or writing or renaming failed (``target``
             is unchanged and nothing temporary is left).
     """
+    target = _through_link(target)
     check_output_file(target, force)
-    temporary = _temporary_name(target)
+    remove_stale(target.parent)
     try:
-        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        temporary = _create_file(target.parent, target.name)
     except OSError as error:
         raise OmnyIOError(f"{target}: cannot write into {target.parent}: {error}") from error
     try:
         yield temporary
         with open(temporary, "rb+") as file:
             os.fsync(file.fileno())
+        mode = existing_mode(target)
+        if mode is not None:
+            os.chmod(temporary, mode)
         os.replace(temporary, target)
     except BaseException as error:
         with contextlib.suppress(OSError):
@@ -232,4 +463,4 @@ def staged_file(target: Path, force: bool) -> Iterator[Path]:
                 f"{target}: writing failed ({error}); no temporary file was left behind"
             ) from error
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)

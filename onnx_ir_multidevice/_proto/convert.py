@@ -14,6 +14,16 @@ fixes the known gaps:
   annotated node; :func:`from_proto` attaches node configurations itself in linear time.
 * **Dropped fields.** onnx-ir drops ``ModelProto.training_info`` and
   ``GraphProto.sparse_initializer``; :func:`from_proto` refuses a proto that has them.
+* **Duplicated metadata keys.** onnx-ir holds ``metadata_props`` as a dict: of two entries
+  with one key (in the model, a graph, a node, a function, a value or a tensor) it keeps the
+  last. :func:`from_proto` refuses such a proto, naming the second entry.
+* **Names that are not text.** protobuf hands a string field holding invalid UTF-8 (a damaged
+  file) over as ``bytes``, which onnx-ir stores as a name and every later step trips on;
+  :func:`from_proto` refuses a proto whose names, metadata keys or values are not text.
+* **Invalid graphs.** What onnx-ir cannot deserialise (two nodes writing one tensor name, an
+  element type no ONNX type has, a function output nothing produces...) raises
+  ``onnx_ir.serde.SerdeError`` around a bare exception; :func:`from_proto` raises an
+  :class:`~onnx_ir_multidevice.OmnyFormatError` with onnx-ir's reason instead.
 * **Empty references.** An empty ``configuration_id`` or ``tensor_name`` loads in onnx-ir
   and then makes serialisation fail. :func:`from_proto` refuses such a proto up front with an
   :class:`~onnx_ir_multidevice.OmnyFormatError` naming the field.
@@ -55,6 +65,7 @@ _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
 _GRAPH = onnx.AttributeProto.GRAPH
 _GRAPHS = onnx.AttributeProto.GRAPHS
+_UNDEFINED = onnx.AttributeProto.UNDEFINED
 
 #: Key under which :func:`from_proto` stores its presence record in ``ir.Model.meta``.
 PRESENCE_META_KEY = "onnx_ir_multidevice.proto_presence"
@@ -257,8 +268,15 @@ def _check_node_configs(path: str, node: ir.Node) -> None:
 # Public conversion API
 
 
-def _proto_nodes(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto]]:
-    """Yield ``(path, node proto)`` for every node: main graph, subgraphs, functions."""
+def _proto_nodes(
+    proto: onnx.ModelProto, subgraphs: list[tuple[str, onnx.GraphProto]] | None = None
+) -> Iterator[tuple[str, onnx.NodeProto]]:
+    """Yield ``(path, node proto)`` for every node: main graph, subgraphs, functions.
+
+    Args:
+        proto: The model.
+        subgraphs: When given, ``(path, graph proto)`` of every subgraph met is appended.
+    """
 
     def visit(nodes: Sequence[onnx.NodeProto], path: str) -> Iterator[tuple[str, Any]]:
         for i, node in enumerate(nodes):
@@ -268,10 +286,16 @@ def _proto_nodes(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto]]
                 continue
             for k, attr in enumerate(node.attribute):
                 if attr.type == _GRAPH:
-                    yield from visit(attr.g.node, f"{node_path}.attribute[{k}].g")
+                    sub_path = f"{node_path}.attribute[{k}].g"
+                    if subgraphs is not None:
+                        subgraphs.append((sub_path, attr.g))
+                    yield from visit(attr.g.node, sub_path)
                 elif attr.type == _GRAPHS:
                     for g, graph in enumerate(attr.graphs):
-                        yield from visit(graph.node, f"{node_path}.attribute[{k}].graphs[{g}]")
+                        sub_path = f"{node_path}.attribute[{k}].graphs[{g}]"
+                        if subgraphs is not None:
+                            subgraphs.append((sub_path, graph))
+                        yield from visit(graph.node, sub_path)
 
     yield from visit(proto.graph.node, "graph")
     for f, function in enumerate(proto.functions):
@@ -305,6 +329,142 @@ def _check_supported(proto: onnx.ModelProto) -> None:
             "onnx-ir does not keep sparse initializers, so the model cannot be loaded without "
             "losing them; convert them to dense initializers first",
         )
+
+
+def _not_utf8(path: str) -> OmnyFormatError:
+    return OmnyFormatError(
+        path,
+        "holds a name or text that is not valid UTF-8 (protobuf hands it over as bytes, which "
+        "no later step can use): the file is damaged; re-export the model or repair it",
+    )
+
+
+def _check_unique_keys(entries: Sequence[onnx.StringStringEntryProto], path: str) -> None:
+    """Refuse two ``metadata_props`` entries with one key, or a key or value that is not text.
+
+    onnx-ir would keep the last value of a key; a value that is not text is a damaged file.
+    """
+    if not entries:
+        return
+    try:
+        "".join([entry.key + entry.value for entry in entries])
+    except TypeError:
+        raise _not_utf8(path) from None
+    if len(entries) < 2:
+        return
+    first: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        j = first.setdefault(entry.key, i)
+        if j != i:
+            raise OmnyFormatError(
+                f"{path}[{i}]",
+                f"key {entry.key!r} appears twice (entries {j} and {i}); onnx-ir keeps one "
+                "value per key, so loading would lose one of them silently; remove or rename "
+                "one entry (e.g. with onnx) and load the file again",
+            )
+
+
+def _check_node_text(node: onnx.NodeProto, path: str) -> None:
+    """Refuse a node whose names are not text (invalid UTF-8 comes back as bytes)."""
+    try:  # str.join raises TypeError on bytes: one C-level check of every name
+        "".join([*node.input, *node.output, node.name, node.op_type, node.domain])
+        if node.attribute:
+            "".join([attribute.name for attribute in node.attribute])
+    except TypeError:
+        raise _not_utf8(path) from None
+    if node.attribute:
+        for k, attribute in enumerate(node.attribute):
+            if not attribute.ref_attr_name and attribute.type == _UNDEFINED:
+                raise OmnyFormatError(
+                    f"{path}.attribute[{k}].type",
+                    f"attribute {attribute.name!r} of node {node.name!r} has no type "
+                    "(UNDEFINED), so neither onnx-ir nor onnxruntime can use it: the file is "
+                    "damaged; re-export the model or repair it",
+                )
+
+
+def _check_graph_keys(graph: onnx.GraphProto, path: str) -> None:
+    _check_unique_keys(graph.metadata_props, f"{path}.metadata_props")
+    if not isinstance(graph.name, str):
+        raise _not_utf8(f"{path}.name")
+    for field in ("input", "output", "value_info", "initializer"):
+        items = getattr(graph, field)
+        try:
+            "".join([item.name for item in items])
+        except TypeError:
+            bad = next(i for i, item in enumerate(items) if not isinstance(item.name, str))
+            raise _not_utf8(f"{path}.{field}[{bad}].name") from None
+        for i, item in enumerate(items):
+            if item.metadata_props:
+                _check_unique_keys(item.metadata_props, f"{path}.{field}[{i}].metadata_props")
+
+
+def _check_all_keys(
+    proto: onnx.ModelProto, subgraphs: Sequence[tuple[str, onnx.GraphProto]]
+) -> None:
+    """Check the ``metadata_props`` and names of the model, graphs, functions and values.
+
+    Nodes are checked during the walk over the nodes (:func:`_from_proto`).
+    """
+    _check_unique_keys(proto.metadata_props, "metadata_props")
+    try:
+        "".join([opset.domain for opset in proto.opset_import])
+    except TypeError:
+        raise _not_utf8("opset_import") from None
+    _check_graph_keys(proto.graph, "graph")
+    for path, graph in subgraphs:
+        _check_graph_keys(graph, path)
+    for f, function in enumerate(proto.functions):
+        _check_unique_keys(function.metadata_props, f"functions[{f}].metadata_props")
+        try:
+            "".join([function.name, function.domain, function.overload, *function.input])
+            "".join(function.output)
+        except TypeError:
+            raise _not_utf8(f"functions[{f}]") from None
+        for i, info in enumerate(function.value_info):
+            _check_unique_keys(
+                info.metadata_props, f"functions[{f}].value_info[{i}].metadata_props"
+            )
+
+
+_SERDE_ERRORS = (
+    ir.serde.SerdeError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+    RecursionError,
+)
+"""What onnx-ir raises on what it cannot represent (``SerdeError`` wraps most of them)."""
+
+
+def _innermost(error: BaseException) -> tuple[BaseException, str]:
+    """The innermost exception of ``error``'s chain, and its first line."""
+    root: BaseException = error
+    seen = {id(root)}
+    while True:
+        nxt = root.__cause__ or root.__context__
+        if nxt is None or id(nxt) in seen:
+            break
+        seen.add(id(nxt))
+        root = nxt
+    reason = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
+    return root, reason
+
+
+def _unreadable(error: BaseException) -> OmnyFormatError:
+    """The typed error for a proto onnx-ir failed to deserialise: its innermost reason."""
+    root, reason = _innermost(error)
+    if isinstance(root, KeyError):
+        reason = f"{reason} is used but never defined"
+    path = "functions" if "deserialize_function" in str(error).partition("\n")[0] else "graph"
+    return OmnyFormatError(
+        path,
+        f"onnx-ir cannot read the model: {reason} ({type(root).__name__}); the file is not a "
+        "valid ONNX model: check it with onnx.checker.check_model, then repair or re-export it",
+    )
 
 
 def _scope_of(graph: ir.Graph | ir.Function) -> dict[str, ir.Value]:
@@ -384,7 +544,9 @@ def from_proto(proto: onnx.ModelProto) -> ir.Model:
         OmnyFormatError: A node device configuration has an empty ``configuration_id``, a
             sharding spec an empty ``tensor_name``, two functions share one identifier
             (onnx-ir would keep only the last), or the proto has ``training_info`` or main-graph
-            ``sparse_initializer`` (onnx-ir drops them). The error's ``path`` names the field.
+            ``sparse_initializer`` (onnx-ir drops them), a ``metadata_props`` key appears
+            twice in one message, or onnx-ir cannot deserialise the proto (an invalid graph,
+            e.g. two nodes writing one tensor name). The error's ``path`` names the field.
     """
     # onnx-ir builds many small acyclic objects: without the pause, the collector's full
     # scans of everything else the process holds make loading superlinear.
@@ -396,28 +558,38 @@ def _from_proto(proto: onnx.ModelProto) -> ir.Model:
     _check_unique_functions(proto)
     _check_supported(proto)
     held: list[tuple[onnx.NodeProto, list[onnx.NodeDeviceConfigurationProto]]] = []
-    for path, node_proto in _proto_nodes(proto):
+    subgraphs: list[tuple[str, onnx.GraphProto]] = []
+    for path, node_proto in _proto_nodes(proto, subgraphs):
         if node_proto.device_configurations:
             _check_proto_references(path, node_proto)
             held.append((node_proto, list(node_proto.device_configurations)))
+        _check_node_text(node_proto, path)
+        if node_proto.metadata_props:
+            _check_unique_keys(node_proto.metadata_props, f"{path}.metadata_props")
+    _check_all_keys(proto, subgraphs)
     for node_proto, _ in held:
         del node_proto.device_configurations[:]
     try:
         model = ir.serde.deserialize_model(proto)
+    except _SERDE_ERRORS as error:
+        raise _unreadable(error) from error
     finally:
         for node_proto, configs in held:
             node_proto.device_configurations.extend(configs)
-    for f_proto, function in zip(proto.functions, model.functions.values()):
-        if f_proto.value_info:
-            _restore_function_input_types(f_proto, function)
-    record = _PresenceRecord(
-        opset_dict=dict(model.opset_imports),
-        opset_protos=list(proto.opset_import),
-    )
-    for config, ir_config in zip(proto.configuration, model.device_configurations):
-        record.note(ir_config, config, ("name", "num_devices"))
-    if held:
-        _attach_node_configs(proto, model, record)
+    try:
+        for f_proto, function in zip(proto.functions, model.functions.values()):
+            if f_proto.value_info:
+                _restore_function_input_types(f_proto, function)
+        record = _PresenceRecord(
+            opset_dict=dict(model.opset_imports),
+            opset_protos=list(proto.opset_import),
+        )
+        for config, ir_config in zip(proto.configuration, model.device_configurations):
+            record.note(ir_config, config, ("name", "num_devices"))
+        if held:
+            _attach_node_configs(proto, model, record)
+    except _SERDE_ERRORS as error:
+        raise _unreadable(error) from error
     model.meta[PRESENCE_META_KEY] = record
     return model
 
@@ -472,10 +644,20 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
     Raises:
         OmnyFormatError: The model cannot be written without losing or corrupting its
             multi-device annotations (IR version below 11, a stage or integer out of the
-            proto range, an unnamed configuration or sharded value). ``path`` names the field.
+            proto range, an unnamed configuration or sharded value; ``path`` names the
+            field), or onnx-ir cannot serialise it (a string that is not valid UTF-8...).
     """
     _check_model(model)
-    proto = ir.serde.serialize_model(model)
+    try:
+        proto = ir.serde.serialize_model(model)
+    except _SERDE_ERRORS as error:
+        root, reason = _innermost(error)
+        raise OmnyFormatError(
+            "",
+            f"onnx-ir cannot serialise the model: {reason} ({type(root).__name__}); a name or "
+            "string of the model may not be valid UTF-8 (a damaged file), or a value may not "
+            "fit its proto field; fix it in the IR, or re-export the model",
+        ) from error
     record = model.meta.get(PRESENCE_META_KEY)
     if not isinstance(record, _PresenceRecord):
         record = None

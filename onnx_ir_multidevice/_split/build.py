@@ -20,8 +20,9 @@ Rules (see ``docs/splitting.md``):
   ``env = dict(graph inputs); for each stage: env.update(stage.run({n: env[n] ...}))``.
 * An ``If``/``Loop``/``Scan`` node is never cut: it runs whole in its stage, and the
   outer-scope values its bodies read count as values its stage reads.
-* Opset imports, functions, IR version, producer and metadata are kept; the ``.omny`` metadata
-  and the pipeline configurations used for the split are stripped (a stage is single-device).
+* Opset imports, functions, IR version, producer and metadata are kept; the ``.omny`` metadata,
+  the record of the model's data file and the pipeline configurations used for the split are
+  stripped (a stage is single-device, with its own data file).
   Two metadata entries say which stage a model is: ``onnx_ir_multidevice.stage`` and
   ``onnx_ir_multidevice.num_stages``.
 * The input model is never modified: stage graphs are built from clones of its nodes.
@@ -42,6 +43,7 @@ import onnx_ir as ir
 from onnx_ir import _cloner
 
 from onnx_ir_multidevice._errors import OmnyFormatError, SplitError
+from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY
 from onnx_ir_multidevice._split.select import (
     Configuration,
     _build_index,
@@ -64,7 +66,9 @@ STAGE_INDEX_KEY = "onnx_ir_multidevice.stage"
 NUM_STAGES_KEY = "onnx_ir_multidevice.num_stages"
 """``metadata_props`` key of a stage model: the number of stages of its split."""
 
-_OMNY_KEYS = (OMNY_VERSION_KEY, OMNY_METADATA_KEY)
+_OMNY_KEYS = (OMNY_VERSION_KEY, OMNY_METADATA_KEY, DATA_RECORD_KEY)
+"""Model ``metadata_props`` a stage does not inherit: the ``.omny`` plan, and the record of
+the model's data file (a stage has its own data file, or none)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,9 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
+from onnx_ir_multidevice._errors import ExternalDataError
 from onnx_ir_multidevice._proto.atomic import check_output_directory, staged_directory
+from onnx_ir_multidevice._proto.external import external_attributes_embedded, model_problems
 from onnx_ir_multidevice._split.build import (
     _boundary_types,
     _build_stage_model,
@@ -73,8 +75,13 @@ def save_split(
     Referencing the model's own data file instead is not possible: onnxruntime and onnx-ir
     refuse external data outside the model's folder or reached through a link.
 
-    The files are written into a temporary sibling directory which is then renamed to
-    ``outdir``, so ``outdir`` never holds a half-written split.
+    The files are written into a hidden sibling directory named after this process
+    (``.<outdir name>.omny-<pid>-<hex>.tmp``) which is then renamed to ``outdir``, so
+    ``outdir`` never holds a half-written split; such directories left by a killed writer are
+    removed by the next split into the same folder. A new ``outdir`` gets the mode the umask
+    gives; a replaced one keeps its mode. Tensor attributes (``Constant`` values) the model
+    reads from external files are embedded in the stage files: a stage refers to no file but
+    its own data file.
 
     Args:
         model: The model to split (not modified).
@@ -100,9 +107,13 @@ def save_split(
     require_model(model, "save_split")
     target = Path(outdir).absolute()
     check_output_directory(target, force, holds=_HOLDS)
+    problems = model_problems(model)
+    if problems:
+        raise ExternalDataError(f"{target} (the model being split)", problems)
     # The stage graphs and their protos are large acyclic object graphs: without the pause
-    # the first save after the split pays a full collection of every cloned node.
-    with gc_paused():
+    # the first save after the split pays a full collection of every cloned node. Tensor
+    # attributes read from external files are embedded: each stage file stands alone.
+    with gc_paused(), external_attributes_embedded(model):
         return _save_split(model, target, shards, configuration, metadata, external_data_threshold)
 
 

@@ -44,9 +44,15 @@ from collections.abc import Mapping
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
+from onnx_ir_multidevice._errors import (
+    ExternalDataError,
+    ExternalDataProblem,
+    OmnyFormatError,
+    OmnyIOError,
+)
 from onnx_ir_multidevice._proto import files as _io
 from onnx_ir_multidevice._proto.convert import from_proto
+from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.binding.bind import BoundPlan
 from onnx_ir_multidevice.checker.container_rules import check_container
@@ -340,6 +346,16 @@ def _from_proto(proto: onnx.ModelProto, diagnostics: list[Diagnostic]) -> ir.Mod
         return None
 
 
+def _external_data_diagnostic(problem: ExternalDataProblem) -> Diagnostic:
+    where = f"metadata_props[{DATA_RECORD_KEY}]" if problem.code == "OMNY109" else None
+    advice = (
+        "save the model again with its own data file (onnx_ir_multidevice.save)"
+        if problem.code == "OMNY109"
+        else "keep the data as a regular file inside the model's folder and re-save the model"
+    )
+    return make(problem.code, f"{problem}; {advice}", where or f"value:{problem.tensor}")
+
+
 def _load_path(
     path: str, onnx_checker: bool | None, diagnostics: list[Diagnostic]
 ) -> ir.Model | None:
@@ -352,6 +368,9 @@ def _load_path(
         raise OmnyIOError(f"{path}: no such file; give the path of a .onnx or .omny model")
     try:
         model = _io.load(path)
+    except ExternalDataError as error:  # OMNY108 / OMNY109: one diagnostic per tensor or file
+        diagnostics.extend(_external_data_diagnostic(p) for p in error.problems)
+        return None
     except OmnyContainerError as error:  # a v2 container's header, manifest or model
         diagnostics.append(make("OMNY101", str(error), error.path))
         return None

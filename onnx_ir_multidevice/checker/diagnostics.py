@@ -170,6 +170,13 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY105", _W, True, "Unknown .omny format version."),
     ("OMNY106", _E, True, "load() refuses the model's content (fields onnx-ir drops...)."),
     ("OMNY107", _E, True, "omnynet_version and the JSON document's version disagree."),
+    (
+        "OMNY108",
+        _E,
+        True,
+        "A tensor's external data is outside the folder, missing or out of range.",
+    ),
+    ("OMNY109", _E, True, "An external data file is not the one the model was saved with."),
     ("OMNY110", _E, True, "A cut point's after_node is not a node of the graph."),
     ("OMNY111", _E, True, "A cut point's tensor_name is not a value of the graph."),
     ("OMNY112", _E, True, "A cut point's tensor is not an output of its after_node."),
@@ -274,7 +281,7 @@ def make(code: str, message: str, location: str, severity: Severity | None = Non
 
 
 UNREADABLE_CODES: frozenset[str] = frozenset(
-    {"OMNY102", "OMNY103", "OMNY104", "OMNY106", "OMNY107"}
+    {"OMNY102", "OMNY103", "OMNY104", "OMNY106", "OMNY107", "OMNY108", "OMNY109"}
 )
 """Codes of a file whose model or plan the other commands cannot read.
 

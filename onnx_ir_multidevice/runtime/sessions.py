@@ -4,15 +4,18 @@
 onnxruntime sessions here, from an :class:`onnx_ir.Model`, an :class:`onnx.ModelProto`, the
 serialized bytes of one, or a path:
 
-* a **path** is handed to onnxruntime as it is: onnxruntime finds external data relative to
-  the model file, whatever the working directory;
+* a **path** is handed to onnxruntime as an absolute path (links resolved, as
+  :func:`~onnx_ir_multidevice.load` does): onnxruntime finds external data relative to the
+  model file, whatever the working directory, now or when the session is made;
 * a model that fits in one protobuf message and carries its weights is handed over as
-  **bytes**, without touching the disk;
-* a model with **external data**, or larger than :data:`PROTO_LIMIT_BYTES` (protobuf cannot
-  serialize a message of 2 GiB or more), is saved to a **private temporary folder** with its
-  weights in a data file; the folder is removed when the session is closed
-  (:meth:`ModelSession.close`, or leaving its ``with`` block), and at the latest when the
-  :class:`ModelSession` is garbage-collected.
+  **bytes**, without touching the disk; tensor attributes (``Constant`` values) it reads from
+  external files are embedded in those bytes (onnxruntime would look for their files relative
+  to the working directory, and refuse: "External data path ... escapes working directory");
+* a model with **external initializers**, or larger than :data:`PROTO_LIMIT_BYTES`
+  (protobuf cannot serialize a message of 2 GiB or more), is saved to a **private temporary
+  folder** with its weights in a data file (and its external tensor attributes embedded); the
+  folder is removed when the session is closed (:meth:`ModelSession.close`, or leaving its
+  ``with`` block), and at the latest when the :class:`ModelSession` is garbage-collected.
 
 :func:`session_source` makes the same decision ahead of time, for a session that is created
 later or in another process (a Ray actor): it keeps the bytes or the path, or the IR model
@@ -28,11 +31,13 @@ __all__ = ["PROTO_LIMIT_BYTES", "ModelSession", "session_options", "session_sour
 
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Union
 
 import onnx
 import onnx_ir as ir
+
+from onnx_ir_multidevice._proto.external import external_attributes_embedded, proto_tensors
 
 PROTO_LIMIT_BYTES = 1_800_000_000
 """Models whose weights or serialized proto reach this size go through a temporary file
@@ -92,7 +97,7 @@ def session_options(
 
 
 def _needs_file(model: ir.Model) -> bool:
-    """Whether ``model`` has external tensors or weights too large for one protobuf message."""
+    """Whether ``model`` has external initializers or weights too large for one message."""
     total = 0
     for graph in model.graphs():
         for value in graph.initializers.values():
@@ -105,20 +110,6 @@ def _needs_file(model: ir.Model) -> bool:
     return total >= PROTO_LIMIT_BYTES
 
 
-def _proto_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor of ``graph``: initializers and tensor attributes, subgraphs included."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            if attribute.HasField("g"):
-                yield from _proto_tensors(attribute.g)
-            for subgraph in attribute.graphs:
-                yield from _proto_tensors(subgraph)
-
-
 def session_source(model: ModelSource) -> bytes | str | ir.Model:
     """What to keep for creating a session of ``model`` later (see the module docstring).
 
@@ -126,20 +117,21 @@ def session_source(model: ModelSource) -> bytes | str | ir.Model:
         model: An IR model, a proto, serialized bytes or a path.
 
     Returns:
-        The serialized model when it fits in one protobuf message and carries its weights;
-        the path (as a string) for a path; else the IR model, which :class:`ModelSession`
-        saves to a temporary folder. The IR model is not copied.
+        The serialized model when it fits in one protobuf message and carries its weights
+        (external tensor attributes embedded); the absolute path (as a string, links
+        resolved) for a path; else the IR model, which :class:`ModelSession` saves to a
+        temporary folder. The IR model is not copied.
 
     Raises:
         TypeError: ``model`` is none of these.
     """
-    if isinstance(model, (bytes, str)):
+    if isinstance(model, bytes):
         return model
-    if isinstance(model, os.PathLike):
-        return os.fspath(model)
+    if isinstance(model, (str, os.PathLike)):
+        return os.path.realpath(model)
     if isinstance(model, onnx.ModelProto):
         external = any(
-            t.data_location == onnx.TensorProto.EXTERNAL for t in _proto_tensors(model.graph)
+            t.data_location == onnx.TensorProto.EXTERNAL for _, _, t in proto_tensors(model)
         )
         if not external and model.ByteSize() < PROTO_LIMIT_BYTES:
             return model.SerializeToString()
@@ -147,7 +139,8 @@ def session_source(model: ModelSource) -> bytes | str | ir.Model:
     if isinstance(model, ir.Model):
         if _needs_file(model):
             return model
-        proto = ir.to_proto(model)
+        with external_attributes_embedded(model):
+            proto = ir.to_proto(model)
         if proto.ByteSize() < PROTO_LIMIT_BYTES:
             return proto.SerializeToString()
         return model
@@ -196,7 +189,8 @@ class ModelSession:
                     prefix="omny-session-", ignore_cleanup_errors=True
                 )
                 path = os.path.join(self._folder.name, _MODEL_FILE)
-                ir.save(source, path, external_data=f"{_MODEL_FILE}.data")
+                with external_attributes_embedded(source):
+                    ir.save(source, path, external_data=f"{_MODEL_FILE}.data")
                 source = path
             self.session = ort.InferenceSession(
                 source,
