@@ -66,9 +66,12 @@ def build_manifest(
         SplitError: A stage reads a name that is neither a graph input nor an output of an
             earlier stage.
     """
-    graph_inputs = [v.name for v in model.graph.inputs]
+    # The inputs a caller feeds: an initializer that is also a graph input (an overridable
+    # default, as IR v3 models declare every weight) is read by its stage, not fed.
+    initializers = model.graph.initializers
+    graph_inputs = [v.name for v in model.graph.inputs if v.name not in initializers]
     graph_outputs = [v.name for v in model.graph.outputs]
-    produced_by: dict[str, int | str] = dict.fromkeys(graph_inputs, "input")
+    produced_by: dict[str, int | str] = dict.fromkeys((v.name for v in model.graph.inputs), "input")
     consumers: dict[tuple[int, str], list[int | str]] = {}
     entries = []
     for i, stage in enumerate(stages):

@@ -327,7 +327,9 @@ def partition(
     search = _Search(model, chain)
     usable = int(search.allowed[1 : search.size].sum())
     if num_stages - 1 > usable:
-        raise PlanError(_too_few_cuts(model, usable, num_stages))
+        error = PlanError(_too_few_cuts(model, usable, num_stages))
+        error.max_stages = usable + 1  # type: ignore[attr-defined] (read by plan_model)
+        raise error
     bounds = _device_bounds(model, num_stages, capacities, max_stage_bytes)
     feasible, highest, _ = search.probe(bounds, _INF, _INF)
     if not feasible:

@@ -214,6 +214,9 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
             if options.explicit:
                 raise
             skipped.append((n, str(exc)))
+            no_cut = getattr(exc, "max_stages", None) == 1
+            if no_cut:  # no cut at all: every larger count fails for the same reason
+                raise PlanError(f"the model cannot be split into stages: {exc}") from None
             continue
         partitions.append(found)
         used_capacities.append(caps)

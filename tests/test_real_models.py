@@ -1,0 +1,84 @@
+"""The real-model matrix: every corpus model through the whole job, as a user brings it.
+
+For each model of ``tests/corpus`` (real PyTorch exports by both exporters, Optimum exports,
+quantized and fp16 models, models shipped in PyPI wheels: ``tests/corpus/README.md``):
+plan with no flag at all -> check (0 errors) -> annotate -> check of the annotated model
+(0 errors) -> split for every planned shard count -> verify within the tolerance of its
+arithmetic -> a 2-stage pipeline serving requests from the split folder, each answer
+compared with the whole model. Then again with the manifest's ``--dim`` values where the plan
+warned that memory figures were lower bounds. Two models have no cut at all (one ``If`` node
+computes everything); for them the planner's message must say why.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from onnx_ir_multidevice.testing.real_models import run_job, tolerance
+
+CORPUS = Path(__file__).parent / "corpus"
+ENTRIES = json.loads((CORPUS / "manifest.json").read_text())
+# Models whose whole computation is one node with a subgraph: nothing to cut between.
+NO_CUT = {"gpt2_merged_optimum", "silero_vad"}
+
+
+def _ids(entries):
+    return [e["name"] for e in entries]
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=_ids(ENTRIES))
+def test_whole_job_with_no_flags(entry, tmp_path):
+    path = CORPUS / entry["file"]
+    before = path.read_bytes()
+    report = run_job(path, tmp_path, dtype_family=entry["dtype_family"], name=entry["name"])
+    assert path.read_bytes() == before  # the user's file is only read
+    if entry["name"] in NO_CUT:
+        assert report.no_cut is not None
+        assert "cannot be split" in report.no_cut
+        assert "If" in report.no_cut  # names the node that computes everything
+        assert "shards:" not in report.no_cut  # said once, not once per shard count
+        return
+    assert report.no_cut is None, report.no_cut
+    assert report.shard_counts and report.shard_counts[0] == 2
+    assert set(report.max_abs_diff) == set(report.shard_counts)
+    assert report.pipeline_requests == 2
+    # One line for the unbound dims at most (and one for values whose size no inference
+    # tells, as If outputs of silero_vad_half); never a request to run shape inference.
+    dim_lines = [w for w in report.plan_warnings if "sizes that depend on" in w]
+    assert len(dim_lines) <= 1, report.plan_warnings
+    assert len(report.plan_warnings) <= 2, report.plan_warnings
+    for text in report.plan_warnings:
+        assert "shape inference" not in text.lower()
+
+
+WITH_DIMS = [e for e in ENTRIES if e.get("suggested_dims") and e["name"] not in NO_CUT]
+
+
+@pytest.mark.parametrize("entry", WITH_DIMS, ids=_ids(WITH_DIMS))
+def test_whole_job_at_the_suggested_dims(entry, tmp_path):
+    dims = entry["suggested_dims"]
+    report = run_job(
+        CORPUS / entry["file"],
+        tmp_path,
+        dims=dims,
+        dtype_family=entry["dtype_family"],
+        name=entry["name"],
+        requests=1,
+        shard_counts=(2,),
+    )
+    assert report.no_cut is None
+    assert report.max_abs_diff[2] is not None and report.pipeline_requests == 1
+    # The bound dims are no longer named as unknown (a dim the manifest leaves out may be).
+    for text in report.plan_warnings:
+        for name in dims:
+            assert f"{name} (input" not in text, text
+
+
+def test_tolerance_families():
+    assert tolerance("fp32") == (1e-4, 1e-4)
+    assert tolerance("fp16") == tolerance("int8") == (1e-2, 1e-2)
+    with pytest.raises(ValueError, match="unknown dtype family"):
+        tolerance("bf8")
