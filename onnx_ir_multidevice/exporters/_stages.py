@@ -141,8 +141,9 @@ class ExportStages:
         dtype = None if value is None else self.sizes.dtype(value)
         if dtype is None:
             raise ExportError(
-                f"tensor {name!r}: its data type is not known; give the model's values their "
-                "types (onnx_ir.passes.common.ShapeInferencePass)"
+                f"tensor {name!r}: its data type is neither stated in the model nor "
+                "inferable (ONNX type inference cannot tell it); give the value a type in the "
+                "model's value_info"
             )
         return dtype
 
