@@ -33,6 +33,7 @@ PUBLIC_PATHS = (
             "exporters",
             "testing",
             "testing.zoo",
+            "testing.real_models",
             "examples",
             "omny.container",
             "oaax",
