@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice.testing.real_models import run_job, tolerance
+from onnx_ir_multidevice.analysis import TOLERANCES, arithmetic_family
+from onnx_ir_multidevice.testing.real_models import run_job
 
 CORPUS = Path(__file__).parent / "corpus"
 ENTRIES = json.loads((CORPUS / "manifest.json").read_text())
@@ -33,7 +35,7 @@ def _ids(entries):
 def test_whole_job_with_no_flags(entry, tmp_path):
     path = CORPUS / entry["file"]
     before = path.read_bytes()
-    report = run_job(path, tmp_path, dtype_family=entry["dtype_family"], name=entry["name"])
+    report = run_job(path, tmp_path, name=entry["name"])
     assert path.read_bytes() == before  # the user's file is only read
     if entry["name"] in NO_CUT:
         assert report.no_cut is not None
@@ -64,7 +66,6 @@ def test_whole_job_at_the_suggested_dims(entry, tmp_path):
         CORPUS / entry["file"],
         tmp_path,
         dims=dims,
-        dtype_family=entry["dtype_family"],
         name=entry["name"],
         requests=1,
         shard_counts=(2,),
@@ -77,8 +78,13 @@ def test_whole_job_at_the_suggested_dims(entry, tmp_path):
             assert f"{name} (input" not in text, text
 
 
-def test_tolerance_families():
-    assert tolerance("fp32") == (1e-4, 1e-4)
-    assert tolerance("fp16") == tolerance("int8") == (1e-2, 1e-2)
-    with pytest.raises(ValueError, match="unknown dtype family"):
-        tolerance("bf8")
+@pytest.mark.parametrize("entry", ENTRIES, ids=_ids(ENTRIES))
+def test_arithmetic_family_matches_the_manifest(entry):
+    # The manifest records how each model was made (exported in fp32, converted to fp16,
+    # quantized); the tolerance verify picks must follow from the graph alone.
+    assert arithmetic_family(ir.load(CORPUS / entry["file"])) == entry["dtype_family"]
+
+
+def test_tolerances_by_family():
+    assert TOLERANCES["fp32"] == (1e-4, 1e-4)
+    assert TOLERANCES["fp16"] == TOLERANCES["int8"] == (1e-2, 1e-2)

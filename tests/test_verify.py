@@ -15,6 +15,7 @@ from onnx_ir_multidevice._errors import SplitError, VerifyError
 from onnx_ir_multidevice._proto.files import save
 from onnx_ir_multidevice._split import split_at
 from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
+from onnx_ir_multidevice.planner import plan
 from onnx_ir_multidevice.runtime.verification import (
     compare_outputs,
     make_inputs,
@@ -240,3 +241,22 @@ def test_cli_verify_without_any_configuration_is_a_content_problem(tmp_path, cap
     save(zoo.resnet(depth_blocks=1), path)
     assert main(["verify", str(path)]) == 1
     assert "no shard configuration" in capsys.readouterr().err
+
+
+def test_default_tolerance_follows_the_models_arithmetic(tmp_path):
+    corpus = os.path.join(os.path.dirname(__file__), "corpus")
+    model = ir.load(os.path.join(corpus, "yolo_like_fp16_dynamo.onnx"))
+    with pytest.warns(UserWarning, match="lower bounds"):
+        omny.write(model, plan(model, shards=[2]))
+    report = verify(model, 2)
+    assert (report.rtol, report.atol) == (1e-2, 1e-2) and report.ok
+    strict = verify(model, 2, rtol=1e-4, atol=1e-4)  # fp16 rounding across a cut shows
+    assert (strict.rtol, strict.atol) == (1e-4, 1e-4) and not strict.ok
+    assert verify(model, 2, rtol=0.5).atol == 1e-2  # one given, the other defaulted
+    fp32 = zoo.gpt(layers=2)
+    omny.write(fp32, plan(fp32, shards=[2], relaxed=True))
+    assert (verify(fp32, 2).rtol, verify(fp32, 2).atol) == (1e-4, 1e-4)
+    path = tmp_path / "fp16.omny"
+    save(model, path)
+    assert main(["verify", str(path), "--shards", "2"]) == 0
+    assert main(["verify", str(path), "--shards", "2", "--rtol", "1e-4", "--atol", "1e-4"]) == 1

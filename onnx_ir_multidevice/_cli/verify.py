@@ -5,7 +5,8 @@ inputs (generated from the input types at the planning dims the file records, el
 example dims such as 128 tokens or 224 x 224 images; ``--dim batch=2`` sets one) and
 compares every graph output. Without ``--shards``, every shard count the model's
 configurations offer is verified (``--shards 2 4`` or ``--shards 2,4``: these). Exits with 1 when
-an output differs by more than ``--rtol``/``--atol``, a stage fails in onnxruntime or the model
+an output differs by more than ``--rtol``/``--atol`` (default ``1e-4``, ``1e-2`` for a model
+that computes in fp16 or quantized arithmetic), a stage fails in onnxruntime or the model
 has no plan to verify, with one ``omny: error:`` line naming the shard counts that failed.
 """
 
@@ -45,10 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="numbers of stages, e.g. 2 4 or 2,4 (default: every one the model offers)",
     )
     parser.add_argument(
-        "--rtol", type=tolerance_argument, default=1e-4, help="relative tolerance (1e-4)"
+        "--rtol",
+        type=tolerance_argument,
+        help="relative tolerance (default: 1e-4, or 1e-2 for an fp16 or quantized model)",
     )
     parser.add_argument(
-        "--atol", type=tolerance_argument, default=1e-4, help="absolute tolerance (1e-4)"
+        "--atol", type=tolerance_argument, help="absolute tolerance (default: as --rtol)"
     )
     parser.add_argument(
         "--dim", type=dim_argument, action="append", default=[], metavar="NAME=INT",

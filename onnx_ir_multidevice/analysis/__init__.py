@@ -39,6 +39,10 @@ __all__ = [
     "analyse_cut_points",
     "find_cut_points",
     "narrowest_crossing",
+    # precision
+    "TOLERANCES",
+    "arithmetic_family",
+    "default_tolerance",
     # shapes
     "DimExpression",
     "ValueShapes",
@@ -62,6 +66,11 @@ from onnx_ir_multidevice.analysis.cut_points import (
     narrowest_crossing,
 )
 from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
+from onnx_ir_multidevice.analysis.precision import (
+    TOLERANCES,
+    arithmetic_family,
+    default_tolerance,
+)
 from onnx_ir_multidevice.analysis.shapes import ValueShapes, example_dims, input_symbols
 from onnx_ir_multidevice.analysis.stages import (
     StageAssignmentError,

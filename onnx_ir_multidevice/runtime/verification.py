@@ -38,6 +38,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import VerifyError
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._util import plural, require_model
+from onnx_ir_multidevice.analysis.precision import default_tolerance
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 from onnx_ir_multidevice.runtime.inputs import check_dims, generate_inputs, input_specs
 from onnx_ir_multidevice.runtime.sessions import ModelSession
@@ -149,10 +150,16 @@ def _checked_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
         raise VerifyError(str(exc)) from exc
 
 
-def _check_tolerances(rtol: float, atol: float) -> None:
+def _tolerances(model: ir.Model, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    """The tolerances given, the model's default (:func:`default_tolerance`) for ``None``."""
+    if rtol is None or atol is None:
+        default_rtol, default_atol = default_tolerance(model)
+        rtol = default_rtol if rtol is None else rtol
+        atol = default_atol if atol is None else atol
     for name, value in (("rtol", rtol), ("atol", atol)):
         if not 0.0 <= value < float("inf"):
             raise VerifyError(f"{name} must be a finite number >= 0, got {value!r}")
+    return rtol, atol
 
 
 def make_inputs(
@@ -300,8 +307,8 @@ def verify_stages(
     stages: Sequence[ir.Model],
     inputs: Mapping[str, np.ndarray] | None = None,
     *,
-    rtol: float = 1e-4,
-    atol: float = 1e-4,
+    rtol: float | None = None,
+    atol: float | None = None,
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     providers: Sequence[str] | None = None,
@@ -312,8 +319,8 @@ def verify_stages(
         model: The whole model.
         stages: Its stage models, in pipeline order (as :func:`split` returns them).
         inputs: Arrays by graph input name; missing ones are generated (:func:`make_inputs`).
-        rtol: Relative tolerance.
-        atol: Absolute tolerance.
+        rtol: Relative tolerance (default: by the model's arithmetic, see :func:`verify`).
+        atol: Absolute tolerance (default: likewise).
         dims: Values of symbolic dimensions for generated inputs.
         seed: Seed for generated inputs.
         providers: onnxruntime execution providers (default CPU).
@@ -326,7 +333,7 @@ def verify_stages(
             it), a stage reads a name nothing provides, ``rtol`` or ``atol`` is negative, or
             a value of ``dims`` is not a positive integer.
     """
-    _check_tolerances(rtol, atol)
+    rtol, atol = _tolerances(model, rtol, atol)
     feeds = make_inputs(model, dims=dims, seed=seed)
     if inputs:
         feeds.update({k: np.asarray(v) for k, v in inputs.items()})
@@ -384,8 +391,8 @@ def verify(
     shards: int,
     inputs: Mapping[str, np.ndarray] | None = None,
     *,
-    rtol: float = 1e-4,
-    atol: float = 1e-4,
+    rtol: float | None = None,
+    atol: float | None = None,
     configuration: Any = None,
     metadata: Any = None,
     dims: Mapping[str, int] | None = None,
@@ -404,8 +411,11 @@ def verify(
         model: The model (not modified).
         shards: Number of stages.
         inputs: Arrays by graph input name; missing ones are generated (:func:`make_inputs`).
-        rtol: Relative tolerance.
-        atol: Absolute tolerance.
+        rtol: Relative tolerance. Default: by the model's arithmetic
+            (:func:`~onnx_ir_multidevice.analysis.default_tolerance`): ``1e-4``
+            for fp32 models, ``1e-2`` for fp16 and quantized ones, where onnxruntime's
+            fusions on each side of a cut round differently.
+        atol: Absolute tolerance; the same default.
         configuration: Which configuration to split by (see
             :func:`~onnx_ir_multidevice._split.build.split`).
         metadata: ``.omny`` metadata to use instead of the model's.
@@ -424,7 +434,7 @@ def verify(
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
     """
     require_model(model, "verify")
-    _check_tolerances(rtol, atol)
+    rtol, atol = _tolerances(model, rtol, atol)
     _checked_dims(dims)
     stages = split(model, shards, configuration=configuration, metadata=metadata)
     return verify_stages(

@@ -8,7 +8,8 @@ command line does, in one process, writing every intermediate file to disk:
 2. ``check`` of that file (no error allowed);
 3. ``annotate``, the annotated model saved, loaded back and checked (no error allowed);
 4. for every planned shard count: ``save_split`` to a folder, and ``verify`` (the stages
-   chained against the whole model on onnxruntime, within :func:`tolerance`);
+   chained against the whole model on onnxruntime, at the tolerance of the model's arithmetic:
+   :func:`~onnx_ir_multidevice.analysis.default_tolerance`);
 5. a short ``run``: a :class:`~onnx_ir_multidevice.runtime.Pipeline` over the 2-stage split
    folder serves a few requests; each answer is compared with the whole model's.
 
@@ -21,7 +22,7 @@ message (which tensors cross, where). The test suite runs it on every model of t
 
 from __future__ import annotations
 
-__all__ = ["JobReport", "StepFailure", "run_job", "tolerance"]
+__all__ = ["JobReport", "StepFailure", "run_job"]
 
 import dataclasses
 import time
@@ -34,6 +35,7 @@ import numpy as np
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._proto import load, save
 from onnx_ir_multidevice._split import save_split
+from onnx_ir_multidevice.analysis.precision import TOLERANCES, arithmetic_family
 from onnx_ir_multidevice.checker import Severity, check
 from onnx_ir_multidevice.omny import write
 from onnx_ir_multidevice.passes import annotate
@@ -41,28 +43,6 @@ from onnx_ir_multidevice.planner import plan
 from onnx_ir_multidevice.runtime import Pipeline, verify
 from onnx_ir_multidevice.runtime.sessions import ModelSession
 from onnx_ir_multidevice.runtime.verification import compare_outputs
-
-# Tolerances of ``verify`` by the family of the model's arithmetic. fp32: the default of
-# ``verify``. fp16 and int8 models are compared at 1e-2: onnxruntime fuses differently on
-# each side of a cut (a LayerNorm or MatMulIntegerToFloat fusion that spans the cut in the
-# whole model is two kernels in the stages), which rounds differently at these precisions
-# (measured on the corpus: up to 5.9e-3 on bert_fp16 with 6 stages, 4.6e-3 on
-# gpt2_int8_dynamic, 4.9e-4 on yolo_like_fp16_dynamo; every fp32 model is within 1e-6).
-_TOLERANCES = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "int8": (1e-2, 1e-2)}
-
-
-def tolerance(dtype_family: str) -> tuple[float, float]:
-    """``(rtol, atol)`` for a model whose arithmetic is ``"fp32"``, ``"fp16"`` or ``"int8"``.
-
-    Raises:
-        ValueError: An unknown family.
-    """
-    try:
-        return _TOLERANCES[dtype_family]
-    except KeyError:
-        raise ValueError(
-            f"unknown dtype family {dtype_family!r}; expected one of {sorted(_TOLERANCES)}"
-        ) from None
 
 
 class StepFailure(AssertionError):
@@ -85,8 +65,10 @@ class JobReport:
     """Shard counts planned (each split and verified)."""
     max_abs_diff: dict[int, float] = dataclasses.field(default_factory=dict)
     """Largest difference of any output, stages against whole model, per shard count."""
+    family: str = "fp32"
+    """The model's arithmetic (:func:`~onnx_ir_multidevice.analysis.arithmetic_family`)."""
     rtol: float = 1e-4
-    """Relative tolerance of ``verify``."""
+    """Relative tolerance of ``verify`` (the default for :attr:`family`)."""
     atol: float = 1e-4
     """Absolute tolerance of ``verify``."""
     plan_warnings: tuple[str, ...] = ()
@@ -114,7 +96,6 @@ def run_job(
     workdir: str | Path,
     *,
     dims: Mapping[str, int] | None = None,
-    dtype_family: str = "fp32",
     name: str | None = None,
     requests: int = 2,
     shard_counts: tuple[int, ...] | None = None,
@@ -126,7 +107,6 @@ def run_job(
         workdir: An existing folder for the files the job writes (``.omny``, annotated
             model, split folders).
         dims: Planning dims (``--dim`` on the command line); default: none, as a new user.
-        dtype_family: ``"fp32"``, ``"fp16"`` or ``"int8"``: picks :func:`tolerance`.
         name: The model's name in the report and file names (default: the file's stem).
         requests: Requests the 2-stage pipeline serves (0: no pipeline run).
         shard_counts: Shard counts to split and verify (default: every count planned).
@@ -140,7 +120,6 @@ def run_job(
     """
     path, workdir = Path(path), Path(workdir)
     name = name or path.stem
-    rtol, atol = tolerance(dtype_family)
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -151,7 +130,9 @@ def run_job(
         clock = now
 
     model = load(path)
-    report = JobReport(name, len(model.graph), rtol=rtol, atol=atol, seconds=seconds)
+    family = arithmetic_family(model)
+    rtol, atol = TOLERANCES[family]
+    report = JobReport(name, len(model.graph), family, rtol=rtol, atol=atol, seconds=seconds)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
