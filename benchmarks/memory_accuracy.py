@@ -20,6 +20,10 @@ with the reason. The results go to ``docs/_static/memory_accuracy.json`` (``--ou
 docs page ``docs/memory_accuracy.md`` renders; the run prints the worst ratios against the goal
 (every stage within +-20 % of measured, never under-predicted by more than 10 %).
 
+``--repredict`` keeps the measurements of ``--out`` and recomputes the predictions with the
+current memory model (each plan made again; a row whose plan now cuts elsewhere is marked
+``stale``, to be measured again).
+
 ``--derive`` instead re-derives the runtime constants of ``planner/memory.py``
 (:data:`~onnx_ir_multidevice.planner.memory.RUNTIME_OVERHEAD_BYTES`) from sessions of a model
 with no weights (see ``derive_constants``).
@@ -28,6 +32,7 @@ Usage::
 
     python benchmarks/memory_accuracy.py [--models bert_dynamo,resnet_dynamo] [--shards 2,3,4]
         [--llm /work/llm-data/tinyllama-1.1b-kv.onnx] [--scratch DIR] [--out FILE] [--derive]
+        [--zoo] [--repredict]
 """
 
 from __future__ import annotations

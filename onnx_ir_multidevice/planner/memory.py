@@ -369,11 +369,11 @@ class MemoryModel:
         self._prepack_table = _SparseMax(self._count_prepacked())
         self._workspace_table = _SparseMax(self._count_workspace())
         self._prefix_mapped = np.concatenate([[0], np.cumsum(self._count_mapped())])
+        self._op_masks, body_nodes = self._count_op_types()
         self._prefix_nodes = np.concatenate(
-            [[0], np.cumsum(np.asarray(self.ends) - np.asarray(self.starts))]
+            [[0], np.cumsum(np.asarray(self.ends) - np.asarray(self.starts) + body_nodes)]
         )
         self._prefix_reordered = np.concatenate([[0], np.cumsum(self._count_reordered())])
-        self._op_masks = self._count_op_types()
         self._with_unknown = [s for s, names in enumerate(self._unknown) if names]
 
     # -- construction -----------------------------------------------------------------------
@@ -662,15 +662,25 @@ class MemoryModel:
             v.const_value is not None or v in self._initializers for v in _cone_sources(producer)
         )
 
-    def _count_op_types(self) -> list[int]:
-        """Op types of each segment, as a bit mask over the graph's op types."""
+    def _count_op_types(self) -> tuple[list[int], np.ndarray]:
+        """Op types of each segment (a bit mask) and nodes of its ``If``/``Loop``/``Scan`` bodies.
+
+        onnxruntime makes a kernel for each node of a body too.
+        """
         bits: dict[tuple[str, str], int] = {}
         masks = [0] * self.num_segments
+        body_nodes = np.zeros(self.num_segments, dtype=np.int64)
         segment_of = self._segment_of.tolist()
+        index = self.analysis.index
+        with_bodies = None if index is None else {node for node, _ in index.bodies}
         for position, node in enumerate(self.analysis.order):
-            bit = bits.setdefault((node.domain, node.op_type), 1 << len(bits))
-            masks[segment_of[position]] |= bit
-        return masks
+            s = segment_of[position]
+            masks[s] |= bits.setdefault((node.domain, node.op_type), 1 << len(bits))
+            if (node in with_bodies) if with_bodies is not None else bool(node.attributes):
+                for inner in _body_nodes(node):
+                    masks[s] |= bits.setdefault((inner.domain, inner.op_type), 1 << len(bits))
+                    body_nodes[s] += 1
+        return masks, body_nodes
 
     def _count_flops(self) -> tuple[str, ...]:
         unknown = []
@@ -803,6 +813,14 @@ def _cone_sources(node: ir.Node) -> Iterable[ir.Value]:
                 yield value
             else:
                 stack.append(producer)
+
+
+def _body_nodes(node: ir.Node) -> Iterable[ir.Node]:
+    """The nodes of ``node``'s bodies, nested bodies included."""
+    for body in node_subgraphs(node):
+        for inner in body:
+            yield inner
+            yield from _body_nodes(inner)
 
 
 def _body_constants(body: ir.Graph) -> Iterable[ir.Value]:
