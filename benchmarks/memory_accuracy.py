@@ -20,6 +20,10 @@ with the reason. The results go to ``docs/_static/memory_accuracy.json`` (``--ou
 docs page ``docs/memory_accuracy.md`` renders; the run prints the worst ratios against the goal
 (every stage within +-20 % of measured, never under-predicted by more than 10 %).
 
+``--repredict`` keeps the measurements of ``--out`` and recomputes the predictions with the
+current memory model (each plan made again; a row whose plan now cuts elsewhere is marked
+``stale``, to be measured again).
+
 ``--derive`` instead re-derives the runtime constants of ``planner/memory.py``
 (:data:`~onnx_ir_multidevice.planner.memory.RUNTIME_OVERHEAD_BYTES`) from sessions of a model
 with no weights (see ``derive_constants``).
@@ -28,6 +32,7 @@ Usage::
 
     python benchmarks/memory_accuracy.py [--models bert_dynamo,resnet_dynamo] [--shards 2,3,4]
         [--llm /work/llm-data/tinyllama-1.1b-kv.onnx] [--scratch DIR] [--out FILE] [--derive]
+        [--zoo] [--repredict]
 """
 
 from __future__ import annotations
@@ -88,7 +93,9 @@ def plans_for(model: ir.Model, shards: int, dims: dict[str, int]):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                result = plan_model(model, shards=[shards], dims=dims, relaxed=relaxed)
+                result = plan_model(
+                    model, shards=[shards], dims=dims, relaxed=relaxed, assign_names=True
+                )
         except Exception as error:  # a PlanError, or a planner bug another issue fixes
             errors.append(error)
             continue
@@ -97,6 +104,24 @@ def plans_for(model: ir.Model, shards: int, dims: dict[str, int]):
             seen.add(cuts)
             found.append((result, relaxed))
     return found, (errors[-1] if errors else None)
+
+
+def predicted_terms(stage) -> dict:
+    """The prediction of one stage and its terms, in bytes."""
+    return {
+        "predicted_bytes": stage.resident_bytes,
+        "total_bytes": stage.total_bytes,
+        "weights_bytes": stage.weights_bytes,
+        "activations_bytes": stage.activations_bytes,
+        "io_bytes": stage.io_bytes,
+        "prepack_bytes": stage.prepack_bytes,
+        "runtime_bytes": stage.runtime_bytes,
+        "mapped_bytes": stage.mapped_bytes,
+        "workspace_bytes": stage.workspace_bytes,
+        "reordered_bytes": stage.reordered_bytes,
+        "upcast_bytes": stage.upcast_bytes,
+        "unknown": list(stage.unknown),
+    }
 
 
 def stage_row(name, shards, relaxed, k, stage, measured_on, measured_off, dims, ops):
@@ -109,16 +134,7 @@ def stage_row(name, shards, relaxed, k, stage, measured_on, measured_off, dims, 
         "relaxed": relaxed,
         "stage": k,
         "dims": dims,
-        "predicted_bytes": stage.resident_bytes,
-        "total_bytes": stage.total_bytes,
-        "weights_bytes": stage.weights_bytes,
-        "activations_bytes": stage.activations_bytes,
-        "io_bytes": stage.io_bytes,
-        "prepack_bytes": stage.prepack_bytes,
-        "runtime_bytes": stage.runtime_bytes,
-        "mapped_bytes": stage.mapped_bytes,
-        "workspace_bytes": stage.workspace_bytes,
-        "unknown": list(stage.unknown),
+        **predicted_terms(stage),
         "measured_bytes": measured_on.peak_bytes,
         "measured_no_arena_bytes": measured_off.peak_bytes,
         "steady_bytes": measured_on.steady_bytes,
@@ -182,6 +198,7 @@ def measure_plan(name, model, inputs, result, relaxed, dims, scratch, log, skipp
             memory = result.memory
             nodes = memory.analysis.order[memory.starts[i] : memory.ends[j - 1]]
             row["planned_nodes"] = len(nodes)
+            row["cuts"] = [c.value.name for c in found.cuts]
             row["outputs_bytes"] = sum(
                 memory.sizes.nbytes(v) or 0 for node in nodes for v in node.outputs
             )
@@ -195,6 +212,36 @@ def measure_plan(name, model, inputs, result, relaxed, dims, scratch, log, skipp
                 f"{row['predicted_bytes'] / max(row['measured_bytes'], 1):.2f}"
             )
     return rows
+
+
+def repredict(document: dict, models, log) -> None:
+    """Recompute the predicted terms of ``document``'s rows with the current memory model.
+
+    The measurements are kept: they do not depend on the model. Each row's plan is made
+    again (same model, shard count, strict or relaxed cuts); a row whose plan now cuts
+    elsewhere (``cuts`` differs) is flagged ``"stale": true``, to be measured again.
+    """
+    by_plan: dict[tuple, list[dict]] = {}
+    for row in document["rows"]:
+        by_plan.setdefault((row["model"], row["shards"], row["relaxed"]), []).append(row)
+    for name, path, dims in models:
+        wanted = {key: rows for key, rows in by_plan.items() if key[0] == name}
+        if not wanted:
+            continue
+        model = load(path)
+        for (_, shards, relaxed), rows in wanted.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = plan_model(
+                    model, shards=[shards], dims=dims, relaxed=relaxed, assign_names=True
+                )
+            found = result.partitions[0]
+            cuts = [c.value.name for c in found.cuts]
+            for row in rows:
+                row.update(predicted_terms(found.memory[row["stage"]]))
+                if "cuts" in row and row["cuts"] != cuts:
+                    row["stale"] = True
+        log(f"{name:28} re-predicted")
 
 
 def zoo_models(scratch: str):
@@ -281,6 +328,11 @@ def main() -> None:
     parser.add_argument("--scratch", help="folder for stage files (default: a temporary one)")
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--derive", action="store_true", help="re-derive the runtime constants")
+    parser.add_argument(
+        "--repredict",
+        action="store_true",
+        help="keep the measurements of --out, recompute the predictions (after a model change)",
+    )
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="omny-accuracy-", dir=args.scratch)
     try:
@@ -294,6 +346,14 @@ def main() -> None:
             models += list(zoo_models(scratch))
         if args.llm:
             models.append((Path(args.llm).stem, Path(args.llm), dict(LLM_DIMS)))
+        if args.repredict:
+            document = json.loads(Path(args.out).read_text())
+            repredict(document, models, print)
+            document["repredicted"] = datetime.date.today().isoformat()
+            Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
+            for line in summary(document["rows"]):
+                print(line)
+            return
         rows, skipped = [], []
         start = time.perf_counter()
         for name, path, dims in models:

@@ -79,17 +79,23 @@ def table(document: dict) -> str:
 
 
 def misses(document: dict) -> str:
-    """The stages outside the goal, arena on, with their terms."""
-    lines = []
+    """The stages outside the goal (arena on), one line per model: how many, their ratios."""
+    by_model: dict[str, list[dict]] = defaultdict(list)
     for row in document["rows"]:
         q = ratio(row)
-        if LOW <= q <= HIGH and q >= UNDER:
-            continue
+        if not (LOW <= q <= HIGH and q >= UNDER):
+            by_model[row["model"]].append(row)
+    lines = []
+    for name, rows in by_model.items():
+        ratios = [ratio(r) for r in rows]
+        unknown = sum(1 for r in rows if r["unknown"])
+        worst = max(rows, key=lambda r: abs(ratio(r) - 1))
         lines.append(
-            f"{row['model']} {row['shards']} shards{' relaxed' if row['relaxed'] else ''} stage "
-            f"{row['stage']}: predicted {row['predicted_bytes'] / MIB:.1f} MiB, measured "
-            f"{row['measured_bytes'] / MIB:.1f} MiB ({q:.2f}); unknown sizes: "
-            f"{len(row['unknown'])}"
+            f"{name:28} {len(rows):2} stage(s), ratio {min(ratios):.2f} .. {max(ratios):.2f}"
+            f"{f', {unknown} with unknown sizes' if unknown else ''}; worst: "
+            f"{worst['shards']} shards{' relaxed' if worst['relaxed'] else ''} stage "
+            f"{worst['stage']}, predicted {worst['predicted_bytes'] / MIB:.1f} MiB, measured "
+            f"{worst['measured_bytes'] / MIB:.1f} MiB"
         )
     return "\n".join(lines) or "none"
 

@@ -13,7 +13,12 @@ import pytest
 from onnx_ir_multidevice import load, save_split
 from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
-from onnx_ir_multidevice.planner import RUNTIME_NODE_BYTES, RUNTIME_OVERHEAD_BYTES, plan_model
+from onnx_ir_multidevice.planner import (
+    RUNTIME_NODE_BYTES,
+    RUNTIME_OP_TYPE_BYTES,
+    RUNTIME_OVERHEAD_BYTES,
+    plan_model,
+)
 from onnx_ir_multidevice.planner.memory import MIB, MemoryModel, StageMemory
 from onnx_ir_multidevice.runtime import (
     ModelSession,
@@ -125,7 +130,8 @@ def test_runtime_terms_by_hand():
     assert whole.mapped_bytes == table - 8 * 2 * MIB
     assert whole.workspace_bytes == 0
     assert whole.runtime_bytes == (
-        RUNTIME_OVERHEAD_BYTES + 2 * RUNTIME_NODE_BYTES + weight - whole.activations_bytes
+        RUNTIME_OVERHEAD_BYTES + 2 * RUNTIME_NODE_BYTES + 2 * RUNTIME_OP_TYPE_BYTES + weight
+        - whole.activations_bytes
         - whole.io_bytes
     )  # fmt: skip
     assert whole.total_bytes == table + weight + whole.activations_bytes + whole.io_bytes

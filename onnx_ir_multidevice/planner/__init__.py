@@ -24,6 +24,7 @@ __all__ = [
     "PlanOptions",
     "PlanResult",
     "RUNTIME_NODE_BYTES",
+    "RUNTIME_OP_TYPE_BYTES",
     "RUNTIME_OVERHEAD_BYTES",
     "StagedConfiguration",
     "StageMemory",
@@ -49,6 +50,7 @@ from onnx_ir_multidevice.planner.devices import (
 from onnx_ir_multidevice.planner.memory import (
     DEFAULT_HEADROOM,
     RUNTIME_NODE_BYTES,
+    RUNTIME_OP_TYPE_BYTES,
     RUNTIME_OVERHEAD_BYTES,
     MemoryModel,
     StageMemory,

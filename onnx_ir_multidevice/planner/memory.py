@@ -19,7 +19,16 @@ predicted resident memory is :attr:`StageMemory.resident_bytes`:
 
 * a fixed cost per session, :data:`RUNTIME_OVERHEAD_BYTES` (the session's own structures,
   its thread pool and the code pages of the kernels it runs), plus
-  :data:`RUNTIME_NODE_BYTES` per node (kernel objects, execution plan);
+  :data:`RUNTIME_NODE_BYTES` per node (kernel objects, execution plan) and
+  :data:`RUNTIME_OP_TYPE_BYTES` per distinct op type (kernel registrations and code first
+  run);
+* *reordered convolution weights*: onnxruntime's graph optimizer rewrites each constant
+  ``Conv`` weight into its blocked channel layout (NCHWc) as a new tensor, and folds a
+  following ``BatchNormalization`` into it as another new tensor; the weight read from the
+  file stays resident beside them (:attr:`StageMemory.reordered_bytes`);
+* *float16 upcasts*: onnxruntime's CPU provider has float16 kernels only for ops that move
+  data (``_FLOAT16_CPU_OPS``); around any other op on float16 tensors it inserts casts
+  and computes in float32, so such a value counts twice (:attr:`StageMemory.upcast_bytes`);
 * *pre-packing*: while a session is created, onnxruntime's CPU kernels copy each constant
   weight of a MatMul, Gemm, Conv or recurrent layer into their own layout
   (:data:`PREPACKED_WEIGHT_INPUTS`) and release the original, so the largest such weight is
@@ -62,6 +71,7 @@ __all__ = [
     "MIB",
     "PREPACKED_WEIGHT_INPUTS",
     "RUNTIME_NODE_BYTES",
+    "RUNTIME_OP_TYPE_BYTES",
     "RUNTIME_OVERHEAD_BYTES",
     "MemoryModel",
     "StageMemory",
@@ -123,11 +133,19 @@ buffered writes (``save_split`` of an in-memory model), 64 KiB (``fault_around_b
 one written by ``save_split`` from external data or read cold. The bound is taken, so as never
 to under-predict."""
 
-RUNTIME_NODE_BYTES = 40 * 1024
-"""Resident memory onnxruntime adds per node of a stage (its kernel, the execution plan, the
-code of op types not run before): 31 to 35 KiB fitted by least squares over the corpus stages
-whose sizes are all known (``benchmarks/memory_accuracy.py``), rounded up so that no stage is
-under-predicted by more than 10 %."""
+RUNTIME_NODE_BYTES = 8 * 1024
+"""Resident memory onnxruntime adds per node of a stage (its kernel object, its entries in
+the execution plan). With :data:`RUNTIME_OP_TYPE_BYTES`, fitted by least squares over the
+corpus stages whose sizes are all known and whose tensors are below 3 MiB (390 stages of 36
+models, ``benchmarks/memory_accuracy.py``: 4 to 5 KiB per node and 43 to 53 KiB per op type,
+residual 0.6 MiB rms), rounded up. A single cost per node (40 KiB, fitted on a few models
+made of real layers) over-predicted the exports made mostly of shape arithmetic (600-node
+stages of TorchScript and Optimum exports) by up to 80 %."""
+
+RUNTIME_OP_TYPE_BYTES = 64 * 1024
+"""Resident memory onnxruntime adds per distinct op type of a stage (the kernel's
+registration and the code and data it touches the first time it runs); see
+:data:`RUNTIME_NODE_BYTES`."""
 
 
 def to_mib(nbytes: int) -> int:
@@ -179,9 +197,10 @@ class StageMemory:
     created; see the module docstring)."""
 
     runtime_bytes: int = 0
-    """What onnxruntime holds on top of :attr:`total_bytes`: its fixed cost per session and
-    per node, and the larger of the convolution workspace and the pre-packing copy's excess
-    over the activations and buffers."""
+    """What onnxruntime holds on top of :attr:`total_bytes`: its fixed cost per session, per
+    node and per op type, the reordered convolution weights, and the larger of the
+    convolution workspace and the pre-packing copy's excess over the activations and
+    buffers."""
 
     mapped_bytes: int = 0
     """Weight bytes onnxruntime leaves untouched in the memory-mapped external data file:
@@ -190,6 +209,16 @@ class StageMemory:
     workspace_bytes: int = 0
     """Largest input plus output of a convolution of the stage: the copies onnxruntime's
     CPU convolutions make while they run (part of :attr:`runtime_bytes`)."""
+
+    reordered_bytes: int = 0
+    """Constant convolution weights onnxruntime holds again, rewritten by its graph
+    optimizer: once in the blocked channel layout (NCHWc), once more when a
+    ``BatchNormalization`` is folded into the weight (part of :attr:`runtime_bytes`)."""
+
+    upcast_bytes: int = 0
+    """Growth of the activation peak when the float16 values of ops with no float16 CPU
+    kernel count as float32: onnxruntime casts around such ops (part of
+    :attr:`runtime_bytes`)."""
 
     @property
     def total_bytes(self) -> int:
@@ -289,6 +318,7 @@ class MemoryModel:
         headroom: Share of device memory kept for the runtime, in ``[0, 1)``.
         runtime_bytes: onnxruntime's fixed cost per session (:data:`RUNTIME_OVERHEAD_BYTES`).
         node_bytes: onnxruntime's cost per node (:data:`RUNTIME_NODE_BYTES`).
+        op_type_bytes: onnxruntime's cost per distinct op type (:data:`RUNTIME_OP_TYPE_BYTES`).
 
     .. versionadded:: 0.1
     """
@@ -300,13 +330,17 @@ class MemoryModel:
         headroom: float = DEFAULT_HEADROOM,
         runtime_bytes: int = RUNTIME_OVERHEAD_BYTES,
         node_bytes: int = RUNTIME_NODE_BYTES,
+        op_type_bytes: int = RUNTIME_OP_TYPE_BYTES,
     ) -> None:
         _fraction(headroom)
         self.analysis = analysis
         self.headroom = headroom
         self.runtime_bytes = runtime_bytes
         self.node_bytes = node_bytes
+        self.op_type_bytes = op_type_bytes
         self.sizes = analysis.sizes
+        self._initializers = set(analysis.graph.initializers.values())
+        self._replicable = set(analysis.replicable_nodes)
         order = analysis.order
         self.starts = (0, *analysis.boundaries)
         self.ends = (*analysis.boundaries, len(order))
@@ -331,12 +365,15 @@ class MemoryModel:
         self._prefix_additive = self._prefix_weights + self._prefix_io
         self._prefix_flops = np.concatenate([[0], np.cumsum(self._flops)])
         self._peak_table = _SparseMax(self._peak)
+        self._upcast_table = _SparseMax(self._peak_upcast)
         self._prepack_table = _SparseMax(self._count_prepacked())
         self._workspace_table = _SparseMax(self._count_workspace())
         self._prefix_mapped = np.concatenate([[0], np.cumsum(self._count_mapped())])
+        self._op_masks, body_nodes = self._count_op_types()
         self._prefix_nodes = np.concatenate(
-            [[0], np.cumsum(np.asarray(self.ends) - np.asarray(self.starts))]
+            [[0], np.cumsum(np.asarray(self.ends) - np.asarray(self.starts) + body_nodes)]
         )
+        self._prefix_reordered = np.concatenate([[0], np.cumsum(self._count_reordered())])
         self._with_unknown = [s for s, names in enumerate(self._unknown) if names]
 
     # -- construction -----------------------------------------------------------------------
@@ -372,6 +409,10 @@ class MemoryModel:
             items, from_input = memo[producer]
             if not producer.inputs or not items:
                 return items | {value}, False  # a Constant-like source: the value is a weight
+            if not from_input and _generates(producer, value, self._nbytes):
+                # Larger than what it is computed from (ConstantOfShape, Expand, Tile...):
+                # onnxruntime holds the value itself, folded or computed.
+                return items | {value}, False
             return (items | {value} if from_input else items), from_input
 
         kinds: dict[ir.Value, bool] = {}  # item -> is a weight
@@ -470,6 +511,7 @@ class MemoryModel:
                         self._unknown[s][value.name or "<unnamed>"] = None
             known = [k for k, n in enumerate(amounts) if n is not None]
             made = [made[k] for k in known]
+            values = [values[k] for k in known]
             ends = [ends[k] for k in known]
             amounts = [amounts[k] for k in known]
         delta = np.zeros(len(order) + 1, dtype=np.int64)
@@ -482,6 +524,23 @@ class MemoryModel:
         nonempty = starts < np.asarray(self.ends, dtype=np.int64)
         if nonempty.any():
             self._peak[nonempty] = np.maximum.reduceat(live, starts[nonempty])
+        # float16 values computed by an op with no float16 CPU kernel: onnxruntime casts
+        # around the op and computes in float32, so the value counts twice its bytes.
+        dtype = self.sizes.dtype
+        float16 = ir.DataType.FLOAT16
+        extra = [
+            (made[k], ends[k], amounts[k])
+            for k, value in enumerate(values)
+            if dtype(value) == float16 and order[made[k]].op_type not in _FLOAT16_CPU_OPS
+        ]
+        self._peak_upcast = self._peak
+        if extra:
+            for start, end, n in extra:
+                delta[start] += n
+                delta[end + 1] -= n
+            live = np.cumsum(delta[:-1])
+            self._peak_upcast = self._peak.copy()
+            self._peak_upcast[nonempty] = np.maximum.reduceat(live, starts[nonempty])
 
     def _count_prepacked(self) -> np.ndarray:
         """Largest pre-packed weight of each segment.
@@ -568,6 +627,61 @@ class MemoryModel:
                     mapped[segments.pop()] += max(0, tensor.nbytes - touched)
         return mapped
 
+    def _count_reordered(self) -> np.ndarray:
+        """Reordered convolution weight bytes of each segment (see the module docstring).
+
+        A constant float weight of a ``Conv`` counts once (its NCHWc copy), twice when the
+        convolution's only reader is a ``BatchNormalization`` (the folded copy too).
+        """
+        reordered = np.zeros(self.num_segments, dtype=np.int64)
+        segment_of = self._segment_of
+        for position, node in enumerate(self.analysis.order):
+            if node.op_type not in _REORDERED_CONV_OPS or len(node.inputs) < 2:
+                continue
+            weight = node.inputs[1]
+            if weight is None or self.sizes.dtype(weight) not in _FLOAT_TYPES:
+                continue
+            if not self._constant(weight):
+                continue
+            n = self._nbytes(weight)
+            if n is None:
+                continue
+            readers = node.outputs[0].uses() if node.outputs else ()
+            folded = len(readers) == 1 and next(iter(readers))[0].op_type == "BatchNormalization"
+            reordered[int(segment_of[position])] += n * (2 if folded else 1)
+        return reordered
+
+    def _constant(self, value: ir.Value) -> bool:
+        """Whether ``value`` is a weight or computed from weights only."""
+        producer = value.producer()
+        if producer is None:
+            return value.const_value is not None or value in self._initializers
+        if producer not in self._replicable:
+            return False
+        return all(
+            v.const_value is not None or v in self._initializers for v in _cone_sources(producer)
+        )
+
+    def _count_op_types(self) -> tuple[list[int], np.ndarray]:
+        """Op types of each segment (a bit mask) and nodes of its ``If``/``Loop``/``Scan`` bodies.
+
+        onnxruntime makes a kernel for each node of a body too.
+        """
+        bits: dict[tuple[str, str], int] = {}
+        masks = [0] * self.num_segments
+        body_nodes = np.zeros(self.num_segments, dtype=np.int64)
+        segment_of = self._segment_of.tolist()
+        index = self.analysis.index
+        with_bodies = None if index is None else {node for node, _ in index.bodies}
+        for position, node in enumerate(self.analysis.order):
+            s = segment_of[position]
+            masks[s] |= bits.setdefault((node.domain, node.op_type), 1 << len(bits))
+            if (node in with_bodies) if with_bodies is not None else bool(node.attributes):
+                for inner in _body_nodes(node):
+                    masks[s] |= bits.setdefault((inner.domain, inner.op_type), 1 << len(bits))
+                    body_nodes[s] += 1
+        return masks, body_nodes
+
     def _count_flops(self) -> tuple[str, ...]:
         unknown = []
         for i, node in enumerate(self.analysis.order):
@@ -633,9 +747,15 @@ class MemoryModel:
         activations = int(self._peak_table.query(a, b)[0])
         prepack = int(self._prepack_table.query(a, b)[0])
         nodes = int(self._prefix_nodes[j] - self._prefix_nodes[i])
+        mask = 0
+        for s in range(i, j):
+            mask |= self._op_masks[s]
+        op_types = bin(mask).count("1")
         workspace = int(self._workspace_table.query(a, b)[0])
-        runtime = self.runtime_bytes + nodes * self.node_bytes
-        runtime += max(workspace, prepack - activations - io)
+        reordered = int(self._prefix_reordered[j] - self._prefix_reordered[i])
+        upcast = int(self._upcast_table.query(a, b)[0]) - activations
+        runtime = self.runtime_bytes + nodes * self.node_bytes + op_types * self.op_type_bytes
+        runtime += reordered + upcast + max(workspace, prepack - activations - io)
         mapped = int(self._prefix_mapped[j] - self._prefix_mapped[i])
         return StageMemory(
             weights_bytes=weights,
@@ -647,11 +767,36 @@ class MemoryModel:
             runtime_bytes=runtime,
             mapped_bytes=mapped,
             workspace_bytes=workspace,
+            reordered_bytes=reordered,
+            upcast_bytes=upcast,
         )
 
     def whole(self) -> StageMemory:
         """The memory of the whole model run as one stage."""
         return self.stage(0, self.num_segments)
+
+
+_REORDERED_CONV_OPS = frozenset({"Conv", "FusedConv"})
+"""Convolutions whose constant weight onnxruntime's NCHWc optimizer rewrites (float only)."""
+
+_FLOAT_TYPES = frozenset({ir.DataType.FLOAT})
+
+_FLOAT16_CPU_OPS = frozenset(
+    {"Cast", "CastLike", "Concat", "Expand", "Flatten", "Gather", "GatherElements", "Identity",
+     "Reshape", "Shape", "Slice", "Split", "Squeeze", "Tile", "Transpose", "Unsqueeze",
+     "Constant", "ConstantOfShape", "If", "Loop", "Scan"}
+)  # fmt: skip
+"""Op types onnxruntime's CPU provider runs on float16 tensors as they are (moving data, not
+computing with it); for every other op it inserts casts to and from float32."""
+
+
+def _generates(producer: ir.Node, value: ir.Value, nbytes) -> bool:
+    """Whether ``value`` is larger than all of ``producer``'s inputs together."""
+    n = nbytes(value)
+    if n is None:
+        return False
+    sizes = [0 if v is None else nbytes(v) for v in producer.inputs]
+    return None not in sizes and n > sum(sizes)
 
 
 def _cone_sources(node: ir.Node) -> Iterable[ir.Value]:
@@ -668,6 +813,14 @@ def _cone_sources(node: ir.Node) -> Iterable[ir.Value]:
                 yield value
             else:
                 stack.append(producer)
+
+
+def _body_nodes(node: ir.Node) -> Iterable[ir.Node]:
+    """The nodes of ``node``'s bodies, nested bodies included."""
+    for body in node_subgraphs(node):
+        for inner in body:
+            yield inner
+            yield from _body_nodes(inner)
 
 
 def _body_constants(body: ir.Graph) -> Iterable[ir.Value]:
