@@ -10,6 +10,7 @@ import pytest
 
 from onnx_ir_multidevice import PlanError, PlanOptions, load, zoo
 from onnx_ir_multidevice._cli import main
+from onnx_ir_multidevice.planner.flops import node_flops
 from onnx_ir_multidevice.planner.planning import describe, plan_model, plan_summary
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -83,3 +84,22 @@ def test_cli_balance_and_json_fields(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "% of compute)" in text and "sent per request:" in text
     assert main(["plan", str(source), "-o", str(out), "--balance", "speed"]) == 2
+
+
+def test_corpus_recurrent_and_int8_models_show_their_compute():
+    # Defect 9: LSTM FLOPs counted as about zero; an int8 encoder's 2-shard cut came right
+    # after the embeddings (stage 0 with almost no compute).
+    lstm = load(CORPUS / "lstm_gru_torchscript.onnx")
+    result = plan_model(lstm, shards=[2], dims={"seq": 128})
+    sizes = result.memory.sizes
+    recurrent = sum(
+        node_flops(node, sizes) or 0 for node in lstm.graph if node.op_type in ("LSTM", "GRU")
+    )
+    total = int(result.memory.flops([0], [result.memory.num_segments])[0])
+    assert recurrent > 0.8 * total  # the recurrent layers are the model's compute
+    int8 = plan_model(load(CORPUS / "bert_int8_dynamic.onnx"), shards=[2], dims={"seq": 128})
+    assert min(int8.partitions[0].flops_share) < 0.05  # memory-optimal: embeddings alone
+    balanced = plan_model(
+        load(CORPUS / "bert_int8_dynamic.onnx"), shards=[2], dims={"seq": 128}, balance="compute"
+    )
+    assert max(balanced.partitions[0].flops_share) <= 0.55
