@@ -16,8 +16,11 @@ from onnx_ir_multidevice.planner.memory import MemoryModel, usable_bytes
 from onnx_ir_multidevice.planner.partition import partition
 
 
-def brute_force(memory: MemoryModel, n: int, capacities=None, max_stage=None):
-    """Best (bottleneck, max flops, transfer) over every choice of n - 1 usable boundaries."""
+def brute_force(memory: MemoryModel, n: int, capacities=None, max_stage=None, balance="memory"):
+    """Best (bottleneck, max flops, transfer) over every choice of n - 1 usable boundaries.
+
+    With ``balance="compute"``: the best (max flops, bottleneck, transfer), in that order.
+    """
     chain = memory.analysis.chain
     # Usable: every chain cut whose node has one output (.omny can name it), whatever is known
     # of its size (issue 9: the choice of cuts never depends on a dim being bound).
@@ -36,12 +39,16 @@ def brute_force(memory: MemoryModel, n: int, capacities=None, max_stage=None):
         flops = max(int(memory.flops([i], [j])[0]) for i, j in stages)
         transfer = sum(chain[b - 1].bytes or 0 for b in combo)
         key = (max(totals), flops, transfer)
+        if balance == "compute":
+            key = (flops, max(totals), transfer)
         if best is None or key < best:
             best = key
     return best
 
 
-def objective(found):
+def objective(found, balance="memory"):
+    if balance == "compute":
+        return (max(found.flops), found.bottleneck_bytes, found.transfer_bytes)
     return (found.bottleneck_bytes, max(found.flops), found.transfer_bytes)
 
 
@@ -120,3 +127,29 @@ def test_one_stage_is_the_whole_model():
     memory = MemoryModel(analyse_cut_points(zoo.vit(layers=1).graph))
     found = partition(memory, 1)
     assert found.cuts == () and found.memory[0] == memory.whole()
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_graphs(), st.integers(2, 4), st.floats(0.3, 1.5), st.booleans())
+def test_random_compute_balanced_partitions_are_optimal(graph, n, scale, capped):
+    """``balance="compute"``: least largest-stage FLOPs within the devices, by enumeration."""
+    memory = MemoryModel(analyse_cut_points(graph, relaxed=True, side_limit_bytes=64))
+    whole = int(memory.total_bytes([0], [memory.num_segments])[0])
+    capacities = [max(1, int(whole * scale / n / (1 - memory.headroom)))] * n if capped else None
+    expected = brute_force(memory, n, capacities, balance="compute")
+    if expected is None:
+        with pytest.raises(PlanError):
+            partition(memory, n, capacities=capacities, balance="compute")
+        return
+    found = partition(memory, n, capacities=capacities, balance="compute")
+    assert objective(found, "compute") == expected
+    assert max(found.flops) <= max(partition(memory, n, capacities=capacities).flops)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_zoo_compute_balanced_partitions_are_optimal(n):
+    memory = MemoryModel(analyse_cut_points(zoo.gpt(layers=3).graph, relaxed=True))
+    found = partition(memory, n, balance="compute")
+    assert objective(found, "compute") == brute_force(memory, n, balance="compute")
+    with pytest.raises(PlanError, match="balance must be one of 'memory', 'compute'"):
+        partition(memory, n, balance="speed")

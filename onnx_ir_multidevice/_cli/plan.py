@@ -7,7 +7,10 @@ cut points by name: the written graph may differ from ``IN`` in those names, in 
 the cut tensors and graph outputs a model without ``value_info`` leaves out (written as the
 metadata states them), and in the order of its nodes when they are not topologically sorted.
 
-Prints a table of the chosen configurations (``--json``: the metadata document). Exit
+Prints a table of the chosen configurations: each stage's memory, FLOPs and share of the
+model's compute, and the bytes each cut sends per request (``--json``: the metadata document,
+with these figures under ``"plan"``). ``--balance compute`` chooses the cuts for the
+smallest largest-stage compute instead of memory. Exit
 status 1 when no plan fits the request (the message names the stage, device and overflow),
 2 for an option that is not valid.
 """
@@ -74,6 +77,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "values) so that every cut has a fixed shape",
     )
     parser.add_argument(
+        "--balance",
+        choices=("memory", "compute"),
+        default="memory",
+        help="what the cuts balance first: the largest stage memory (default) or the largest "
+        "stage compute, within the devices' memory (faster pipelines)",
+    )
+    parser.add_argument(
         "--headroom",
         type=float,
         default=0.2,
@@ -97,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice.planner.planning import (
         describe,
         plan_model,
+        plan_summary,
         unknown_dims_message,
         unknown_sizes_message,
     )
@@ -110,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
             relaxed=args.relaxed,
             static=args.static,
             headroom=args.headroom,
+            balance=args.balance,
             name=args.name or args.input.stem,
             assign_names=True,
         )
@@ -143,7 +155,13 @@ def run(args: argparse.Namespace) -> int:
     progress(f"writing {args.output}")
     save(model, args.output)
     if args.json:
-        print_json(json.loads(result.metadata.to_json()))
+        document = json.loads(result.metadata.to_json())
+        document["plan"] = {
+            "balance": result.balance,
+            "planning_dims": dict(result.planning_dims),
+            "configurations": plan_summary(result),
+        }
+        print_json(document)
         return EXIT_OK
     cuts = len(result.analysis.candidates)
     print(

@@ -31,6 +31,7 @@ MATMUL_OPS: frozenset[str] = frozenset(
         "MatMulNBits",
         "MatMulBnb4",
         "DynamicQuantizeMatMul",
+        "QOrderedMatMul",
     }
 )
 """Matrix products ``A @ B`` (float and quantised): ``2 * elements(output) * K`` FLOPs."""
@@ -55,10 +56,13 @@ ATTENTION_OPS: frozenset[str] = frozenset(
         "DecoderMaskedMultiHeadAttention",
     }
 )
-"""Fused attention layers: ``4 * elements(query) * seq`` FLOPs."""
+"""Fused attention layers: scores and context over every head (``com.microsoft``
+``Attention`` and ``QAttention`` also project their input to Q, K and V); see
+:mod:`~onnx_ir_multidevice.planner.flops`."""
 
 RECURRENT_OPS: frozenset[str] = frozenset({"LSTM", "GRU", "RNN"})
-"""Recurrent layers."""
+"""Recurrent layers: ``4`` / ``3`` / ``1`` gates times the input and hidden matrix products
+at every time step and in every direction."""
 
 OTHER_HEAVY_OPS: frozenset[str] = frozenset(
     {"ConvTranspose", "Einsum", "GatherBlockQuantized", "MoE", "QMoE"}

@@ -1,7 +1,8 @@
 """Planner: cut points, stage memory and optimal shard configurations for ``.omny`` files.
 
 * :mod:`~onnx_ir_multidevice.planner.memory` -- the memory model of a pipeline stage;
-* :mod:`~onnx_ir_multidevice.planner.flops` -- FLOPs estimates for balancing compute;
+* :mod:`~onnx_ir_multidevice.planner.flops` -- FLOPs estimates for balancing compute
+  (``balance="compute"``; :func:`plan_summary`: each stage's share and the bytes sent);
 * :mod:`~onnx_ir_multidevice.planner.partition` -- exactly optimal cuts for N devices;
 * :mod:`~onnx_ir_multidevice.planner.planning` -- :func:`plan`: the ``.omny`` metadata;
 * :mod:`~onnx_ir_multidevice.planner.options` -- :class:`PlanOptions`: what to plan for;
@@ -37,6 +38,7 @@ __all__ = [
     "pin_dims",
     "plan",
     "plan_model",
+    "plan_summary",
 ]
 
 from onnx_ir_multidevice._util import set_public_module
@@ -57,7 +59,7 @@ from onnx_ir_multidevice.planner.memory import (
 )
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
-from onnx_ir_multidevice.planner.planning import PlanResult, plan, plan_model
+from onnx_ir_multidevice.planner.planning import PlanResult, plan, plan_model, plan_summary
 from onnx_ir_multidevice.planner.static_dims import pin_dims
 
 set_public_module(globals(), root={"PlanOptions", "plan"})

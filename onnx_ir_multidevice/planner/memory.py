@@ -683,12 +683,18 @@ class MemoryModel:
         return masks, body_nodes
 
     def _count_flops(self) -> tuple[str, ...]:
+        """FLOPs per segment, and the nodes whose count the planning dims leave unknown.
+
+        Those are counted at the probe dims, so that the cuts still balance compute.
+        """
         unknown = []
         for i, node in enumerate(self.analysis.order):
             count = node_flops(node, self.sizes)
             if count is None:
                 unknown.append(node.name or node.op_type)
-                continue
+                count = node_flops(node, self.sizes, estimate=True)
+                if count is None:
+                    continue
             self._flops[self._segment_of[i]] += count
         return tuple(unknown)
 

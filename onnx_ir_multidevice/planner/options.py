@@ -25,6 +25,7 @@ from onnx_ir_multidevice.analysis.cut_points import DEFAULT_SIDE_LIMIT_BYTES
 from onnx_ir_multidevice.analysis.sizes import check_dims
 from onnx_ir_multidevice.planner.devices import parse_size
 from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM
+from onnx_ir_multidevice.planner.partition import BALANCES
 
 DEFAULT_MAX_SHARDS = 8
 """Largest shard count tried when neither ``shards`` nor ``devices`` is given."""
@@ -90,6 +91,15 @@ class PlanOptions:
     inferred shape of every value, at ``dims`` (others at example values), so that no cut
     has a dynamic dim (what a fixed-buffer runtime and ``check --strict`` want)."""
 
+    balance: str = "memory"
+    """What the cuts balance first: ``"memory"`` (default: the largest stage memory is as
+    small as possible, then the largest stage FLOPs) or ``"compute"`` (the largest stage
+    FLOPs share first, within the devices' memory: faster pipelines when memory is
+    plentiful). See :func:`~onnx_ir_multidevice.planner.partition.partition`.
+
+    .. versionadded:: 0.1
+    """
+
     def __post_init__(self) -> None:
         """Check every field; normalise ``devices``, ``shards`` and ``dims``."""
         devices = _capacities(self.devices)
@@ -117,6 +127,10 @@ class PlanOptions:
         side = self.side_limit_bytes
         if not isinstance(side, numbers.Integral) or isinstance(side, bool) or side < 0:
             raise PlanError(f"side_limit_bytes must be a byte count of at least 0, got {side!r}")
+        if self.balance not in BALANCES:
+            raise PlanError(
+                f"balance must be one of {', '.join(map(repr, BALANCES))}, got {self.balance!r}"
+            )
         if self.name is not None and not isinstance(self.name, str):
             raise PlanError(f"name must be a string, got {self.name!r}")
         object.__setattr__(self, "devices", devices)

@@ -10,6 +10,12 @@ number of stages ``N``, :func:`partition` picks ``N - 1`` chain cuts so that, in
 4. among those, the bytes sent between stages (cut tensors and their side activations) are
    as few as possible.
 
+With ``balance="compute"`` steps 2 and 3 trade places: the largest stage FLOPs estimate
+(:mod:`~onnx_ir_multidevice.planner.flops`) is minimised first, within the devices' memory
+(step 1 still holds), then the largest stage memory for that compute bound, then the bytes
+sent. A pipeline's throughput is that of its slowest stage, so this is the objective for
+speed when memory is plentiful; the default keeps every device's share of memory smallest.
+
 Why it is exact although stage memory is not additive (peaks and shared weights): every part
 of a stage's memory only grows when the stage grows (:meth:`MemoryModel.total_bytes` of
 ``[i, j)`` is at most that of any ``[i', j') ⊇ [i, j)``), and so do FLOPs. For a bound ``B``
@@ -36,7 +42,7 @@ not fit, its device and by how much, for the partition that overflows least.
 
 from __future__ import annotations
 
-__all__ = ["Partition", "partition"]
+__all__ = ["BALANCES", "Partition", "partition"]
 
 import dataclasses
 from collections.abc import Sequence
@@ -55,6 +61,13 @@ from onnx_ir_multidevice.planner.memory import (
 )
 
 _INF = np.iinfo(np.int64).max // 4
+
+BALANCES = ("memory", "compute")
+"""The objectives :func:`partition` can put first: the largest stage memory (``"memory"``,
+the default) or the largest stage FLOPs (``"compute"``).
+
+.. versionadded:: 0.1
+"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +98,26 @@ class Partition:
     def bottleneck_bytes(self) -> int:
         """The largest stage memory (the minimised objective)."""
         return max(m.total_bytes for m in self.memory)
+
+    @property
+    def flops_share(self) -> tuple[float, ...]:
+        """Each stage's share of the model's FLOPs estimate, from 0 to 1 (0 when it has none).
+
+        .. versionadded:: 0.1
+        """
+        total = sum(self.flops)
+        return tuple(f / total if total else 0.0 for f in self.flops)
+
+    @property
+    def sent_bytes(self) -> tuple[int | None, ...]:
+        """Bytes sent across each cut per request, at the planning dims.
+
+        The cut tensor and its side activations; ``None`` where a size depends on an unbound
+        dim.
+
+        .. versionadded:: 0.1
+        """
+        return tuple(c.bytes for c in self.cuts)
 
     @property
     def transfer_bytes(self) -> int:
@@ -302,6 +335,7 @@ def partition(
     *,
     capacities: Sequence[int] | None = None,
     max_stage_bytes: int | None = None,
+    balance: str = "memory",
 ) -> Partition:
     """Choose ``num_stages - 1`` chain cuts, optimally (see the module docstring).
 
@@ -311,13 +345,17 @@ def partition(
         capacities: Memory of each device in bytes, in pipeline order: stage ``k`` runs on
             device ``k`` and must fit it with the model's headroom.
         max_stage_bytes: Upper bound on every stage's memory (headroom not included).
+        balance: ``"memory"`` (default): the objectives in the order of the module
+            docstring; ``"compute"``: the largest stage FLOPs first (steps 2 and 3
+            swapped), for pipelines whose throughput is set by their slowest stage.
 
     Returns:
         The partition.
 
     Raises:
         PlanError: If the chain has fewer than ``num_stages - 1`` usable cuts, or no
-            partition fits; the message names the stage, its device and the overflow.
+            partition fits (the message names the stage, its device and the overflow), or
+            ``balance`` is not one of :data:`BALANCES`.
 
     .. versionadded:: 0.1
     """
@@ -330,6 +368,8 @@ def partition(
         error = PlanError(_too_few_cuts(model, usable, num_stages))
         error.max_stages = usable + 1  # type: ignore[attr-defined] (read by plan_model)
         raise error
+    if balance not in BALANCES:
+        raise PlanError(f"balance must be one of {', '.join(map(repr, BALANCES))}, got {balance!r}")
     bounds = _device_bounds(model, num_stages, capacities, max_stage_bytes)
     feasible, highest, _ = search.probe(bounds, _INF, _INF)
     if not feasible:
@@ -337,20 +377,29 @@ def partition(
     # Lower bounds: a stage holds at least one segment, and the stages together hold at
     # least the whole model (weights and buffers at least once, the peak somewhere). Every
     # bound from the largest stage that passed on is feasible too (``_Search.probe``).
+    # FLOPs are additive: the same two lower bounds; the largest stage FLOPs of any run
+    # within the bounds is an upper bound.
     whole = int(model.total_bytes([0], [search.size])[0])
     singles = model.total_bytes(search.index[:-1], search.index[1:])
     lower = max(int(singles.max()), -(-whole // num_stages))
-    best = search.minimize(min(lower, highest), highest, bounds, _INF, flops=False)
-    memory_bounds = [min(best, u) for u in bounds]
-    # FLOPs are additive: the same two lower bounds; the largest stage FLOPs of any run
-    # within the memory bounds is an upper bound.
     flops = model.flops(search.index[:-1], search.index[1:])
-    total_flops = int(flops.sum())
-    flops_lower = max(int(flops.max()), -(-total_flops // num_stages))
-    _, flops_upper, _ = search.probe(memory_bounds, _INF, _INF, flops_parameter=True)
-    flops_bound = search.minimize(
-        min(flops_lower, flops_upper), flops_upper, memory_bounds, _INF, flops=True
-    )
+    flops_lower = max(int(flops.max()), -(-int(flops.sum()) // num_stages))
+
+    def least_memory(flops_bound: int) -> list[int]:
+        _, upper, _ = search.probe(bounds, flops_bound, _INF)
+        best = search.minimize(min(lower, upper), upper, bounds, flops_bound, flops=False)
+        return [min(best, u) for u in bounds]
+
+    def least_flops(memory_bounds: Sequence[int]) -> int:
+        _, upper, _ = search.probe(memory_bounds, _INF, _INF, flops_parameter=True)
+        return search.minimize(min(flops_lower, upper), upper, memory_bounds, _INF, flops=True)
+
+    if balance == "memory":
+        memory_bounds = least_memory(_INF)
+        flops_bound = least_flops(memory_bounds)
+    else:  # compute first, within the devices' bounds; then the least memory for it
+        flops_bound = least_flops(bounds)
+        memory_bounds = least_memory(flops_bound)
     ends = search.cheapest(memory_bounds, flops_bound)
     return _make(model, chain, ends)
 

@@ -36,6 +36,7 @@ __all__ = [
     "guess_architecture",
     "plan",
     "plan_model",
+    "plan_summary",
     "unknown_dims_message",
     "unknown_sizes_message",
 ]
@@ -107,6 +108,18 @@ class PlanResult:
     unknown_values: tuple[str, ...] = ()
     """Values whose size is unknown even with every dim bound (inference could not tell)."""
 
+    balance: str = "memory"
+    """The objective the cuts were chosen for (:attr:`PlanOptions.balance
+    <onnx_ir_multidevice.planner.options.PlanOptions.balance>`)."""
+
+    @property
+    def flops_estimated(self) -> bool:
+        """Whether some FLOPs counts needed an unbound dim, taken at example values.
+
+        The FLOPs shares are then estimates; bind the dims for exact ones.
+        """
+        return bool(self.memory.unknown_flops)
+
 
 def plan(model: ir.Model, options: PlanOptions | None = None, **keywords: Any) -> OmnyMetadata:
     """Plan how to run ``model`` on several devices; return the ``.omny`` metadata.
@@ -147,8 +160,8 @@ def plan_model(
             is the one to :func:`~onnx_ir_multidevice.omny.write` the metadata into).
         options: What to plan for: a :class:`~onnx_ir_multidevice.planner.options.PlanOptions`
             (``devices``, ``shards``, ``max_shard_size_mb``, ``dims``, ``relaxed``,
-            ``headroom``, ``side_limit_bytes``, ``name``, ``assign_names``, ``static``; each
-            field is documented there). Default: the default of every field.
+            ``headroom``, ``side_limit_bytes``, ``name``, ``assign_names``, ``static``,
+            ``balance``; each field is documented there). Default: the default of every field.
         progress: Called with a short message before each long step.
         **keywords: Fields of :class:`~onnx_ir_multidevice.planner.options.PlanOptions`,
             replacing those of ``options``: ``plan_model(model, shards=[2, 4])``.
@@ -209,7 +222,9 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
         report(f"partitioning into {n} stages")
         caps = None if capacities is None else capacities[:n]
         try:
-            found = partition(memory, n, capacities=caps, max_stage_bytes=max_stage)
+            found = partition(
+                memory, n, capacities=caps, max_stage_bytes=max_stage, balance=options.balance
+            )
         except PlanError as exc:
             if options.explicit:
                 raise
@@ -243,6 +258,7 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
         planning_dims=types.MappingProxyType(dict(sizes.dims)),
         unbound_dims=types.MappingProxyType(unbound),
         unknown_values=unknown_values,
+        balance=options.balance,
     )
 
 
@@ -383,12 +399,43 @@ def _metadata(
     )
 
 
+def plan_summary(result: PlanResult) -> list[dict[str, Any]]:
+    """Compute and traffic of each configuration, as JSON-ready data (``omny plan --json``).
+
+    One dict per configuration, in the order of ``result.partitions``: ``num_shards``,
+    ``balance`` (the objective), ``stage_bytes`` (the ``.omny`` memory of each stage),
+    ``stage_flops`` and ``flops_share`` (each stage's share of the FLOPs, 0 to 1),
+    ``flops_estimated`` (some counts were taken at example values of unbound dims),
+    ``cut_tensors`` and ``transfer_bytes`` (bytes sent across each cut per request at the
+    planning dims; ``None`` where a size depends on an unbound dim).
+
+    .. versionadded:: 0.1
+    """
+    return [
+        {
+            "num_shards": found.num_stages,
+            "balance": result.balance,
+            "stage_bytes": [m.total_bytes for m in found.memory],
+            "stage_flops": list(found.flops),
+            "flops_share": [round(share, 4) for share in found.flops_share],
+            "flops_estimated": result.flops_estimated,
+            "cut_tensors": [c.value.name for c in found.cuts],
+            "transfer_bytes": list(found.sent_bytes),
+        }
+        for found in result.partitions
+    ]
+
+
 def describe(result: PlanResult) -> str:
     """Return a table of the chosen configurations, one line per stage, for people.
+
+    Each stage shows its memory, what its device needs, its FLOPs and its share of the
+    model's FLOPs; each cut the bytes it sends per request at the planning dims.
 
     .. versionadded:: 0.1
     """
     lines = []
+    approx = "~" if result.flops_estimated else ""
     for found, caps, config in zip(
         result.partitions, result.capacities, result.metadata.sharding.configurations
     ):
@@ -397,13 +444,25 @@ def describe(result: PlanResult) -> str:
             for cid, c in zip(config.cut_point_ids, found.cuts)
         )
         lines.append(f"{found.num_stages} shards: cuts {cuts or '-'}")
-        for k, (stage, flops) in enumerate(zip(found.memory, found.flops)):
+        for k, (stage, flops, share) in enumerate(
+            zip(found.memory, found.flops, found.flops_share)
+        ):
             device = "" if caps is None else f" / device {format_bytes(caps[k])}"
             lines.append(
                 f"  stage {k}: {stage.total_mb:>6} MiB (weights "
                 f"{format_bytes(stage.weights_bytes)}, activations "
                 f"{format_bytes(stage.activations_bytes)}, buffers "
                 f"{format_bytes(stage.io_bytes)}), needs {format_bytes(stage.required_bytes)}"
-                f"{device}, {flops / 1e9:.3g} GFLOP"
+                f"{device}, {approx}{flops / 1e9:.3g} GFLOP ({approx}{share:.0%} of compute)"
             )
+        if found.cuts:
+            sent = ", ".join(
+                f"{cid} {'unknown' if n is None else format_bytes(n)}"
+                for cid, n in zip(config.cut_point_ids, found.sent_bytes)
+            )
+            lines.append(f"  sent per request: {sent}")
+    if result.flops_estimated:
+        lines.append(
+            "~: FLOPs counted with unbound dims at example values (bind them for exact figures)"
+        )
     return "\n".join(lines)
