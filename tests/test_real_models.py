@@ -44,6 +44,8 @@ def test_whole_job_with_no_flags(entry, tmp_path):
         assert "shards:" not in report.no_cut  # said once, not once per shard count
         return
     assert report.no_cut is None, report.no_cut
+    assert report.relaxed is False  # strict cuts plan every corpus model that has a cut
+    assert report.family == entry["dtype_family"]
     assert report.shard_counts and report.shard_counts[0] == 2
     assert set(report.max_abs_diff) == set(report.shard_counts)
     assert report.pipeline_requests == 2
