@@ -83,7 +83,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
 from onnx_ir_multidevice.analysis.ops import CONV_OPS, RECURRENT_OPS
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
-from onnx_ir_multidevice.graph.index import node_subgraphs
+from onnx_ir_multidevice.graph.index import OP_TYPE_OF, node_subgraphs
 from onnx_ir_multidevice.planner.flops import node_flops
 
 MIB = 1 << 20
@@ -398,17 +398,30 @@ class MemoryModel:
             memo[node] = node_items(node)
         item_segments: dict[ir.Value, set[int]] = {}
         segment_of = self._segment_of.tolist()
-        for position, node in enumerate(analysis.order):
-            found = node_items(node)[0]
-            if not found:
-                continue
+        for position, node in enumerate(analysis.order):  # node_items(node), inlined
             segment = segment_of[position]
-            for item in found:
-                segments = item_segments.get(item)
-                if segments is None:
-                    item_segments[item] = {segment}
+            for value in uses[node]:
+                producer = value.producer()
+                if producer is None:
+                    found: Iterable[ir.Value] = (value,)  # a weight or a graph input
+                elif producer in replicable:
+                    found = value_items(value)[0]
                 else:
-                    segments.add(segment)
+                    continue  # an activation: counted by liveness
+                for item in found:
+                    segments = item_segments.get(item)
+                    if segments is None:
+                        item_segments[item] = {segment}
+                    else:
+                        segments.add(segment)
+            if (node in with_bodies) if with_bodies is not None else bool(node.attributes):
+                for body in node_subgraphs(node):
+                    for item in _body_constants(body):
+                        segments = item_segments.get(item)
+                        if segments is None:
+                            item_segments[item] = {segment}
+                        else:
+                            segments.add(segment)
         for item, segments in item_segments.items():
             is_weight = item in initializers or classes.get(item) is not TensorClass.FORWARDED
             producer = item.producer()
@@ -545,8 +558,17 @@ class MemoryModel:
         """
         mapped = np.zeros(self.num_segments, dtype=np.int64)
         analysis = self.analysis
-        position = {node: k for k, node in enumerate(analysis.order)}
-        for value in analysis.graph.initializers.values():
+        order = analysis.order
+        # Only a table read by some Gather of the planning order can count: start from those.
+        gathers = [order[k] for k, op in enumerate(map(OP_TYPE_OF, order)) if op == "Gather"]
+        if not gathers:
+            return mapped
+        initializers = analysis.graph.initializers
+        tables = {node.inputs[0] for node in gathers if node.inputs}
+        position = {node: k for k, node in enumerate(order)}
+        for value in initializers.values():
+            if value not in tables:
+                continue
             tensor = value.const_value
             shape = tensor.shape.numpy() if tensor is not None else ()
             if tensor is None or len(shape) < 1 or shape[0] < 1:
