@@ -363,6 +363,7 @@ class _Finder:
                 else:
                     found.append(node)
         self.reads = dict(zip(self.placed, reads_by_node))
+        self.reads_list = reads_by_node
         self._bytes: dict[ir.Value, int | None] = {}
         self._estimates: dict[ir.Value, int | None] = {}
         self.decided: set[ir.Value] = set()
@@ -391,43 +392,58 @@ class _Finder:
     def dominators(self) -> tuple[set[ir.Value], list[ir.Value]]:
         """Return the strict cuts and the heavy-path chain of them (pipeline order)."""
         tree = _DominatorTree()
-        vertex: dict[ir.Value | ir.Node, int] = {}
-        for node in self.placed:
-            reads = self.reads[node]
+        parent, jump, depth = tree.parent, tree.jump, tree.depth
+        lca = tree.lca
+        vertex: dict[ir.Value, int] = {}  # value -> its vertex
+        node_vertex: list[int] = []  # vertex of each placed node, in ``placed`` order
+        value_list: list[ir.Value] = []  # the values, in vertex order
+        is_node = [False]
+        for node, reads in zip(self.placed, self.reads_list):
             idom = 0
             if reads:
                 idom = vertex[reads[0]]
                 for value in reads[1:]:
-                    idom = tree.lca(idom, vertex[value])
-            vertex[node] = tree.add(idom)
+                    idom = lca(idom, vertex[value])
+            # tree.add(idom), inlined (once for the node, once per output below it)
+            j = jump[idom]
+            parent.append(idom)
+            jump.append(jump[j] if depth[idom] - depth[j] == depth[j] - depth[jump[j]] else idom)
+            node_depth = depth[idom] + 1
+            depth.append(node_depth)
+            v = len(parent) - 1
+            node_vertex.append(v)
+            is_node.append(True)
+            j = jump[v]
+            target = jump[j] if node_depth - depth[j] == depth[j] - depth[jump[j]] else v
             for value in node.outputs:
-                vertex[value] = tree.add(vertex[node])
-        size = len(tree.parent)
-        depth, parent = tree.depth, tree.parent
+                parent.append(v)
+                jump.append(target)
+                depth.append(node_depth + 1)
+                vertex[value] = len(parent) - 1
+                value_list.append(value)
+                is_node.append(False)
+        size = len(parent)
         infinity = size + 1
         low = [infinity] * size
-        nodes_below = [0] * size
+        nodes_below = [1 if flag else 0 for flag in is_node]
+        node_vertex_of = dict(zip(self.placed, node_vertex))
+        consumers_get = self.consumers.get
         values_by_vertex: dict[int, ir.Value] = {}
-        for key, v in vertex.items():
-            if isinstance(key, ir.Node):
-                nodes_below[v] = 1
-                continue
-            values_by_vertex[v] = key
-            reach = infinity
-            for consumer in self.consumers.get(key, ()):
-                d = depth[parent[vertex[consumer]]]
-                if d < reach:
-                    reach = d
-            low[v] = reach
+        for value, v in vertex.items():
+            values_by_vertex[v] = value
+            readers = consumers_get(value)
+            if readers:
+                low[v] = min([depth[parent[node_vertex_of[c]]] for c in readers])
         for v in range(size - 1, 0, -1):
             p = parent[v]
             if low[v] < low[p]:
                 low[p] = low[v]
             nodes_below[p] += nodes_below[v]
+        consumers = self.consumers
         strict = {
             value
             for v, value in values_by_vertex.items()
-            if low[v] >= depth[v] and value in self.consumers
+            if low[v] >= depth[v] and value in consumers
         }
         # Heavy path through the tree of strict cuts.
         strict_vertex = {vertex[value] for value in strict}
@@ -449,7 +465,7 @@ class _Finder:
         for v in range(1, size):
             p = parent[v]
             above[v] = above[p] + (1 if p in on_chain else 0)
-        self.chain_rank = {node: above[vertex[node]] for node in self.placed}
+        self.chain_rank = dict(zip(self.placed, map(above.__getitem__, node_vertex)))
         return strict, chain
 
     # -- step 2 ---------------------------------------------------------------------------

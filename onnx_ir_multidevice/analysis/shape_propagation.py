@@ -25,6 +25,7 @@ from __future__ import annotations
 __all__ = ["propagate"]
 
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ Dual = Any  # int, or (int, int): the size at the probe dims and at the doubled 
 _MAX_DATA = 64  # integer tensors of at most this many elements carry their values
 
 _BOOL = ir.DataType.BOOL
+_NODE_FIELDS = operator.attrgetter("domain", "op_type", "inputs", "outputs")
 _INT64 = ir.DataType.INT64
 _INTEGERS = frozenset(
     {
@@ -70,11 +72,14 @@ def _dual(p: int, s: int) -> Dual:
 
 
 def _lift(f: Callable[..., int], *args: Dual) -> Dual:
-    if all(type(a) is int for a in args):
+    for a in args:
+        if type(a) is not int:
+            break
+    else:
         return f(*args)
-    p = f(*(a if type(a) is int else a[0] for a in args))
-    s = f(*(a if type(a) is int else a[1] for a in args))
-    return _dual(p, s)
+    p = f(*[a if type(a) is int else a[0] for a in args])
+    s = f(*[a if type(a) is int else a[1] for a in args])
+    return p if p == s else (p, s)
 
 
 def _broadcast_dim(a: Dual, b: Dual) -> Dual:
@@ -86,7 +91,13 @@ def _broadcast_dim(a: Dual, b: Dual) -> Dual:
 
 
 def _broadcast(shapes: Sequence[tuple]) -> tuple:
-    rank = max(len(s) for s in shapes)
+    if len(shapes) == 2:  # the common cases: equal shapes, or a scalar
+        a, b = shapes
+        if len(a) >= len(b) and (not b or a[len(a) - len(b) :] == b):
+            return a
+        if not a or b[len(b) - len(a) :] == a:
+            return b
+    rank = max(map(len, shapes))
     result = [1] * rank
     for shape in shapes:
         offset = rank - len(shape)
@@ -515,47 +526,43 @@ def propagate(
     .. versionadded:: 0.1
     """
     known: dict[ir.Value, _T] = {v: _T(dtype, dims) for v, (dtype, dims) in inputs.items()}
+    known_get = known.get
     rules = _RULES
+    result: dict[ir.Value, tuple[ir.DataType, tuple[Dual, ...]]] = {}
     try:
         for node in nodes:
-            if node.domain not in ("", "ai.onnx"):
+            domain, op, node_inputs, outputs = _NODE_FIELDS(node)
+            if domain and domain != "ai.onnx":
                 return None
-            op = node.op_type
             if op == "Constant":
                 attr = node.attributes.get("value")
                 if attr is None or attr.type != ir.AttributeType.TENSOR:
                     return None
-                known[node.outputs[0]] = _tensor_record(attr.value)
+                record = known[outputs[0]] = _tensor_record(attr.value)
+                result[outputs[0]] = (record.dtype, record.dims)
                 continue
             rule = rules.get(op)
             if rule is None:
                 return None
-            ins: list[_T | None] = []
-            for value in node.inputs:
-                if value is None:
-                    ins.append(None)
-                    continue
-                record = known.get(value)
-                if record is None:
-                    tensor = value.const_value
-                    if tensor is None:
-                        return None  # an outer-scope or unknown value
-                    record = known[value] = _tensor_record(tensor, value)
-                ins.append(record)
+            ins: list[_T | None] = list(map(known_get, node_inputs))
+            if None in ins:
+                for k, value in enumerate(node_inputs):
+                    if ins[k] is None and value is not None:
+                        tensor = value.const_value
+                        if tensor is None:
+                            return None  # an outer-scope or unknown value
+                        ins[k] = known[value] = _tensor_record(tensor, value)
             if ins and ins[0] is None:
                 return None
             if op in _TWO_INPUT_DATA and len(ins) == 2:
                 outs = _elementwise(node, ins)
             else:
                 outs = rule(node, ins)
-            for value, record in zip(node.outputs, outs):
-                known[value] = record
-            if len(outs) < len(node.outputs):
+            if len(outs) < len(outputs):
                 return None
+            for value, record in zip(outputs, outs):
+                known[value] = record
+                result[value] = (record.dtype, record.dims)
     except (_GiveUp, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
         return None
-    return {
-        value: (record.dtype, record.dims)
-        for node in nodes
-        for value, record in ((v, known[v]) for v in node.outputs)
-    }
+    return result
