@@ -121,7 +121,7 @@ def weights(graph: ir.Graph, sizes: ValueSizes) -> tuple[int, int]:
 
     def visit(g: ir.Graph) -> None:
         nonlocal nbytes, count
-        for value in g.initializers.values():
+        for value in getattr(g.initializers, "data", g.initializers).values():
             shape = sizes.shape(value)
             n = sizes.nbytes(value)
             if shape is not None and n is not None:
@@ -333,7 +333,7 @@ def build_metadata(
     if existing is not None:
         return dataclasses.replace(existing, cut_points=tuple(cut_points), sharding=sharding)
     graph = model.graph
-    initializers = set(graph.initializers.values())
+    initializers = set(getattr(graph.initializers, "data", graph.initializers).values())
     return OmnyMetadata(
         model=model_info(model, sizes, name=name, inference_memory_bytes=inference_memory_bytes),
         inputs=tuple(tensor_info(v, sizes) for v in graph.inputs if v not in initializers),

@@ -74,8 +74,10 @@ __all__ = [
 import bisect
 import dataclasses
 import math
+import operator
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
+from itertools import chain
 
 import numpy as np
 import onnx_ir as ir
@@ -115,6 +117,7 @@ on Linux x86-64 (median of 5 child processes, arena on or off), of which about 8
 code pages of the library that the session touches; 11.1 MiB fitted over the corpus stages.
 Re-derive it with ``python benchmarks/memory_accuracy.py --derive``."""
 
+_OUTPUTS = operator.attrgetter("outputs")
 _ROW_RESIDENT_BYTES = 2 * MIB
 """What reading one row of a memory-mapped table may make resident, at most: the kernel maps
 the page-cache folio around a faulting page, up to 2 MiB (a PMD) with large folios (Linux 6.x,
@@ -356,7 +359,7 @@ class MemoryModel:
         analysis = self.analysis
         graph = analysis.graph
         classes = analysis.classes
-        initializers = set(graph.initializers.values())
+        initializers = _initializer_set(analysis)
         replicable = set(analysis.replicable_nodes)
         memo: dict[ir.Node, tuple[frozenset[ir.Value], bool]] = {}
 
@@ -469,18 +472,30 @@ class MemoryModel:
         # only node outputs are looked up, so other values read do no harm.
         last_read = {value: i for i, node in enumerate(order) for value in uses[node]}
         last_get = last_read.get
-        nbytes = self._nbytes
-        made = [i for i, node in enumerate(order) for _ in node.outputs]
-        values = [value for node in order for value in node.outputs]
+        outputs = list(map(_OUTPUTS, order))
+        made = [i for i, values in enumerate(outputs) for _ in values]
+        values = list(chain.from_iterable(outputs))
         ends = list(map(last_get, values, made))
-        amounts = list(map(nbytes, values))
+        amounts = list(map(self.sizes.nbytes, values))
         if None in amounts:
+            op_types = list(map(OP_TYPE_OF, order))
             segment_of = self._segment_of.tolist()
-            for i, value, end, n in zip(made, values, ends, amounts):
-                if n is None:
-                    self.unknown_values[value.name or "<unnamed>"] = value
-                    for s in range(segment_of[i], segment_of[end] + 1):
-                        self._unknown[s][value.name or "<unnamed>"] = None
+            unknown, unknown_values = self._unknown, self.unknown_values
+            for k in [k for k, n in enumerate(amounts) if n is None]:
+                i = made[k]
+                if op_types[i] == "Constant":  # self._nbytes: a Constant's own tensor
+                    amounts[k] = self._nbytes(values[k])
+                    if amounts[k] is not None:
+                        continue
+                value = values[k]
+                name = value.name or "<unnamed>"
+                unknown_values[name] = value
+                first, last = segment_of[i], segment_of[ends[k]]
+                if first == last:
+                    unknown[first][name] = None
+                else:
+                    for s in range(first, last + 1):
+                        unknown[s][name] = None
             known = [k for k, n in enumerate(amounts) if n is not None]
             made = [made[k] for k in known]
             ends = [ends[k] for k in known]
@@ -504,7 +519,7 @@ class MemoryModel:
         """
         prepack = np.zeros(self.num_segments, dtype=np.int64)
         analysis = self.analysis
-        initializers = set(analysis.graph.initializers.values())
+        initializers = _initializer_set(analysis)
         replicable = set(analysis.replicable_nodes)
         from_weights: dict[ir.Node, bool] = {}
 
@@ -560,12 +575,13 @@ class MemoryModel:
         analysis = self.analysis
         order = analysis.order
         # Only a table read by some Gather of the planning order can count: start from those.
-        gathers = [order[k] for k, op in enumerate(map(OP_TYPE_OF, order)) if op == "Gather"]
-        if not gathers:
+        position = {
+            order[k]: k for k, op in enumerate(map(OP_TYPE_OF, order)) if op == "Gather"
+        }  # a use that is no Gather of the order means no mapping: only these positions count
+        if not position:
             return mapped
-        initializers = analysis.graph.initializers
-        tables = {node.inputs[0] for node in gathers if node.inputs}
-        position = {node: k for k, node in enumerate(order)}
+        initializers = _plain(analysis.graph.initializers)
+        tables = {node.inputs[0] for node in position if node.inputs}
         for value in initializers.values():
             if value not in tables:
                 continue
@@ -674,6 +690,18 @@ class MemoryModel:
     def whole(self) -> StageMemory:
         """The memory of the whole model run as one stage."""
         return self.stage(0, self.num_segments)
+
+
+def _plain(mapping: Mapping) -> Mapping:
+    """The plain ``dict`` behind onnx-ir's ``UserDict`` containers (iterating it is fast)."""
+    return getattr(mapping, "data", mapping)
+
+
+def _initializer_set(analysis: CutAnalysis) -> frozenset[ir.Value]:
+    """The main graph's initializers, as a set (the index's when there is one)."""
+    if analysis.index is not None:
+        return analysis.index.initializer_set
+    return frozenset(_plain(analysis.graph.initializers).values())
 
 
 def _cone_sources(node: ir.Node) -> Iterable[ir.Value]:
