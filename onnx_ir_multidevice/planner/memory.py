@@ -323,7 +323,7 @@ class MemoryModel:
         self.unknown_values: dict[str, ir.Value] = {}
         self._weights = np.zeros(self.num_segments, dtype=np.int64)
         self._io = np.zeros(self.num_segments, dtype=np.int64)
-        self._shared: list[tuple[int, bool, np.ndarray]] = []  # bytes, is_weight, segments
+        self._shared: list[tuple[int, bool, np.ndarray]] = []  # bytes, is_weight, first_at
         self._count_items()
         self._peak = np.zeros(self.num_segments, dtype=np.int64)
         self._count_activations()
@@ -447,8 +447,10 @@ class MemoryModel:
                     self._io[s] += n
             else:
                 # Sorted segments, then a sentinel no stage end reaches.
-                ordered = [*sorted(segments), self.num_segments + 1]
-                self._shared.append((n, is_weight, np.array(ordered, dtype=np.int64)))
+                ordered = np.array([*sorted(segments), self.num_segments + 1], dtype=np.int64)
+                # The first segment at or after each i (the sentinel when none), for any i.
+                first = ordered.take(np.searchsorted(ordered, np.arange(self.num_segments + 1)))
+                self._shared.append((n, is_weight, first))
         # Graph outputs are held by the stage producing them until the pipeline ends.
         position = {node: i for i, node in enumerate(analysis.order)}
         for value in graph.outputs:
@@ -620,12 +622,11 @@ class MemoryModel:
 
     def _shared_sum(self, i: np.ndarray, j: np.ndarray, weights: bool | None) -> np.ndarray:
         total = np.zeros(len(i), dtype=np.int64)
-        for n, is_weight, segments in self._shared:
+        for n, is_weight, first_at in self._shared:
             if weights is not None and is_weight != weights:
                 continue
             # The first segment at or after ``i`` (a sentinel past every ``j`` when none).
-            first = segments.take(np.searchsorted(segments, i))
-            total += (first < j) * n
+            total += (first_at.take(i) < j) * n
         return total
 
     def total_bytes(self, i: Iterable[int], j: Iterable[int]) -> np.ndarray:
@@ -664,10 +665,11 @@ class MemoryModel:
         weights = int(self._prefix_weights[j] - self._prefix_weights[i])
         weights += int(self._shared_sum(a, b, True)[0])
         io = int(self._prefix_io[j] - self._prefix_io[i]) + int(self._shared_sum(a, b, False)[0])
-        unknown: dict[str, None] = {}
         with_unknown = self._with_unknown
-        for k in range(bisect.bisect_left(with_unknown, i), bisect.bisect_left(with_unknown, j)):
-            unknown.update(self._unknown[with_unknown[k]])
+        segments = with_unknown[
+            bisect.bisect_left(with_unknown, i) : bisect.bisect_left(with_unknown, j)
+        ]
+        unknown = dict.fromkeys(chain.from_iterable(map(self._unknown.__getitem__, segments)))
         activations = int(self._peak_table.query(a, b)[0])
         prepack = int(self._prepack_table.query(a, b)[0])
         nodes = int(self._prefix_nodes[j] - self._prefix_nodes[i])
