@@ -60,6 +60,7 @@ import dataclasses
 import heapq
 import operator
 from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
 
 import numpy as np
 import onnx_ir as ir
@@ -69,10 +70,12 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
     TensorClass,
     classify_values,
     default_classes,
+    slot_classes,
 )
 from onnx_ir_multidevice.graph.index import GraphIndex
 
 _PRODUCER = operator.methodcaller("producer")
+_OUTPUTS = operator.attrgetter("outputs")
 
 DEFAULT_SIDE_LIMIT_BYTES = 1 << 20
 """Default budget of side activations for a relaxed cut: 1 MiB at the planning dims.
@@ -324,37 +327,53 @@ class _Finder:
         self.topo = nodes
         self.topo_index = index.position
         replicable = TensorClass.REPLICABLE
-        classes_get = classes.get
-        self.placed: list[ir.Node] = []
-        self.replicable_nodes: list[ir.Node] = []
-        placed_mask = [False] * (n + len(index.external))
-        placed_at: list[int] = []
-        for i, node in enumerate(nodes):
-            outputs = node.outputs
-            if len(outputs) == 1:
-                is_replicable = classes_get(outputs[0]) is replicable
-            else:
-                is_replicable = bool(outputs) and all(classes_get(v) is replicable for v in outputs)
-            if is_replicable:
-                self.replicable_nodes.append(node)
-            else:
-                self.placed.append(node)
-                placed_mask[i] = True
-                placed_at.append(i)
-        # Activation reads of each placed node (values produced by placed nodes).
-        self.reads: dict[ir.Node, list[ir.Value]] = {}
+        if classes is index.value_classes and index.slot_flags is not None:
+            # The default classes: one class per node, by position (every output shares it).
+            is_replicable = list(map(operator.is_, slot_classes(index), repeat(replicable)))
+            is_replicable = list(map(operator.and_, is_replicable, map(bool, map(_OUTPUTS, nodes))))
+        else:
+            classes_get = classes.get
+            is_replicable = []
+            for node in nodes:
+                outputs = node.outputs
+                if len(outputs) == 1:
+                    is_replicable.append(classes_get(outputs[0]) is replicable)
+                else:
+                    is_replicable.append(
+                        bool(outputs) and all(classes_get(v) is replicable for v in outputs)
+                    )
+        is_placed = list(map(operator.not_, is_replicable))
+        self.placed: list[ir.Node] = list(compress(nodes, is_placed))
+        self.replicable_nodes: list[ir.Node] = list(compress(nodes, is_replicable))
+        placed_at = list(compress(range(n), is_placed))
+        placed_mask = is_placed + [False] * len(index.external)
+        # Activation reads of each placed node (values produced by placed nodes), and its
+        # depth from the sources (positions are topological: producers come first).
         self.consumers: dict[ir.Value, list[ir.Node]] = {}
         consumers = self.consumers
         consumers_get = consumers.get
         all_uses, all_slots = index.uses, index.reads
         reads_by_node = []
+        level_at = [0] * n
         for i in placed_at:
             node = nodes[i]
             slots = all_slots[i]
+            deepest = -1
             if len(slots) == 1:
-                reads = list(all_uses[i]) if placed_mask[slots[0]] else []
+                p = slots[0]
+                if placed_mask[p]:
+                    reads = list(all_uses[i])
+                    deepest = level_at[p]
+                else:
+                    reads = []
             else:
-                reads = [v for v, p in zip(all_uses[i], slots) if placed_mask[p]]
+                reads = []
+                for v, p in zip(all_uses[i], slots):
+                    if placed_mask[p]:
+                        reads.append(v)
+                        if level_at[p] > deepest:
+                            deepest = level_at[p]
+            level_at[i] = deepest + 1
             reads_by_node.append(reads)
             for value in reads:
                 found = consumers_get(value)
@@ -362,6 +381,7 @@ class _Finder:
                     consumers[value] = [node]
                 else:
                     found.append(node)
+        self.levels = list(map(level_at.__getitem__, placed_at))  # in ``placed`` order
         self.reads = dict(zip(self.placed, reads_by_node))
         self.reads_list = reads_by_node
         self._bytes: dict[ir.Value, int | None] = {}
@@ -471,19 +491,10 @@ class _Finder:
     # -- step 2 ---------------------------------------------------------------------------
 
     def planning_order(self) -> None:
-        placed, reads = self.placed, self.reads
-        # Depth from the sources; ``placed`` is topological, so producers come first.
-        level: dict[ir.Node, int] = {}
-        for node in placed:
-            deepest = -1
-            for value in reads[node]:
-                depth = level[value.producer()]  # type: ignore[index]
-                if depth > deepest:
-                    deepest = depth
-            level[node] = deepest + 1
+        placed = self.placed
         count = len(placed)
         ranks = np.fromiter(map(self.chain_rank.__getitem__, placed), np.int64, count)
-        levels = np.fromiter(level.values(), np.int64, count)  # in ``placed`` order
+        levels = np.fromiter(self.levels, np.int64, count)  # depth from the sources
         topo = np.arange(count, dtype=np.int64)  # placed is in topological order
         keys = np.lexsort((topo, levels, ranks))
         self.order = list(map(placed.__getitem__, keys.tolist()))

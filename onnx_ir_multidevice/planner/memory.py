@@ -318,6 +318,7 @@ class MemoryModel:
         for s, (a, b) in enumerate(zip(self.starts, self.ends)):
             segment_of[a:b] = s
         self._segment_of = segment_of
+        self._position = dict(zip(order, range(len(order))))  # node -> index in the order
         self._unknown: list[dict[str, None]] = [{} for _ in range(self.num_segments)]
         #: The values whose size is unknown, by the name :attr:`StageMemory.unknown` gives.
         self.unknown_values: dict[str, ir.Value] = {}
@@ -425,6 +426,8 @@ class MemoryModel:
                             item_segments[item] = {segment}
                         else:
                             segments.add(segment)
+        weights = [0] * self.num_segments  # Python ints, added to the arrays once below
+        io = [0] * self.num_segments
         for item, segments in item_segments.items():
             is_weight = item in initializers or classes.get(item) is not TensorClass.FORWARDED
             producer = item.producer()
@@ -442,17 +445,19 @@ class MemoryModel:
             if len(segments) == 1:
                 (s,) = segments
                 if is_weight:
-                    self._weights[s] += n
+                    weights[s] += n
                 else:
-                    self._io[s] += n
+                    io[s] += n
             else:
                 # Sorted segments, then a sentinel no stage end reaches.
                 ordered = np.array([*sorted(segments), self.num_segments + 1], dtype=np.int64)
                 # The first segment at or after each i (the sentinel when none), for any i.
                 first = ordered.take(np.searchsorted(ordered, np.arange(self.num_segments + 1)))
                 self._shared.append((n, is_weight, first))
+        self._weights += np.asarray(weights, dtype=np.int64)
+        self._io += np.asarray(io, dtype=np.int64)
         # Graph outputs are held by the stage producing them until the pipeline ends.
-        position = {node: i for i, node in enumerate(analysis.order)}
+        position = self._position
         for value in graph.outputs:
             producer = value.producer()
             if producer is None or producer not in position:
@@ -610,12 +615,16 @@ class MemoryModel:
 
     def _count_flops(self) -> tuple[str, ...]:
         unknown = []
+        flops = [0] * self.num_segments
+        segment_of = self._segment_of.tolist()
+        sizes = self.sizes
         for i, node in enumerate(self.analysis.order):
-            count = node_flops(node, self.sizes)
+            count = node_flops(node, sizes)
             if count is None:
                 unknown.append(node.name or node.op_type)
                 continue
-            self._flops[self._segment_of[i]] += count
+            flops[segment_of[i]] += count
+        self._flops += np.asarray(flops, dtype=np.int64)
         return tuple(unknown)
 
     # -- queries ----------------------------------------------------------------------------
