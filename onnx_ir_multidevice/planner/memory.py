@@ -75,9 +75,9 @@ import bisect
 import dataclasses
 import math
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from fractions import Fraction
-from itertools import chain
+from itertools import chain, compress
 
 import numpy as np
 import onnx_ir as ir
@@ -319,6 +319,7 @@ class MemoryModel:
             segment_of[a:b] = s
         self._segment_of = segment_of
         self._position = dict(zip(order, range(len(order))))  # node -> index in the order
+        self._op_types: list[str] | None = None
         self._unknown: list[dict[str, None]] = [{} for _ in range(self.num_segments)]
         #: The values whose size is unknown, by the name :attr:`StageMemory.unknown` gives.
         self.unknown_values: dict[str, ir.Value] = {}
@@ -543,10 +544,10 @@ class MemoryModel:
             return from_weights[producer]
 
         segment_of = self._segment_of
-        for position, node in enumerate(analysis.order):
-            indices = PREPACKED_WEIGHT_INPUTS.get(node.op_type)
-            if indices is None:
-                continue
+        order = analysis.order
+        for position in self._positions_of(PREPACKED_WEIGHT_INPUTS):
+            node = order[position]
+            indices = PREPACKED_WEIGHT_INPUTS[node.op_type]
             for index in indices:
                 value = node.inputs[index] if index < len(node.inputs) else None
                 if value is None or not is_weight(value):
@@ -557,12 +558,22 @@ class MemoryModel:
                     prepack[s] = n
         return prepack
 
+    def _positions_of(self, op_types: Collection[str]) -> list[int]:
+        """Positions in the planning order of the nodes whose op type is in ``op_types``."""
+        if self._op_types is None:
+            self._op_types = list(map(OP_TYPE_OF, self.analysis.order))
+        return list(
+            compress(range(len(self._op_types)), map(op_types.__contains__, self._op_types))
+        )
+
     def _count_workspace(self) -> np.ndarray:
         """Largest input plus output of a convolution (:data:`CONV_OPS`) of each segment."""
         workspace = np.zeros(self.num_segments, dtype=np.int64)
         segment_of = self._segment_of
-        for position, node in enumerate(self.analysis.order):
-            if node.op_type not in CONV_OPS or not node.inputs or node.inputs[0] is None:
+        order = self.analysis.order
+        for position in self._positions_of(CONV_OPS):
+            node = order[position]
+            if not node.inputs or node.inputs[0] is None:
                 continue
             sizes = [self._nbytes(node.inputs[0]), self._nbytes(node.outputs[0])]
             if None in sizes:
