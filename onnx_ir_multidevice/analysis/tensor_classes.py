@@ -125,6 +125,8 @@ _BITS: dict[int, int | None] = {}
 """Bits of one element by ``TensorProto`` data type (``None``: no fixed size), filled lazily."""
 _CONST_VALUE = operator.attrgetter("const_value")
 _OP_TYPE = operator.attrgetter("op_type")
+_OUTPUTS = operator.attrgetter("outputs")
+_FIRST = operator.itemgetter(0)
 _NAME = operator.attrgetter("name")
 _OP_IDENTIFIER = operator.methodcaller("op_identifier")
 
@@ -410,21 +412,28 @@ def classify_values(
     flags = slot_flags(index, judge)
     forwarded = TensorClass.FORWARDED
     replicable = TensorClass.REPLICABLE
-    classes: dict[ir.Value, TensorClass] = dict.fromkeys(graph.inputs, forwarded)
-    for value in getattr(graph.initializers, "data", graph.initializers).values():
-        if value not in classes:
-            classes[value] = replicable
-    for value in index.external:
-        if value not in classes:
-            # Outer-scope (or dangling) value: it comes from outside this graph.
-            classes[value] = forwarded
+    inputs = graph.inputs
+    classes: dict[ir.Value, TensorClass] = dict.fromkeys(inputs, forwarded)
+    # Initializers not already listed as inputs (an input keeps its place and class).
+    classes.update(
+        dict.fromkeys(getattr(graph.initializers, "data", graph.initializers).values(), replicable)
+    )
+    classes.update(dict.fromkeys(inputs, forwarded))
+    # Outer-scope (or dangling) values: they come from outside this graph.
+    external = index.external
+    classes.update(
+        dict.fromkeys(
+            compress(external, map(operator.not_, map(classes.__contains__, external))), forwarded
+        )
+    )
     by_flags = _CLASS_BY_FLAGS
-    for node, node_flags in zip(index.nodes, flags):
-        outputs = node.outputs
-        if len(outputs) == 1:
-            classes[outputs[0]] = by_flags[node_flags]
-        else:
-            node_class = by_flags[node_flags]
+    nodes = index.nodes
+    outputs_list = list(map(_OUTPUTS, nodes))
+    node_classes = list(map(by_flags.__getitem__, islice(flags, len(nodes))))
+    if list(map(len, outputs_list)).count(1) == len(nodes):
+        classes.update(zip(map(_FIRST, outputs_list), node_classes))
+    else:
+        for outputs, node_class in zip(outputs_list, node_classes):
             for output in outputs:
                 classes[output] = node_class
     if judge.is_default() and functions is index.functions and index.slot_flags is None:
