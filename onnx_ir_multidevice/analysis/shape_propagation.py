@@ -59,12 +59,13 @@ class _GiveUp(Exception):
 class _T:
     """What is known of one tensor: dtype, dims (duals), values (duals) for small ints."""
 
-    __slots__ = ("data", "dims", "dtype")
+    __slots__ = ("data", "dims", "dtype", "key")
 
     def __init__(self, dtype: ir.DataType, dims: tuple, data: tuple | None = None) -> None:
         self.dtype = dtype
         self.dims = dims
         self.data = data
+        self.key: tuple | None = None  # (dtype, dims), set when interned
 
 
 def _dual(p: int, s: int) -> Dual:
@@ -529,6 +530,20 @@ def propagate(
     known_get = known.get
     rules = _RULES
     result: dict[ir.Value, tuple[ir.DataType, tuple[Dual, ...]]] = {}
+    # Records are interned (one object per dtype, dims and data), so that a node whose op,
+    # attributes and input records repeat an earlier node's (the layers of a transformer)
+    # reuses its output records instead of running its rule again.
+    interned: dict[tuple, _T] = {}
+    memo: dict[tuple, list[_T]] = {}
+
+    def intern(record: _T) -> _T:
+        key = (record.dtype, record.dims, record.data)
+        found = interned.get(key)
+        if found is None:
+            found = interned[key] = record
+            record.key = (record.dtype, record.dims)
+        return found
+
     try:
         for node in nodes:
             domain, op, node_inputs, outputs = _NODE_FIELDS(node)
@@ -538,8 +553,8 @@ def propagate(
                 attr = node.attributes.get("value")
                 if attr is None or attr.type != ir.AttributeType.TENSOR:
                     return None
-                record = known[outputs[0]] = _tensor_record(attr.value)
-                result[outputs[0]] = (record.dtype, record.dims)
+                record = known[outputs[0]] = intern(_tensor_record(attr.value))
+                result[outputs[0]] = record.key
                 continue
             rule = rules.get(op)
             if rule is None:
@@ -551,18 +566,48 @@ def propagate(
                         tensor = value.const_value
                         if tensor is None:
                             return None  # an outer-scope or unknown value
-                        ins[k] = known[value] = _tensor_record(tensor, value)
+                        ins[k] = known[value] = intern(_tensor_record(tensor, value))
             if ins and ins[0] is None:
                 return None
-            if op in _TWO_INPUT_DATA and len(ins) == 2:
-                outs = _elementwise(node, ins)
-            else:
-                outs = rule(node, ins)
-            if len(outs) < len(outputs):
-                return None
+            attributes = _attribute_key(node)
+            key = None if attributes is None else (op, len(outputs), attributes, *map(id, ins))
+            outs = None if key is None else memo.get(key)
+            if outs is None:
+                if op in _TWO_INPUT_DATA and len(ins) == 2:
+                    outs = _elementwise(node, ins)
+                else:
+                    outs = rule(node, ins)
+                if len(outs) < len(outputs):
+                    return None
+                outs = list(map(intern, outs))
+                if key is not None:
+                    memo[key] = outs
             for value, record in zip(outputs, outs):
                 known[value] = record
-                result[value] = (record.dtype, record.dims)
+                result[value] = record.key
     except (_GiveUp, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
         return None
     return result
+
+
+_PLAIN_ATTRIBUTE_VALUES = (int, float, str)
+
+
+def _attribute_key(node: ir.Node) -> tuple | None:
+    """The node's attributes as a hashable key (``None``: a value that is not plain data)."""
+    attributes = node.attributes
+    if not attributes:
+        return ()
+    key = []
+    for name, attr in attributes.items():
+        if not isinstance(attr, ir.Attr):
+            return None
+        value = attr.value
+        if isinstance(value, (list, tuple)):
+            if not all(isinstance(item, _PLAIN_ATTRIBUTE_VALUES) for item in value):
+                return None
+            value = tuple(value)
+        elif not isinstance(value, _PLAIN_ATTRIBUTE_VALUES):
+            return None
+        key.append((name, attr.type, value))
+    return tuple(key)
