@@ -1088,6 +1088,12 @@ class ValueShapes:
         """The shape at the planning dims; ``None`` when unknown or depending on an unbound dim."""
         return self._info(value).planning
 
+    def dtype_and_shape(self, value: ir.Value) -> tuple[ir.DataType | None, tuple[int, ...] | None]:
+        """:meth:`dtype` and :meth:`shape` of ``value`` in one lookup."""
+        info = self._info(value)
+        dtype = value.dtype
+        return (info.dtype if dtype is None else dtype), info.planning
+
     def estimate(self, value: ir.Value) -> tuple[int, ...] | None:
         """The shape at :attr:`probe_dims` (every symbol bound); ``None`` if not inferable."""
         return self._info(value).estimate

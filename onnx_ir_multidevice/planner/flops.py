@@ -21,15 +21,16 @@ A count that needs an unknown shape is ``None``: callers report it rather than g
 
 from __future__ import annotations
 
-__all__ = ["node_flops"]
+__all__ = ["node_flops", "nodes_flops"]
 
 import math
+from collections.abc import Collection, Sequence
 
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.ops import ATTENTION_OPS, CONV_OPS, GEMM_OPS, MATMUL_OPS
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
-from onnx_ir_multidevice.graph.index import node_subgraphs
+from onnx_ir_multidevice.graph.index import OP_TYPE_OF, holds_subgraphs, node_subgraphs
 
 
 def _shape(sizes: ValueSizes, value: ir.Value | None) -> tuple[int, ...] | None:
@@ -96,3 +97,38 @@ def node_flops(node: ir.Node, sizes: ValueSizes) -> int | None:
             return None
         total += math.prod(shape)
     return total
+
+
+_SPECIAL_OPS = frozenset((*MATMUL_OPS, *GEMM_OPS, *CONV_OPS, *ATTENTION_OPS, "ConvTranspose"))
+
+
+def nodes_flops(
+    nodes: Sequence[ir.Node], sizes: ValueSizes, with_bodies: Collection[ir.Node] | None = None
+) -> list[int | None]:
+    """:func:`node_flops` of each of ``nodes``, the element-wise ones without a call each.
+
+    Args:
+        nodes: Nodes of the graph ``sizes`` describes.
+        sizes: Shapes at the planning dims.
+        with_bodies: The nodes that hold subgraphs, when known (found here otherwise).
+
+    .. versionadded:: 0.1
+    """
+    shape = sizes.shape
+    prod = math.prod
+    result: list[int | None] = []
+    for node, op in zip(nodes, map(OP_TYPE_OF, nodes)):
+        if op in _SPECIAL_OPS or (
+            node in with_bodies if with_bodies is not None else holds_subgraphs(node)
+        ):
+            result.append(node_flops(node, sizes))
+            continue
+        total: int | None = 0
+        for value in node.outputs:
+            found = shape(value)
+            if found is None:
+                total = None
+                break
+            total += prod(found)  # type: ignore[operator]
+        result.append(total)
+    return result

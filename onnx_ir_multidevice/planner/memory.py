@@ -86,7 +86,7 @@ from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
 from onnx_ir_multidevice.analysis.ops import CONV_OPS, RECURRENT_OPS
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.graph.index import OP_TYPE_OF, node_subgraphs
-from onnx_ir_multidevice.planner.flops import node_flops
+from onnx_ir_multidevice.planner.flops import nodes_flops
 
 MIB = 1 << 20
 """Bytes in a MiB (the unit of every ``*_mb`` field of ``.omny``)."""
@@ -628,9 +628,11 @@ class MemoryModel:
         unknown = []
         flops = [0] * self.num_segments
         segment_of = self._segment_of.tolist()
-        sizes = self.sizes
-        for i, node in enumerate(self.analysis.order):
-            count = node_flops(node, sizes)
+        order = self.analysis.order
+        index = self.analysis.index
+        with_bodies = None if index is None else {node for node, _ in index.bodies}
+        counts = nodes_flops(order, self.sizes, with_bodies)
+        for i, (node, count) in enumerate(zip(order, counts)):
             if count is None:
                 unknown.append(node.name or node.op_type)
                 continue
