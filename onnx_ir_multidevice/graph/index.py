@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress, islice, repeat
 from typing import Any, Generic, TypeVar
 
+import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyError
@@ -122,6 +123,21 @@ def holds_subgraphs(node: ir.Node) -> bool:
         ):
             return True
     return False
+
+
+_VALUES = operator.methodcaller("values")
+_TYPE = operator.attrgetter("type")
+
+
+def _may_hold_graphs(attributes: Sequence[Any]) -> bool:
+    """Whether an attribute mapping of ``attributes`` has a graph-typed attribute, in bulk."""
+    if not any(attributes):
+        return False
+    try:
+        types = set(map(_TYPE, chain.from_iterable(map(_VALUES, compress(attributes, attributes)))))
+    except AttributeError:  # not onnx-ir attributes: ask each node
+        return True
+    return _GRAPH in types or _GRAPHS in types
 
 
 def node_subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
@@ -460,6 +476,12 @@ class GraphIndex:
     _graph_positions: dict[ir.Node, int] | None = dataclasses.field(
         default=None, init=False, repr=False
     )
+    _flat_reads: tuple[np.ndarray, np.ndarray] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _readers_of: dict[tuple[int, ...], dict[int, list[int]]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False
+    )
 
     @classmethod
     def build(
@@ -520,7 +542,7 @@ class GraphIndex:
                 for i in compress(range(n), attributes)
                 if holds_subgraphs(graph_nodes[i])
             }
-            if any(attributes)
+            if _may_hold_graphs(attributes)
             else set()
         )
         fast = None if holders else _flat_reads(graph_nodes, inputs_list, outputs_list)
@@ -635,6 +657,46 @@ class GraphIndex:
                         readers.append(i)
             self._consumers = cached
         return cached
+
+    @property
+    def flat_reads(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every read as two ``int64`` arrays: the slot read, and the reader's position.
+
+        In order of :attr:`reads` (readers ascending); built once. Read only.
+        """
+        cached = self._flat_reads
+        if cached is None:
+            reads = self.reads
+            counts = np.fromiter(map(len, reads), np.int64, len(reads))
+            slots = np.fromiter(chain.from_iterable(reads), np.int64, int(counts.sum()))
+            readers = np.repeat(np.arange(len(reads), dtype=np.int64), counts)
+            slots.flags.writeable = False
+            readers.flags.writeable = False
+            cached = self._flat_reads = (slots, readers)
+        return cached
+
+    def readers_of(self, slots: Sequence[int]) -> dict[int, list[int]]:
+        """Positions of the nodes reading each of ``slots`` (ascending), like :attr:`consumers`.
+
+        Without building :attr:`consumers` for every slot when only a few are asked about;
+        the answer for one list of slots is kept (do not modify it).
+        """
+        if self._consumers is not None:
+            return {p: self._consumers[p] for p in slots}
+        key = tuple(slots)
+        cached = self._readers_of.get(key)
+        if cached is not None:
+            return cached
+        flat_slots, flat_readers = self.flat_reads
+        wanted = np.asarray(slots, dtype=np.int64)
+        hit = np.isin(flat_slots, wanted)
+        found: dict[int, list[int]] = {p: [] for p in slots}
+        for p, reader in zip(flat_slots[hit].tolist(), flat_readers[hit].tolist()):
+            readers = found[p]
+            if not readers or readers[-1] != reader:
+                readers.append(reader)
+        self._readers_of[key] = found
+        return found
 
     def value_readers(self, value: ir.Value) -> list[int]:
         """Positions of the nodes whose :attr:`uses` include ``value``, in order."""
