@@ -446,14 +446,11 @@ class _Finder:
         infinity = size + 1
         low = [infinity] * size
         nodes_below = [1 if flag else 0 for flag in is_node]
-        node_vertex_of = dict(zip(self.placed, node_vertex))
-        consumers_get = self.consumers.get
-        values_by_vertex: dict[int, ir.Value] = {}
-        for value, v in vertex.items():
-            values_by_vertex[v] = value
-            readers = consumers_get(value)
-            if readers:
-                low[v] = min([depth[parent[node_vertex_of[c]]] for c in readers])
+        # Depth of each node's immediate dominator: how high a read by the node reaches.
+        reach_of = dict(zip(self.placed, [depth[parent[v]] for v in node_vertex]))
+        values_by_vertex = dict(zip(vertex.values(), vertex.keys()))
+        for value, readers in self.consumers.items():
+            low[vertex[value]] = min(map(reach_of.__getitem__, readers))
         for v in range(size - 1, 0, -1):
             p = parent[v]
             if low[v] < low[p]:
@@ -466,25 +463,30 @@ class _Finder:
             if low[v] >= depth[v] and value in consumers
         }
         # Heavy path through the tree of strict cuts.
-        strict_vertex = {vertex[value] for value in strict}
+        strict_vertices = sorted(vertex[value] for value in strict)
+        is_strict = [False] * size
+        for v in strict_vertices:
+            is_strict[v] = True
         nearest = [0] * size  # nearest strict-cut proper ancestor (0: none)
-        children: dict[int, list[int]] = {}
         for v in range(1, size):
             p = parent[v]
-            nearest[v] = p if p in strict_vertex else nearest[p]
-            if v in strict_vertex:
-                children.setdefault(nearest[v], []).append(v)
+            nearest[v] = p if is_strict[p] else nearest[p]
+        children: dict[int, list[int]] = {}
+        for v in strict_vertices:
+            children.setdefault(nearest[v], []).append(v)
         chain: list[ir.Value] = []
         current = 0
         while current in children:
             current = max(children[current], key=lambda c: (nodes_below[c], -c))
             chain.append(values_by_vertex[current])
         # Chain cuts above each node: number of chain cuts strictly dominating it.
-        on_chain = {vertex[value] for value in chain}
+        on_chain = [0] * size
+        for value in chain:
+            on_chain[vertex[value]] = 1
         above = [0] * size
         for v in range(1, size):
             p = parent[v]
-            above[v] = above[p] + (1 if p in on_chain else 0)
+            above[v] = above[p] + on_chain[p]
         self.chain_rank = dict(zip(self.placed, map(above.__getitem__, node_vertex)))
         return strict, chain
 

@@ -25,18 +25,18 @@ from __future__ import annotations
 __all__ = ["propagate"]
 
 import math
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice.graph.index import NODE_FIELDS_OF
+
 Dual = Any  # int, or (int, int): the size at the probe dims and at the doubled dims
 _MAX_DATA = 64  # integer tensors of at most this many elements carry their values
 
 _BOOL = ir.DataType.BOOL
-_NODE_FIELDS = operator.attrgetter("domain", "op_type", "inputs", "outputs")
 _INT64 = ir.DataType.INT64
 _INTEGERS = frozenset(
     {
@@ -501,10 +501,15 @@ def _tensor_record(tensor: ir.TensorProtocol, value: ir.Value | None = None) -> 
     """The record of a constant; the value's own dtype and shape first (no tensor read)."""
     dtype = value.dtype if value is not None else None
     shape = value.shape if value is not None else None
-    if dtype is None or shape is None or any(type(d) is not int for d in shape.dims):
-        dtype, dims = tensor.dtype, tuple(tensor.shape.dims)
-    else:
+    dims = None
+    if dtype is not None and shape is not None:
         dims = shape.dims
+        for d in dims:
+            if type(d) is not int:
+                dims = None
+                break
+    if dims is None:
+        dtype, dims = tensor.dtype, tuple(tensor.shape.dims)
     data = None
     if dtype in _INTEGERS and len(dims) <= 1 and math.prod(dims) <= _MAX_DATA:
         data = tuple(int(x) for x in np.asarray(tensor.numpy()).reshape(-1))
@@ -546,7 +551,7 @@ def propagate(
 
     try:
         for node in nodes:
-            domain, op, node_inputs, outputs = _NODE_FIELDS(node)
+            domain, op, node_inputs, outputs, attributes = NODE_FIELDS_OF(node)
             if domain and domain != "ai.onnx":
                 return None
             if op == "Constant":
@@ -569,8 +574,10 @@ def propagate(
                         ins[k] = known[value] = intern(_tensor_record(tensor, value))
             if ins and ins[0] is None:
                 return None
-            attributes = _attribute_key(node)
-            key = None if attributes is None else (op, len(outputs), attributes, *map(id, ins))
+            attribute_key = _attribute_key(attributes) if attributes else ()
+            key = (
+                None if attribute_key is None else (op, len(outputs), attribute_key, *map(id, ins))
+            )
             outs = None if key is None else memo.get(key)
             if outs is None:
                 if op in _TWO_INPUT_DATA and len(ins) == 2:
@@ -593,11 +600,8 @@ def propagate(
 _PLAIN_ATTRIBUTE_VALUES = (int, float, str)
 
 
-def _attribute_key(node: ir.Node) -> tuple | None:
-    """The node's attributes as a hashable key (``None``: a value that is not plain data)."""
-    attributes = node.attributes
-    if not attributes:
-        return ()
+def _attribute_key(attributes: Mapping[str, Any]) -> tuple | None:
+    """A node's attributes as a hashable key (``None``: a value that is not plain data)."""
     key = []
     for name, attr in attributes.items():
         if not isinstance(attr, ir.Attr):

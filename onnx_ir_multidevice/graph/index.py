@@ -98,6 +98,13 @@ def _fast_node_getter(*names: str) -> operator.attrgetter:
 _FAST_IO_ATTRIBUTES = _fast_node_getter("inputs", "outputs", "attributes.data")
 #: ``op_type`` of a node (see :func:`_fast_node_getter`).
 OP_TYPE_OF = _fast_node_getter("op_type")
+#: ``(domain, op_type, inputs, outputs, attributes)`` of a node, the attributes as a plain
+#: ``dict`` (see :func:`_fast_node_getter`).
+NODE_FIELDS_OF = _fast_node_getter("domain", "op_type", "inputs", "outputs", "attributes.data")
+try:
+    NODE_FIELDS_OF(ir.Node("", "Identity", [], name="probe_node"))
+except AttributeError:  # attributes without a plain dict behind them: the mapping itself
+    NODE_FIELDS_OF = operator.attrgetter("domain", "op_type", "inputs", "outputs", "attributes")
 _GRAPH = ir.AttributeType.GRAPH
 _GRAPHS = ir.AttributeType.GRAPHS
 
@@ -138,6 +145,14 @@ def _may_hold_graphs(attributes: Sequence[Any]) -> bool:
     except AttributeError:  # not onnx-ir attributes: ask each node
         return True
     return _GRAPH in types or _GRAPHS in types
+
+
+def nodes_with_subgraphs(nodes: Sequence[ir.Node]) -> list[ir.Node]:
+    """The nodes of ``nodes`` that :func:`holds_subgraphs`, the common case (none) in bulk."""
+    attributes = list(map(_data, map(_ATTRIBUTES, nodes)))
+    if not _may_hold_graphs(attributes):
+        return []
+    return [node for node in compress(nodes, attributes) if holds_subgraphs(node)]
 
 
 def node_subgraphs(node: ir.Node) -> Iterator[ir.Graph]:

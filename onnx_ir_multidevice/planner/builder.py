@@ -61,7 +61,7 @@ from onnx_ir_multidevice._version import __version__
 from onnx_ir_multidevice.analysis.ops import ATTENTION_OPS
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.dtypes import dtype_name
-from onnx_ir_multidevice.graph.index import OP_TYPE_OF, holds_subgraphs, node_subgraphs
+from onnx_ir_multidevice.graph.index import OP_TYPE_OF, node_subgraphs, nodes_with_subgraphs
 from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     ExportInfo,
@@ -135,7 +135,7 @@ def weights(graph: ir.Graph, sizes: ValueSizes) -> tuple[int, int]:
                 if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
                     nbytes += attr.value.nbytes
                     count += attr.value.size
-        for node in compress(nodes, map(holds_subgraphs, nodes)):
+        for node in nodes_with_subgraphs(nodes):
             for body in node_subgraphs(node):
                 visit(body)
 
