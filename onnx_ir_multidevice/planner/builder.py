@@ -122,12 +122,12 @@ def weights(graph: ir.Graph, sizes: ValueSizes) -> tuple[int, int]:
 
     def visit(g: ir.Graph) -> None:
         nonlocal nbytes, count
-        for value in getattr(g.initializers, "data", g.initializers).values():
-            shape = sizes.shape(value)
-            n = sizes.nbytes(value)
+        values = list(getattr(g.initializers, "data", g.initializers).values())
+        prod = math.prod
+        for shape, n in zip(map(sizes.shape, values), map(sizes.nbytes, values)):
             if shape is not None and n is not None:
                 nbytes += n
-                count += math.prod(shape)
+                count += prod(shape)
         nodes = list(g)
         for node in compress(nodes, map("Constant".__eq__, map(OP_TYPE_OF, nodes))):
             if node.domain == "":

@@ -77,7 +77,7 @@ import math
 import operator
 from collections.abc import Collection, Iterable, Mapping
 from fractions import Fraction
-from itertools import chain, compress
+from itertools import chain, compress, repeat
 
 import numpy as np
 import onnx_ir as ir
@@ -118,6 +118,8 @@ code pages of the library that the session touches; 11.1 MiB fitted over the cor
 Re-derive it with ``python benchmarks/memory_accuracy.py --derive``."""
 
 _OUTPUTS = operator.attrgetter("outputs")
+_PRODUCER = operator.methodcaller("producer")
+_DENSE_SHARED = 1 << 22  # at most this many entries in the table of shared items
 _ROW_RESIDENT_BYTES = 2 * MIB
 """What reading one row of a memory-mapped table may make resident, at most: the kernel maps
 the page-cache folio around a faulting page, up to 2 MiB (a PMD) with large folios (Linux 6.x,
@@ -325,7 +327,11 @@ class MemoryModel:
         self.unknown_values: dict[str, ir.Value] = {}
         self._weights = np.zeros(self.num_segments, dtype=np.int64)
         self._io = np.zeros(self.num_segments, dtype=np.int64)
-        self._shared: list[tuple[int, bool, np.ndarray]] = []  # bytes, is_weight, first_at
+        self._shared: list[tuple[int, bool, np.ndarray]] = []  # bytes, is_weight, segments
+        self._shared_first: np.ndarray | None = None  # see _count_items
+        self._stages: dict[tuple[int, int], StageMemory] = {}  # stage(i, j), immutable
+        self._shared_bytes = np.zeros(0, dtype=np.int64)
+        self._shared_weight = np.zeros(0, dtype=bool)
         self._count_items()
         self._peak = np.zeros(self.num_segments, dtype=np.int64)
         self._count_activations()
@@ -403,30 +409,49 @@ class MemoryModel:
             memo[node] = node_items(node)
         item_segments: dict[ir.Value, set[int]] = {}
         segment_of = self._segment_of.tolist()
-        for position, node in enumerate(analysis.order):  # node_items(node), inlined
-            segment = segment_of[position]
-            for value in uses[node]:
-                producer = value.producer()
+        order = analysis.order
+
+        def add(item: ir.Value, segment: int) -> None:
+            segments = item_segments.get(item)
+            if segments is None:
+                item_segments[item] = {segment}
+            else:
+                segments.add(segment)
+
+        def read_items(value: ir.Value, producer: ir.Node | None) -> Iterable[ir.Value]:
+            if producer is None:
+                return (value,)  # a weight or a graph input
+            if producer in replicable:
+                return value_items(value)[0]
+            return ()  # an activation: counted by liveness
+
+        if with_bodies is not None and not with_bodies:
+            # node_items(node) of every node of the order, inlined, over one flat list of
+            # reads (no node holds a subgraph whose constants would come in between).
+            uses_list = list(map(uses.__getitem__, order))
+            reads = list(chain.from_iterable(uses_list))
+            read_segments = chain.from_iterable(map(repeat, segment_of, map(len, uses_list)))
+            get = item_segments.get
+            for value, producer, segment in zip(reads, map(_PRODUCER, reads), read_segments):
                 if producer is None:
-                    found: Iterable[ir.Value] = (value,)  # a weight or a graph input
-                elif producer in replicable:
-                    found = value_items(value)[0]
-                else:
-                    continue  # an activation: counted by liveness
-                for item in found:
-                    segments = item_segments.get(item)
+                    segments = get(value)
                     if segments is None:
-                        item_segments[item] = {segment}
+                        item_segments[value] = {segment}
                     else:
                         segments.add(segment)
-            if (node in with_bodies) if with_bodies is not None else bool(node.attributes):
-                for body in node_subgraphs(node):
-                    for item in _body_constants(body):
-                        segments = item_segments.get(item)
-                        if segments is None:
-                            item_segments[item] = {segment}
-                        else:
-                            segments.add(segment)
+                elif producer in replicable:
+                    for item in value_items(value)[0]:
+                        add(item, segment)
+        else:
+            for position, node in enumerate(order):  # node_items(node), inlined
+                segment = segment_of[position]
+                for value in uses[node]:
+                    for item in read_items(value, value.producer()):
+                        add(item, segment)
+                if (node in with_bodies) if with_bodies is not None else bool(node.attributes):
+                    for body in node_subgraphs(node):
+                        for item in _body_constants(body):
+                            add(item, segment)
         weights = [0] * self.num_segments  # Python ints, added to the arrays once below
         io = [0] * self.num_segments
         for item, segments in item_segments.items():
@@ -452,11 +477,18 @@ class MemoryModel:
             else:
                 # Sorted segments, then a sentinel no stage end reaches.
                 ordered = np.array([*sorted(segments), self.num_segments + 1], dtype=np.int64)
-                # The first segment at or after each i (the sentinel when none), for any i.
-                first = ordered.take(np.searchsorted(ordered, np.arange(self.num_segments + 1)))
-                self._shared.append((n, is_weight, first))
+                self._shared.append((n, is_weight, ordered))
         self._weights += np.asarray(weights, dtype=np.int64)
         self._io += np.asarray(io, dtype=np.int64)
+        if self._shared and len(self._shared) * (self.num_segments + 1) <= _DENSE_SHARED:
+            # The first segment at or after each i (the sentinel when none), for any i: one
+            # row per shared item, so that a query is a few array operations for all items.
+            starts = np.arange(self.num_segments + 1)
+            self._shared_first = np.stack(
+                [ordered.take(np.searchsorted(ordered, starts)) for _, _, ordered in self._shared]
+            )
+            self._shared_bytes = np.array([n for n, _, _ in self._shared], dtype=np.int64)
+            self._shared_weight = np.array([w for _, w, _ in self._shared], dtype=bool)
         # Graph outputs are held by the stage producing them until the pipeline ends.
         position = self._position
         for value in graph.outputs:
@@ -478,7 +510,14 @@ class MemoryModel:
         uses = analysis.uses
         # Position of the last reader of each value (later readers overwrite earlier ones);
         # only node outputs are looked up, so other values read do no harm.
-        last_read = {value: i for i, node in enumerate(order) for value in uses[node]}
+        # Position of the last reader of each value (later readers overwrite earlier ones).
+        uses_list = list(map(uses.__getitem__, order))
+        last_read = dict(
+            zip(
+                chain.from_iterable(uses_list),
+                chain.from_iterable(map(repeat, range(len(order)), map(len, uses_list))),
+            )
+        )
         last_get = last_read.get
         outputs = list(map(_OUTPUTS, order))
         made = [i for i, values in enumerate(outputs) for _ in values]
@@ -643,12 +682,20 @@ class MemoryModel:
     # -- queries ----------------------------------------------------------------------------
 
     def _shared_sum(self, i: np.ndarray, j: np.ndarray, weights: bool | None) -> np.ndarray:
+        if self._shared_first is not None:
+            first, amounts = self._shared_first, self._shared_bytes
+            if weights is not None:
+                keep = self._shared_weight == weights
+                first, amounts = first[keep], amounts[keep]
+            # Counted when the first segment at or after ``i`` comes before ``j``.
+            return amounts @ (first[:, i] < j)
         total = np.zeros(len(i), dtype=np.int64)
-        for n, is_weight, first_at in self._shared:
+        for n, is_weight, segments in self._shared:
             if weights is not None and is_weight != weights:
                 continue
             # The first segment at or after ``i`` (a sentinel past every ``j`` when none).
-            total += (first_at.take(i) < j) * n
+            first = segments.take(np.searchsorted(segments, i))
+            total += (first < j) * n
         return total
 
     def total_bytes(self, i: Iterable[int], j: Iterable[int]) -> np.ndarray:
@@ -683,6 +730,9 @@ class MemoryModel:
                 f"a stage is a non-empty run of segments [i, j) with 0 <= i < j <= "
                 f"{self.num_segments}, got [{i}, {j})"
             )
+        cached = self._stages.get((i, j))
+        if cached is not None:
+            return cached
         a, b = np.array([i]), np.array([j])
         weights = int(self._prefix_weights[j] - self._prefix_weights[i])
         weights += int(self._shared_sum(a, b, True)[0])
@@ -699,7 +749,7 @@ class MemoryModel:
         runtime = self.runtime_bytes + nodes * self.node_bytes
         runtime += max(workspace, prepack - activations - io)
         mapped = int(self._prefix_mapped[j] - self._prefix_mapped[i])
-        return StageMemory(
+        stage = self._stages[(i, j)] = StageMemory(
             weights_bytes=weights,
             activations_bytes=activations,
             io_bytes=io,
@@ -710,6 +760,7 @@ class MemoryModel:
             mapped_bytes=mapped,
             workspace_bytes=workspace,
         )
+        return stage
 
     def whole(self) -> StageMemory:
         """The memory of the whole model run as one stage."""
