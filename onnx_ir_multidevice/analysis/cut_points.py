@@ -60,7 +60,7 @@ import dataclasses
 import heapq
 import operator
 from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 
 import numpy as np
 import onnx_ir as ir
@@ -509,9 +509,9 @@ class _Finder:
         pos, order = self.pos, self.order
         size = len(order)
         # Every activation read (reader, value) as flat arrays, readers in planning order.
-        reads = self.reads
-        counts = np.fromiter(map(len, map(reads.__getitem__, order)), np.int64, size)
-        flat = [value for node in order for value in reads[node]]
+        reads_in_order = list(map(self.reads.__getitem__, order))
+        counts = np.fromiter(map(len, reads_in_order), np.int64, size)
+        flat = list(chain.from_iterable(reads_in_order))
         values = list(self.consumers)
         value_id = dict(zip(values, range(len(values))))
         ids = np.fromiter(map(value_id.__getitem__, flat), np.int64, len(flat))
@@ -545,11 +545,12 @@ class _Finder:
             delta = np.zeros(size + 2, dtype=np.int64)
             np.add.at(delta, np.asarray(made, dtype=np.int64) + 1, 1)
             np.add.at(delta, np.asarray(last, dtype=np.int64) + 1, -1)
-            live_count = np.cumsum(delta).tolist()
+            live_count = np.cumsum(delta)
             found = []
-            for value, b in zip(values, first):
-                if live_count[b] == 1 and feeds_suffix(value):
-                    found.append((b, self.candidate(value, (), self.nbytes(value))))
+            for k in np.flatnonzero(live_count[first_array] == 1).tolist():
+                value = values[k]
+                if feeds_suffix(value):
+                    found.append((first[k], self.candidate(value, (), self.nbytes(value))))
             return sorted(found, key=lambda item: item[0])
 
         first_read: dict[int, list[ir.Value]] = {}
