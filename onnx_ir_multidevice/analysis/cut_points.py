@@ -75,7 +75,6 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
 from onnx_ir_multidevice.graph.index import GraphIndex
 
 _PRODUCER = operator.methodcaller("producer")
-_OUTPUTS = operator.attrgetter("outputs")
 
 DEFAULT_SIDE_LIMIT_BYTES = 1 << 20
 """Default budget of side activations for a relaxed cut: 1 MiB at the planning dims.
@@ -152,6 +151,9 @@ class CutAnalysis:
     index: GraphIndex | None = None
     """The :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of :attr:`graph` the
     analysis used (shared with the memory model)."""
+
+    order_positions: tuple[int, ...] = ()
+    """The position in :attr:`index` of each node of :attr:`order` (empty without an index)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -330,7 +332,7 @@ class _Finder:
         if classes is index.value_classes and index.slot_flags is not None:
             # The default classes: one class per node, by position (every output shares it).
             is_replicable = list(map(operator.is_, slot_classes(index), repeat(replicable)))
-            is_replicable = list(map(operator.and_, is_replicable, map(bool, map(_OUTPUTS, nodes))))
+            is_replicable = list(map(operator.and_, is_replicable, map(bool, index.outputs_at)))
         else:
             classes_get = classes.get
             is_replicable = []
@@ -382,6 +384,8 @@ class _Finder:
                 else:
                     found.append(node)
         self.levels = list(map(level_at.__getitem__, placed_at))  # in ``placed`` order
+        self.placed_at = placed_at  # index positions, in ``placed`` order
+        self.placed_outputs = list(map(index.outputs_at.__getitem__, placed_at))
         self.reads = dict(zip(self.placed, reads_by_node))
         self.reads_list = reads_by_node
         self._bytes: dict[ir.Value, int | None] = {}
@@ -418,7 +422,7 @@ class _Finder:
         node_vertex: list[int] = []  # vertex of each placed node, in ``placed`` order
         value_list: list[ir.Value] = []  # the values, in vertex order
         is_node = [False]
-        for node, reads in zip(self.placed, self.reads_list):
+        for outputs, reads in zip(self.placed_outputs, self.reads_list):
             idom = 0
             if reads:
                 idom = vertex[reads[0]]
@@ -435,7 +439,7 @@ class _Finder:
             is_node.append(True)
             j = jump[v]
             target = jump[j] if node_depth - depth[j] == depth[j] - depth[jump[j]] else v
-            for value in node.outputs:
+            for value in outputs:
                 parent.append(v)
                 jump.append(target)
                 depth.append(node_depth + 1)
@@ -499,7 +503,9 @@ class _Finder:
         levels = np.fromiter(self.levels, np.int64, count)  # depth from the sources
         topo = np.arange(count, dtype=np.int64)  # placed is in topological order
         keys = np.lexsort((topo, levels, ranks))
-        self.order = list(map(placed.__getitem__, keys.tolist()))
+        keys_list = keys.tolist()
+        self.order = list(map(placed.__getitem__, keys_list))
+        self.order_positions = list(map(self.placed_at.__getitem__, keys_list))
         self.pos = dict(zip(self.order, range(len(self.order))))
 
     # -- step 3 ---------------------------------------------------------------------------
@@ -681,6 +687,7 @@ class _Finder:
             boundaries=boundaries,
             replicable_nodes=tuple(self.replicable_nodes),
             index=self.index,
+            order_positions=tuple(self.order_positions),
         )
 
 

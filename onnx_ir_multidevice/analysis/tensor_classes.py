@@ -61,7 +61,6 @@ from onnx_ir_multidevice.analysis.ops import (
 )
 from onnx_ir_multidevice.graph.dtypes import dtype_bits
 from onnx_ir_multidevice.graph.index import (
-    OP_TYPE_OF,
     GraphIndex,
     graph_uses,
     holds_subgraphs,
@@ -125,7 +124,6 @@ _BITS: dict[int, int | None] = {}
 """Bits of one element by ``TensorProto`` data type (``None``: no fixed size), filled lazily."""
 _CONST_VALUE = operator.attrgetter("const_value")
 _OP_TYPE = operator.attrgetter("op_type")
-_OUTPUTS = operator.attrgetter("outputs")
 _FIRST = operator.itemgetter(0)
 _NAME = operator.attrgetter("name")
 _OP_IDENTIFIER = operator.methodcaller("op_identifier")
@@ -341,7 +339,7 @@ def _own_flags(index: GraphIndex, judge: _Judge) -> list[int]:
         return result
     # Without functions a node's own flags depend on its op type alone, except for
     # ``Constant`` (its tensor) and nodes with subgraphs (their bodies).
-    op_types = list(map(OP_TYPE_OF, nodes))
+    op_types = index.op_types
     by_type: dict[str, int] = {}
     for op_type in set(op_types) - {"Constant"}:
         first = nodes[op_types.index(op_type)]
@@ -428,7 +426,7 @@ def classify_values(
     )
     by_flags = _CLASS_BY_FLAGS
     nodes = index.nodes
-    outputs_list = list(map(_OUTPUTS, nodes))
+    outputs_list = index.outputs_at
     node_classes = list(map(by_flags.__getitem__, islice(flags, len(nodes))))
     if list(map(len, outputs_list)).count(1) == len(nodes):
         classes.update(zip(map(_FIRST, outputs_list), node_classes))

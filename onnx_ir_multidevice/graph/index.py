@@ -497,6 +497,10 @@ class GraphIndex:
     _readers_of: dict[tuple[int, ...], dict[int, list[int]]] = dataclasses.field(
         default_factory=dict, init=False, repr=False
     )
+    _outputs_at: list[Sequence[ir.Value]] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _op_types: list[str] | None = dataclasses.field(default=None, init=False, repr=False)
 
     @classmethod
     def build(
@@ -671,6 +675,26 @@ class GraphIndex:
                     if not readers or readers[-1] != i:
                         readers.append(i)
             self._consumers = cached
+        return cached
+
+    @property
+    def outputs_at(self) -> list[Sequence[ir.Value]]:
+        """Each node's outputs, by position (read once; do not modify)."""
+        cached = self._outputs_at
+        if cached is None:
+            if self.in_graph_order and self._graph_outputs is not None:
+                cached = self._graph_outputs
+            else:
+                cached = list(map(_OUTPUTS, self.nodes))
+            self._outputs_at = cached
+        return cached
+
+    @property
+    def op_types(self) -> list[str]:
+        """Each node's op type, by position (read once; do not modify)."""
+        cached = self._op_types
+        if cached is None:
+            cached = self._op_types = list(map(OP_TYPE_OF, self.nodes))
         return cached
 
     @property

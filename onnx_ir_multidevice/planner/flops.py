@@ -103,7 +103,10 @@ _SPECIAL_OPS = frozenset((*MATMUL_OPS, *GEMM_OPS, *CONV_OPS, *ATTENTION_OPS, "Co
 
 
 def nodes_flops(
-    nodes: Sequence[ir.Node], sizes: ValueSizes, with_bodies: Collection[ir.Node] | None = None
+    nodes: Sequence[ir.Node],
+    sizes: ValueSizes,
+    with_bodies: Collection[ir.Node] | None = None,
+    op_types: Sequence[str] | None = None,
 ) -> list[int | None]:
     """:func:`node_flops` of each of ``nodes``, the element-wise ones without a call each.
 
@@ -111,13 +114,14 @@ def nodes_flops(
         nodes: Nodes of the graph ``sizes`` describes.
         sizes: Shapes at the planning dims.
         with_bodies: The nodes that hold subgraphs, when known (found here otherwise).
+        op_types: The op type of each of ``nodes``, when known.
 
     .. versionadded:: 0.1
     """
     shape = sizes.shape
     prod = math.prod
     result: list[int | None] = []
-    for node, op in zip(nodes, map(OP_TYPE_OF, nodes)):
+    for node, op in zip(nodes, map(OP_TYPE_OF, nodes) if op_types is None else op_types):
         if op in _SPECIAL_OPS or (
             node in with_bodies if with_bodies is not None else holds_subgraphs(node)
         ):

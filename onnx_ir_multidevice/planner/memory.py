@@ -75,7 +75,7 @@ import bisect
 import dataclasses
 import math
 import operator
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from fractions import Fraction
 from itertools import chain, compress, repeat
 
@@ -519,13 +519,13 @@ class MemoryModel:
             )
         )
         last_get = last_read.get
-        outputs = list(map(_OUTPUTS, order))
+        outputs = self._order_outputs()
         made = [i for i, values in enumerate(outputs) for _ in values]
         values = list(chain.from_iterable(outputs))
         ends = list(map(last_get, values, made))
         amounts = list(map(self.sizes.nbytes, values))
         if None in amounts:
-            op_types = list(map(OP_TYPE_OF, order))
+            op_types = self._order_op_types()
             segment_of = self._segment_of.tolist()
             unknown, unknown_values = self._unknown, self.unknown_values
             for k in [k for k, n in enumerate(amounts) if n is None]:
@@ -597,13 +597,29 @@ class MemoryModel:
                     prepack[s] = n
         return prepack
 
+    def _order_op_types(self) -> list[str]:
+        """The op type of each node of the planning order (from the index when there is one)."""
+        if self._op_types is None:
+            analysis = self.analysis
+            if analysis.index is not None and analysis.order_positions:
+                by_position = analysis.index.op_types
+                self._op_types = list(map(by_position.__getitem__, analysis.order_positions))
+            else:
+                self._op_types = list(map(OP_TYPE_OF, analysis.order))
+        return self._op_types
+
+    def _order_outputs(self) -> list[Sequence[ir.Value]]:
+        """The outputs of each node of the planning order (from the index when there is one)."""
+        analysis = self.analysis
+        if analysis.index is not None and analysis.order_positions:
+            by_position = analysis.index.outputs_at
+            return list(map(by_position.__getitem__, analysis.order_positions))
+        return list(map(_OUTPUTS, analysis.order))
+
     def _positions_of(self, op_types: Collection[str]) -> list[int]:
         """Positions in the planning order of the nodes whose op type is in ``op_types``."""
-        if self._op_types is None:
-            self._op_types = list(map(OP_TYPE_OF, self.analysis.order))
-        return list(
-            compress(range(len(self._op_types)), map(op_types.__contains__, self._op_types))
-        )
+        types = self._order_op_types()
+        return list(compress(range(len(types)), map(op_types.__contains__, types)))
 
     def _count_workspace(self) -> np.ndarray:
         """Largest input plus output of a convolution (:data:`CONV_OPS`) of each segment."""
@@ -633,7 +649,7 @@ class MemoryModel:
         order = analysis.order
         # Only a table read by some Gather of the planning order can count: start from those.
         position = {
-            order[k]: k for k, op in enumerate(map(OP_TYPE_OF, order)) if op == "Gather"
+            order[k]: k for k, op in enumerate(self._order_op_types()) if op == "Gather"
         }  # a use that is no Gather of the order means no mapping: only these positions count
         if not position:
             return mapped
@@ -670,7 +686,7 @@ class MemoryModel:
         order = self.analysis.order
         index = self.analysis.index
         with_bodies = None if index is None else {node for node, _ in index.bodies}
-        counts = nodes_flops(order, self.sizes, with_bodies)
+        counts = nodes_flops(order, self.sizes, with_bodies, self._order_op_types())
         for i, (node, count) in enumerate(zip(order, counts)):
             if count is None:
                 unknown.append(node.name or node.op_type)
