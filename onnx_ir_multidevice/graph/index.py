@@ -238,10 +238,12 @@ def _flat_reads(
     nodes: list[ir.Node],
     inputs_list: list[Sequence[ir.Value | None]],
     outputs_list: list[Sequence[ir.Value]],
-) -> tuple[list, list, dict[ir.Value, int], bool] | None:
+) -> tuple[list, list, dict[ir.Value, int], bool, tuple | None] | None:
     """Uses and slots of nodes without subgraphs, in C-level passes over flat lists.
 
-    Returns ``(uses, reads, external_slot, in_graph_order)``, or ``None`` when an input
+    Returns ``(uses, reads, external_slot, in_graph_order, flat_arrays)`` (``flat_arrays``:
+    the reads as :attr:`GraphIndex.flat_reads` gives them, when no node repeats a value or
+    has an empty input), or ``None`` when an input
     tuple is not a plain tuple (then :func:`_node_reads` does the work). Same results as
     :func:`_node_reads` for such nodes.
     """
@@ -264,16 +266,22 @@ def _flat_reads(
     has_none = None in flat
     if has_none:
         slot_of[None] = -2  # type: ignore[index]
-    slots = list(map(slot_of.get, flat, repeat(-1)))
+    slot_array = np.fromiter(map(slot_of.get, flat, repeat(-1)), np.int64, len(flat))
     # In graph order when every read of a node output comes from an earlier node.
-    owners = chain.from_iterable(map(repeat, range(n), counts))
-    in_order = not any(map(operator.ge, slots, owners))
+    owners = np.repeat(np.arange(n, dtype=np.int64), counts)
+    in_order = not bool((slot_array >= owners).any())
     # Values produced by no node of the graph, numbered in first-read order.
-    external = dict.fromkeys(compress(flat, map(operator.eq, slots, repeat(-1))))
-    external_slot = dict(zip(external, range(n, n + len(external))))
-    if external_slot:
+    is_external = slot_array == -1
+    external_slot: dict[ir.Value, int] = {}
+    if is_external.any():
+        external_reads = list(compress(flat, is_external.tolist()))
+        external = dict.fromkeys(external_reads)
+        external_slot = dict(zip(external, range(n, n + len(external))))
         slot_of.update(external_slot)
-        slots = list(map(slot_of.get, flat))
+        slot_array[is_external] = np.fromiter(
+            map(external_slot.__getitem__, external_reads), np.int64, len(external_reads)
+        )
+    slots = slot_array.tolist()
     flat_iter = iter(slots)
     reads: list = list(map(tuple, map(islice, repeat(flat_iter), counts)))
     uses: list = inputs_list.copy()
@@ -286,7 +294,9 @@ def _flat_reads(
         node_uses_ = _plain_uses(inputs_list[i])
         uses[i] = node_uses_
         reads[i] = tuple(map(slot_of.__getitem__, node_uses_))
-    return uses, reads, external_slot, in_order
+    # The reads as flat arrays (GraphIndex.flat_reads), when they are exactly ``reads``.
+    flat_arrays = None if odd else (slot_array, owners)
+    return uses, reads, external_slot, in_order, flat_arrays
 
 
 def _node_reads(
@@ -565,8 +575,9 @@ class GraphIndex:
             else set()
         )
         fast = None if holders else _flat_reads(graph_nodes, inputs_list, outputs_list)
+        flat_arrays = None
         if fast is not None:
-            uses, reads, external_slot, in_order = fast
+            uses, reads, external_slot, in_order, flat_arrays = fast
             bodies: list[tuple[ir.Node, tuple[ir.Graph, ...]]] = []
         else:
             uses, reads, external_slot, bodies, in_order = _node_reads(
@@ -589,6 +600,10 @@ class GraphIndex:
         index._graph_outputs = outputs_list
         if not in_order and sort:
             index._sort()
+        elif flat_arrays is not None:
+            for array in flat_arrays:
+                array.flags.writeable = False
+            index._flat_reads = flat_arrays
         return index
 
     @classmethod
