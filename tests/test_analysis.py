@@ -980,6 +980,14 @@ def test_graph_index_fast_path_matches_brute_force(graph):
         )
         assert index.reads[i] == expected
         assert all(p < i for p in expected if p < len(graph_order))  # topological
+    # The flat arrays list every read in order; readers of a few slots match ``consumers``.
+    flat_slots, flat_readers = index.flat_reads
+    assert list(zip(flat_readers.tolist(), flat_slots.tolist())) == [
+        (i, p) for i, slots in enumerate(index.reads) for p in slots
+    ]
+    some = list(range(0, len(index.nodes) + len(index.external), 2))
+    readers = index.readers_of(some)
+    assert readers == {p: index.consumers[p] for p in some}
 
 
 @settings(max_examples=80, deadline=None)
@@ -1003,3 +1011,74 @@ def test_precompute_stages_matches_assign_stages_one_by_one(rg, data):
                 assign_stages(rg.graph, cuts, index=index)
             continue
         assert assign_stages(rg.graph, cuts, index=index) == dict(zip(fresh.nodes, expected))
+
+
+@st.composite
+def classed_graphs(draw):
+    """Graphs of light, heavy and non-deterministic ops over inputs and small or large
+    constants (initializers and ``Constant`` nodes), nodes out of order."""
+    x = ir.val("x", ir.DataType.FLOAT, [2])
+    available = [x]
+    initializers = []
+    for k in range(draw(st.integers(0, 3))):
+        size = draw(st.sampled_from([1, 4, 300]))  # 300 float32: 1200 bytes, large
+        w = ir.Value(name=f"w{k}", const_value=ir.tensor(np.ones(size, np.float32)))
+        initializers.append(w)
+        available.append(w)
+    nodes = []
+    for n in range(draw(st.integers(1, 10))):
+        op = draw(st.sampled_from(["Add", "Mul", "MatMul", "RandomUniformLike", "Constant"]))
+        if op == "Constant":
+            size = draw(st.sampled_from([1, 300]))
+            node = ir.node(
+                "Constant", [], attributes={"value": ir.tensor(np.ones(size, np.float32))}
+            )
+        else:
+            arity = 1 if op == "RandomUniformLike" else 2
+            inputs = [draw(st.sampled_from(available)) for _ in range(arity)]
+            node = ir.node(op, inputs)
+        node.name = f"n{n}"
+        node.outputs[0].name = f"n{n}_0"
+        nodes.append(node)
+        available.append(node.outputs[0])
+    order = draw(st.permutations(nodes))
+    return ir.Graph([x], [nodes[-1].outputs[0]], nodes=order, initializers=initializers)
+
+
+@settings(max_examples=150, deadline=None)
+@given(classed_graphs())
+def test_classify_values_matches_the_cone_definition(graph):
+    """Each node output's class from everything it is computed from (the module's rules)."""
+    large = 1024
+    heavy, pinned = "MatMul", "RandomUniformLike"
+
+    def cone_flags(value, seen):
+        producer = value.producer()
+        if producer is None:
+            if value.const_value is None:
+                return {"input"}
+            return {"costly"} if value.const_value.nbytes >= large else set()
+        if producer in seen:
+            return set()
+        seen.add(producer)
+        found = set()
+        if producer.op_type == heavy:
+            found.add("costly")
+        if producer.op_type == pinned:
+            found.add("pinned")
+        if producer.op_type == "Constant" and producer.attributes["value"].value.nbytes >= large:
+            found.add("costly")
+        for read in producer.inputs:
+            found |= cone_flags(read, seen)
+        return found
+
+    classes = classify_values(graph)
+    for node in graph:
+        value = node.outputs[0]
+        flags = cone_flags(value, set())
+        expected = (
+            TensorClass.ACTIVATION
+            if "pinned" in flags or {"input", "costly"} <= flags
+            else TensorClass.REPLICABLE
+        )
+        assert classes[value] is expected, value.name

@@ -334,6 +334,55 @@ def test_fast_propagation_agrees_with_onnx_inference(build):
             assert fast._info(value) == reference._info(value), value.name
 
 
+def _repeated_ops_model() -> ir.Model:
+    """The same ops on the same inputs, again and again, with attributes and targets that differ
+    (the fast propagation reuses a node's result for a later node with the same op, attributes
+    and input records: it must never reuse it across different ones)."""
+    x = ir.Value(
+        name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(["batch", "seq", 8])
+    )
+    tape = ir.tape.Tape()
+    target_a = tape.initializer(ir.tensor(np.array([0, -1, 2, 4], np.int64), name="target_a"))
+    target_b = tape.initializer(ir.tensor(np.array([0, -1, 4, 2], np.int64), name="target_b"))
+    target_c = tape.initializer(ir.tensor(np.array([0, -1, 4, 2], np.int64), name="target_c"))
+    outputs = [
+        tape.op("Transpose", [x], attributes={"perm": [0, 2, 1]}, output=ir.Value(name="t1")),
+        tape.op("Transpose", [x], attributes={"perm": [2, 0, 1]}, output=ir.Value(name="t2")),
+        tape.op("Transpose", [x], attributes={"perm": [0, 2, 1]}, output=ir.Value(name="t3")),
+        tape.op("Reshape", [x, target_a], output=ir.Value(name="r1")),
+        tape.op("Reshape", [x, target_b], output=ir.Value(name="r2")),
+        tape.op("Reshape", [x, target_c], output=ir.Value(name="r3")),
+        tape.op("ReduceSum", [x], attributes={"keepdims": 1}, output=ir.Value(name="s1")),
+        tape.op("ReduceSum", [x], attributes={"keepdims": 0}, output=ir.Value(name="s2")),
+        tape.op("Shape", [x], attributes={"start": 1}, output=ir.Value(name="h1")),
+        tape.op("Shape", [x], attributes={"start": 2}, output=ir.Value(name="h2")),
+    ]
+    graph = ir.Graph(
+        [x],
+        outputs,
+        nodes=tape.nodes,
+        initializers=tape.initializers,
+        opset_imports={"": 18},
+        name="repeated",
+    )
+    return ir.Model(graph, ir_version=10)
+
+
+def test_fast_propagation_reuses_results_only_for_identical_nodes():
+    model = _repeated_ops_model()
+    fast = ValueShapes(model.graph, {"seq": 6})
+    assert fast._propagated() is not None
+    reference = ValueShapes(model.graph, {"seq": 6})
+    reference._fast = None  # ONNX shape inference only
+    for value in model.graph.outputs:
+        assert fast._info(value) == reference._info(value), value.name
+    shapes = {v.name: fast.shape(v) for v in model.graph.outputs}
+    assert shapes["t1"] == shapes["t3"] == (1, 8, 6) and shapes["t2"] == (8, 1, 6)
+    assert shapes["r1"] == (1, 6, 2, 4) and shapes["r2"] == shapes["r3"] == (1, 6, 4, 2)
+    assert shapes["s1"] == (1, 1, 1) and shapes["s2"] == ()
+    assert shapes["h1"] == (2,) and shapes["h2"] == (1,)
+
+
 # ---------------------------------------------------------------------------------------------
 # A dim equal at the probe and doubled bindings is not static when a third binding moves it
 

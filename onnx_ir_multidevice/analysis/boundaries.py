@@ -25,6 +25,7 @@ __all__ = [
 import dataclasses
 from collections.abc import Iterator, Mapping
 
+import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.stages import StageAssignmentError
@@ -122,11 +123,11 @@ def boundary_crossings(
         )
 
     # Latest stage reading each slot, in one pass over the reads.
-    last_read = [-1] * (n + len(index.external))
-    for stage, slots in zip(node_stage, index.reads):
-        for p in slots:
-            if last_read[p] < stage:  # type: ignore[operator]
-                last_read[p] = stage  # type: ignore[assignment]
+    stage_array = np.asarray(node_stage, dtype=np.int64)
+    flat_slots, flat_readers = index.flat_reads
+    latest = np.full(n + len(index.external), -1, dtype=np.int64)
+    np.maximum.at(latest, flat_slots, stage_array[flat_readers])
+    last_read = latest.tolist()
 
     if classes is None:
         by_slot: list[TensorClass] | None = slot_classes(index)
@@ -139,7 +140,7 @@ def boundary_crossings(
     carried: list[list[tuple[ir.Value, TensorClass]]] = [[] for _ in range(num_stages - 1)]
     outputs = set(graph.outputs)
     output_slots = index.output_slots
-    crossing = [p for p in range(n) if last_read[p] > node_stage[p]]  # type: ignore[operator]
+    crossing = np.flatnonzero(latest[:n] > stage_array).tolist()
     for p in sorted({*crossing, *output_slots}):
         node = nodes[p]
         produced_at: int = node_stage[p]  # type: ignore[assignment]

@@ -60,6 +60,7 @@ import dataclasses
 import heapq
 import operator
 from collections.abc import Mapping, Sequence
+from itertools import chain, compress, repeat
 
 import numpy as np
 import onnx_ir as ir
@@ -69,6 +70,7 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
     TensorClass,
     classify_values,
     default_classes,
+    slot_classes,
 )
 from onnx_ir_multidevice.graph.index import GraphIndex
 
@@ -149,6 +151,9 @@ class CutAnalysis:
     index: GraphIndex | None = None
     """The :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of :attr:`graph` the
     analysis used (shared with the memory model)."""
+
+    order_positions: tuple[int, ...] = ()
+    """The position in :attr:`index` of each node of :attr:`order` (empty without an index)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -324,37 +329,53 @@ class _Finder:
         self.topo = nodes
         self.topo_index = index.position
         replicable = TensorClass.REPLICABLE
-        classes_get = classes.get
-        self.placed: list[ir.Node] = []
-        self.replicable_nodes: list[ir.Node] = []
-        placed_mask = [False] * (n + len(index.external))
-        placed_at: list[int] = []
-        for i, node in enumerate(nodes):
-            outputs = node.outputs
-            if len(outputs) == 1:
-                is_replicable = classes_get(outputs[0]) is replicable
-            else:
-                is_replicable = bool(outputs) and all(classes_get(v) is replicable for v in outputs)
-            if is_replicable:
-                self.replicable_nodes.append(node)
-            else:
-                self.placed.append(node)
-                placed_mask[i] = True
-                placed_at.append(i)
-        # Activation reads of each placed node (values produced by placed nodes).
-        self.reads: dict[ir.Node, list[ir.Value]] = {}
+        if classes is index.value_classes and index.slot_flags is not None:
+            # The default classes: one class per node, by position (every output shares it).
+            is_replicable = list(map(operator.is_, slot_classes(index), repeat(replicable)))
+            is_replicable = list(map(operator.and_, is_replicable, map(bool, index.outputs_at)))
+        else:
+            classes_get = classes.get
+            is_replicable = []
+            for node in nodes:
+                outputs = node.outputs
+                if len(outputs) == 1:
+                    is_replicable.append(classes_get(outputs[0]) is replicable)
+                else:
+                    is_replicable.append(
+                        bool(outputs) and all(classes_get(v) is replicable for v in outputs)
+                    )
+        is_placed = list(map(operator.not_, is_replicable))
+        self.placed: list[ir.Node] = list(compress(nodes, is_placed))
+        self.replicable_nodes: list[ir.Node] = list(compress(nodes, is_replicable))
+        placed_at = list(compress(range(n), is_placed))
+        placed_mask = is_placed + [False] * len(index.external)
+        # Activation reads of each placed node (values produced by placed nodes), and its
+        # depth from the sources (positions are topological: producers come first).
         self.consumers: dict[ir.Value, list[ir.Node]] = {}
         consumers = self.consumers
         consumers_get = consumers.get
         all_uses, all_slots = index.uses, index.reads
         reads_by_node = []
+        level_at = [0] * n
         for i in placed_at:
             node = nodes[i]
             slots = all_slots[i]
+            deepest = -1
             if len(slots) == 1:
-                reads = list(all_uses[i]) if placed_mask[slots[0]] else []
+                p = slots[0]
+                if placed_mask[p]:
+                    reads = list(all_uses[i])
+                    deepest = level_at[p]
+                else:
+                    reads = []
             else:
-                reads = [v for v, p in zip(all_uses[i], slots) if placed_mask[p]]
+                reads = []
+                for v, p in zip(all_uses[i], slots):
+                    if placed_mask[p]:
+                        reads.append(v)
+                        if level_at[p] > deepest:
+                            deepest = level_at[p]
+            level_at[i] = deepest + 1
             reads_by_node.append(reads)
             for value in reads:
                 found = consumers_get(value)
@@ -362,7 +383,11 @@ class _Finder:
                     consumers[value] = [node]
                 else:
                     found.append(node)
+        self.levels = list(map(level_at.__getitem__, placed_at))  # in ``placed`` order
+        self.placed_at = placed_at  # index positions, in ``placed`` order
+        self.placed_outputs = list(map(index.outputs_at.__getitem__, placed_at))
         self.reads = dict(zip(self.placed, reads_by_node))
+        self.reads_list = reads_by_node
         self._bytes: dict[ir.Value, int | None] = {}
         self._estimates: dict[ir.Value, int | None] = {}
         self.decided: set[ir.Value] = set()
@@ -391,86 +416,96 @@ class _Finder:
     def dominators(self) -> tuple[set[ir.Value], list[ir.Value]]:
         """Return the strict cuts and the heavy-path chain of them (pipeline order)."""
         tree = _DominatorTree()
-        vertex: dict[ir.Value | ir.Node, int] = {}
-        for node in self.placed:
-            reads = self.reads[node]
+        parent, jump, depth = tree.parent, tree.jump, tree.depth
+        lca = tree.lca
+        vertex: dict[ir.Value, int] = {}  # value -> its vertex
+        node_vertex: list[int] = []  # vertex of each placed node, in ``placed`` order
+        value_list: list[ir.Value] = []  # the values, in vertex order
+        is_node = [False]
+        for outputs, reads in zip(self.placed_outputs, self.reads_list):
             idom = 0
             if reads:
                 idom = vertex[reads[0]]
                 for value in reads[1:]:
-                    idom = tree.lca(idom, vertex[value])
-            vertex[node] = tree.add(idom)
-            for value in node.outputs:
-                vertex[value] = tree.add(vertex[node])
-        size = len(tree.parent)
-        depth, parent = tree.depth, tree.parent
+                    idom = lca(idom, vertex[value])
+            # tree.add(idom), inlined (once for the node, once per output below it)
+            j = jump[idom]
+            parent.append(idom)
+            jump.append(jump[j] if depth[idom] - depth[j] == depth[j] - depth[jump[j]] else idom)
+            node_depth = depth[idom] + 1
+            depth.append(node_depth)
+            v = len(parent) - 1
+            node_vertex.append(v)
+            is_node.append(True)
+            j = jump[v]
+            target = jump[j] if node_depth - depth[j] == depth[j] - depth[jump[j]] else v
+            for value in outputs:
+                parent.append(v)
+                jump.append(target)
+                depth.append(node_depth + 1)
+                vertex[value] = len(parent) - 1
+                value_list.append(value)
+                is_node.append(False)
+        size = len(parent)
         infinity = size + 1
         low = [infinity] * size
-        nodes_below = [0] * size
-        values_by_vertex: dict[int, ir.Value] = {}
-        for key, v in vertex.items():
-            if isinstance(key, ir.Node):
-                nodes_below[v] = 1
-                continue
-            values_by_vertex[v] = key
-            reach = infinity
-            for consumer in self.consumers.get(key, ()):
-                d = depth[parent[vertex[consumer]]]
-                if d < reach:
-                    reach = d
-            low[v] = reach
+        nodes_below = [1 if flag else 0 for flag in is_node]
+        # Depth of each node's immediate dominator: how high a read by the node reaches.
+        reach_of = dict(zip(self.placed, [depth[parent[v]] for v in node_vertex]))
+        values_by_vertex = dict(zip(vertex.values(), vertex.keys()))
+        for value, readers in self.consumers.items():
+            low[vertex[value]] = min(map(reach_of.__getitem__, readers))
         for v in range(size - 1, 0, -1):
             p = parent[v]
             if low[v] < low[p]:
                 low[p] = low[v]
             nodes_below[p] += nodes_below[v]
+        consumers = self.consumers
         strict = {
             value
             for v, value in values_by_vertex.items()
-            if low[v] >= depth[v] and value in self.consumers
+            if low[v] >= depth[v] and value in consumers
         }
         # Heavy path through the tree of strict cuts.
-        strict_vertex = {vertex[value] for value in strict}
+        strict_vertices = sorted(vertex[value] for value in strict)
+        is_strict = [False] * size
+        for v in strict_vertices:
+            is_strict[v] = True
         nearest = [0] * size  # nearest strict-cut proper ancestor (0: none)
-        children: dict[int, list[int]] = {}
         for v in range(1, size):
             p = parent[v]
-            nearest[v] = p if p in strict_vertex else nearest[p]
-            if v in strict_vertex:
-                children.setdefault(nearest[v], []).append(v)
+            nearest[v] = p if is_strict[p] else nearest[p]
+        children: dict[int, list[int]] = {}
+        for v in strict_vertices:
+            children.setdefault(nearest[v], []).append(v)
         chain: list[ir.Value] = []
         current = 0
         while current in children:
             current = max(children[current], key=lambda c: (nodes_below[c], -c))
             chain.append(values_by_vertex[current])
         # Chain cuts above each node: number of chain cuts strictly dominating it.
-        on_chain = {vertex[value] for value in chain}
+        on_chain = [0] * size
+        for value in chain:
+            on_chain[vertex[value]] = 1
         above = [0] * size
         for v in range(1, size):
             p = parent[v]
-            above[v] = above[p] + (1 if p in on_chain else 0)
-        self.chain_rank = {node: above[vertex[node]] for node in self.placed}
+            above[v] = above[p] + on_chain[p]
+        self.chain_rank = dict(zip(self.placed, map(above.__getitem__, node_vertex)))
         return strict, chain
 
     # -- step 2 ---------------------------------------------------------------------------
 
     def planning_order(self) -> None:
-        placed, reads = self.placed, self.reads
-        # Depth from the sources; ``placed`` is topological, so producers come first.
-        level: dict[ir.Node, int] = {}
-        for node in placed:
-            deepest = -1
-            for value in reads[node]:
-                depth = level[value.producer()]  # type: ignore[index]
-                if depth > deepest:
-                    deepest = depth
-            level[node] = deepest + 1
+        placed = self.placed
         count = len(placed)
         ranks = np.fromiter(map(self.chain_rank.__getitem__, placed), np.int64, count)
-        levels = np.fromiter(level.values(), np.int64, count)  # in ``placed`` order
+        levels = np.fromiter(self.levels, np.int64, count)  # depth from the sources
         topo = np.arange(count, dtype=np.int64)  # placed is in topological order
         keys = np.lexsort((topo, levels, ranks))
-        self.order = list(map(placed.__getitem__, keys.tolist()))
+        keys_list = keys.tolist()
+        self.order = list(map(placed.__getitem__, keys_list))
+        self.order_positions = list(map(self.placed_at.__getitem__, keys_list))
         self.pos = dict(zip(self.order, range(len(self.order))))
 
     # -- step 3 ---------------------------------------------------------------------------
@@ -480,9 +515,9 @@ class _Finder:
         pos, order = self.pos, self.order
         size = len(order)
         # Every activation read (reader, value) as flat arrays, readers in planning order.
-        reads = self.reads
-        counts = np.fromiter(map(len, map(reads.__getitem__, order)), np.int64, size)
-        flat = [value for node in order for value in reads[node]]
+        reads_in_order = list(map(self.reads.__getitem__, order))
+        counts = np.fromiter(map(len, reads_in_order), np.int64, size)
+        flat = list(chain.from_iterable(reads_in_order))
         values = list(self.consumers)
         value_id = dict(zip(values, range(len(values))))
         ids = np.fromiter(map(value_id.__getitem__, flat), np.int64, len(flat))
@@ -516,11 +551,12 @@ class _Finder:
             delta = np.zeros(size + 2, dtype=np.int64)
             np.add.at(delta, np.asarray(made, dtype=np.int64) + 1, 1)
             np.add.at(delta, np.asarray(last, dtype=np.int64) + 1, -1)
-            live_count = np.cumsum(delta).tolist()
+            live_count = np.cumsum(delta)
             found = []
-            for value, b in zip(values, first):
-                if live_count[b] == 1 and feeds_suffix(value):
-                    found.append((b, self.candidate(value, (), self.nbytes(value))))
+            for k in np.flatnonzero(live_count[first_array] == 1).tolist():
+                value = values[k]
+                if feeds_suffix(value):
+                    found.append((first[k], self.candidate(value, (), self.nbytes(value))))
             return sorted(found, key=lambda item: item[0])
 
         first_read: dict[int, list[ir.Value]] = {}
@@ -651,6 +687,7 @@ class _Finder:
             boundaries=boundaries,
             replicable_nodes=tuple(self.replicable_nodes),
             index=self.index,
+            order_positions=tuple(self.order_positions),
         )
 
 

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice.graph.index import NODE_FIELDS_OF
+
 Dual = Any  # int, or (int, int): the size at the probe dims and at the doubled dims
 _MAX_DATA = 64  # integer tensors of at most this many elements carry their values
 
@@ -57,12 +59,13 @@ class _GiveUp(Exception):
 class _T:
     """What is known of one tensor: dtype, dims (duals), values (duals) for small ints."""
 
-    __slots__ = ("data", "dims", "dtype")
+    __slots__ = ("data", "dims", "dtype", "key")
 
     def __init__(self, dtype: ir.DataType, dims: tuple, data: tuple | None = None) -> None:
         self.dtype = dtype
         self.dims = dims
         self.data = data
+        self.key: tuple | None = None  # (dtype, dims), set when interned
 
 
 def _dual(p: int, s: int) -> Dual:
@@ -70,11 +73,14 @@ def _dual(p: int, s: int) -> Dual:
 
 
 def _lift(f: Callable[..., int], *args: Dual) -> Dual:
-    if all(type(a) is int for a in args):
+    for a in args:
+        if type(a) is not int:
+            break
+    else:
         return f(*args)
-    p = f(*(a if type(a) is int else a[0] for a in args))
-    s = f(*(a if type(a) is int else a[1] for a in args))
-    return _dual(p, s)
+    p = f(*[a if type(a) is int else a[0] for a in args])
+    s = f(*[a if type(a) is int else a[1] for a in args])
+    return p if p == s else (p, s)
 
 
 def _broadcast_dim(a: Dual, b: Dual) -> Dual:
@@ -86,7 +92,13 @@ def _broadcast_dim(a: Dual, b: Dual) -> Dual:
 
 
 def _broadcast(shapes: Sequence[tuple]) -> tuple:
-    rank = max(len(s) for s in shapes)
+    if len(shapes) == 2:  # the common cases: equal shapes, or a scalar
+        a, b = shapes
+        if len(a) >= len(b) and (not b or a[len(a) - len(b) :] == b):
+            return a
+        if not a or b[len(b) - len(a) :] == a:
+            return b
+    rank = max(map(len, shapes))
     result = [1] * rank
     for shape in shapes:
         offset = rank - len(shape)
@@ -489,10 +501,15 @@ def _tensor_record(tensor: ir.TensorProtocol, value: ir.Value | None = None) -> 
     """The record of a constant; the value's own dtype and shape first (no tensor read)."""
     dtype = value.dtype if value is not None else None
     shape = value.shape if value is not None else None
-    if dtype is None or shape is None or any(type(d) is not int for d in shape.dims):
-        dtype, dims = tensor.dtype, tuple(tensor.shape.dims)
-    else:
+    dims = None
+    if dtype is not None and shape is not None:
         dims = shape.dims
+        for d in dims:
+            if type(d) is not int:
+                dims = None
+                break
+    if dims is None:
+        dtype, dims = tensor.dtype, tuple(tensor.shape.dims)
     data = None
     if dtype in _INTEGERS and len(dims) <= 1 and math.prod(dims) <= _MAX_DATA:
         data = tuple(int(x) for x in np.asarray(tensor.numpy()).reshape(-1))
@@ -515,47 +532,86 @@ def propagate(
     .. versionadded:: 0.1
     """
     known: dict[ir.Value, _T] = {v: _T(dtype, dims) for v, (dtype, dims) in inputs.items()}
+    known_get = known.get
     rules = _RULES
+    result: dict[ir.Value, tuple[ir.DataType, tuple[Dual, ...]]] = {}
+    # Records are interned (one object per dtype, dims and data), so that a node whose op,
+    # attributes and input records repeat an earlier node's (the layers of a transformer)
+    # reuses its output records instead of running its rule again.
+    interned: dict[tuple, _T] = {}
+    memo: dict[tuple, list[_T]] = {}
+
+    def intern(record: _T) -> _T:
+        key = (record.dtype, record.dims, record.data)
+        found = interned.get(key)
+        if found is None:
+            found = interned[key] = record
+            record.key = (record.dtype, record.dims)
+        return found
+
     try:
         for node in nodes:
-            if node.domain not in ("", "ai.onnx"):
+            domain, op, node_inputs, outputs, attributes = NODE_FIELDS_OF(node)
+            if domain and domain != "ai.onnx":
                 return None
-            op = node.op_type
             if op == "Constant":
                 attr = node.attributes.get("value")
                 if attr is None or attr.type != ir.AttributeType.TENSOR:
                     return None
-                known[node.outputs[0]] = _tensor_record(attr.value)
+                record = known[outputs[0]] = intern(_tensor_record(attr.value))
+                result[outputs[0]] = record.key
                 continue
             rule = rules.get(op)
             if rule is None:
                 return None
-            ins: list[_T | None] = []
-            for value in node.inputs:
-                if value is None:
-                    ins.append(None)
-                    continue
-                record = known.get(value)
-                if record is None:
-                    tensor = value.const_value
-                    if tensor is None:
-                        return None  # an outer-scope or unknown value
-                    record = known[value] = _tensor_record(tensor, value)
-                ins.append(record)
+            ins: list[_T | None] = list(map(known_get, node_inputs))
+            if None in ins:
+                for k, value in enumerate(node_inputs):
+                    if ins[k] is None and value is not None:
+                        tensor = value.const_value
+                        if tensor is None:
+                            return None  # an outer-scope or unknown value
+                        ins[k] = known[value] = intern(_tensor_record(tensor, value))
             if ins and ins[0] is None:
                 return None
-            if op in _TWO_INPUT_DATA and len(ins) == 2:
-                outs = _elementwise(node, ins)
-            else:
-                outs = rule(node, ins)
-            for value, record in zip(node.outputs, outs):
+            attribute_key = _attribute_key(attributes) if attributes else ()
+            key = (
+                None if attribute_key is None else (op, len(outputs), attribute_key, *map(id, ins))
+            )
+            outs = None if key is None else memo.get(key)
+            if outs is None:
+                if op in _TWO_INPUT_DATA and len(ins) == 2:
+                    outs = _elementwise(node, ins)
+                else:
+                    outs = rule(node, ins)
+                if len(outs) < len(outputs):
+                    return None
+                outs = list(map(intern, outs))
+                if key is not None:
+                    memo[key] = outs
+            for value, record in zip(outputs, outs):
                 known[value] = record
-            if len(outs) < len(node.outputs):
-                return None
+                result[value] = record.key
     except (_GiveUp, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
         return None
-    return {
-        value: (record.dtype, record.dims)
-        for node in nodes
-        for value, record in ((v, known[v]) for v in node.outputs)
-    }
+    return result
+
+
+_PLAIN_ATTRIBUTE_VALUES = (int, float, str)
+
+
+def _attribute_key(attributes: Mapping[str, Any]) -> tuple | None:
+    """A node's attributes as a hashable key (``None``: a value that is not plain data)."""
+    key = []
+    for name, attr in attributes.items():
+        if not isinstance(attr, ir.Attr):
+            return None
+        value = attr.value
+        if isinstance(value, (list, tuple)):
+            if not all(isinstance(item, _PLAIN_ATTRIBUTE_VALUES) for item in value):
+                return None
+            value = tuple(value)
+        elif not isinstance(value, _PLAIN_ATTRIBUTE_VALUES):
+            return None
+        key.append((name, attr.type, value))
+    return tuple(key)

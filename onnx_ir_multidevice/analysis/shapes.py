@@ -838,6 +838,7 @@ class ValueShapes:
         self._infer = infer
         self._index = index
         self._cache: dict[ir.Value, _Info] = {}
+        self._static: dict[tuple, _Info] = {}  # by (dtype, static dims): shared answers
         self._light: _LightGraph | None = None
         self._keys: dict[ir.Value, str] | None = None
         self._runs: dict[int, _Run] = {}
@@ -949,6 +950,17 @@ class ValueShapes:
     def _compute(self, value: ir.Value) -> _Info:
         dtype = value.dtype
         tensor = value.const_value
+        if tensor is not None and dtype is not None:
+            shape = value.shape
+            if shape is not None:  # a typed initializer: its stated shape when static
+                dims = shape.dims
+                key = (dtype, dims)
+                info = self._static.get(key)
+                if info is not None:
+                    return info
+                if all(type(d) is int and d >= 0 for d in dims):
+                    info = self._static[key] = _Info(dtype, len(dims), dims, dims, dims)  # type: ignore[arg-type]
+                    return info
         producer = value.producer()
         if tensor is None and producer is not None and producer.op_type == "Constant":
             attr = producer.attributes.get("value")
@@ -1075,6 +1087,12 @@ class ValueShapes:
     def shape(self, value: ir.Value) -> tuple[int, ...] | None:
         """The shape at the planning dims; ``None`` when unknown or depending on an unbound dim."""
         return self._info(value).planning
+
+    def dtype_and_shape(self, value: ir.Value) -> tuple[ir.DataType | None, tuple[int, ...] | None]:
+        """:meth:`dtype` and :meth:`shape` of ``value`` in one lookup."""
+        info = self._info(value)
+        dtype = value.dtype
+        return (info.dtype if dtype is None else dtype), info.planning
 
     def estimate(self, value: ir.Value) -> tuple[int, ...] | None:
         """The shape at :attr:`probe_dims` (every symbol bound); ``None`` if not inferable."""

@@ -144,7 +144,14 @@ class ValueSizes:
             return self._nbytes_cache[value]
         except KeyError:
             pass
-        result = self._bytes(self.shapes.shape(value), value)
+        dtype, shape = self.shapes.dtype_and_shape(value)
+        result = None
+        if shape is not None and dtype is not None:
+            key = (shape, dtype)
+            try:
+                result = self._nbytes_by_key[key]
+            except KeyError:
+                result = self._nbytes_by_key[key] = tensor_nbytes(shape, dtype)
         if result is None and value.shape is None:
             tensor = value.const_value
             if tensor is not None:

@@ -370,7 +370,7 @@ def _sink_replicable(
     candidates = _replicable_positions(index, classes)
     if not candidates:
         return
-    consumers = index.consumers
+    consumers = index.readers_of(candidates)
     outputs = index.output_slots
     position = index.position
     cut_producers = {position[v.producer()] for v in cut_positions}  # type: ignore[index]

@@ -61,7 +61,6 @@ from onnx_ir_multidevice.analysis.ops import (
 )
 from onnx_ir_multidevice.graph.dtypes import dtype_bits
 from onnx_ir_multidevice.graph.index import (
-    OP_TYPE_OF,
     GraphIndex,
     graph_uses,
     holds_subgraphs,
@@ -123,12 +122,9 @@ _UNSIZED = 8
 
 _BITS: dict[int, int | None] = {}
 """Bits of one element by ``TensorProto`` data type (``None``: no fixed size), filled lazily."""
-_PROTO = ir.TensorProtoTensor
 _CONST_VALUE = operator.attrgetter("const_value")
-_RAW = operator.attrgetter("raw")
-_DATA_TYPE = operator.attrgetter("data_type")
-_DIMS = operator.attrgetter("dims")
 _OP_TYPE = operator.attrgetter("op_type")
+_FIRST = operator.itemgetter(0)
 _NAME = operator.attrgetter("name")
 _OP_IDENTIFIER = operator.methodcaller("op_identifier")
 
@@ -253,11 +249,11 @@ def _class_of(flags: int) -> TensorClass:
 _CLASS_BY_FLAGS: tuple[TensorClass, ...] = tuple(_class_of(f & ~_UNSIZED) for f in range(16))
 
 
-def _external_flags(index: GraphIndex, judge: _Judge, *, sized: bool = True) -> list[int]:
+def _external_flags(index: GraphIndex) -> list[int]:
     """Cone flags of the external slots: graph inputs, initializers, outer values.
 
-    With ``sized=False`` the graph's constants get :data:`_UNSIZED` instead of their size
-    flag (``0`` or :data:`_COSTLY`), which costs no tensor read.
+    The graph's constants get :data:`_UNSIZED` (:func:`slot_flags` sizes the few that
+    matter), which costs no tensor read.
     """
     graph = index.graph
     external = index.external
@@ -275,36 +271,8 @@ def _external_flags(index: GraphIndex, judge: _Judge, *, sized: bool = True) -> 
     if overridable.intersection(constants):
         # An initializer that is also a graph input is a default value: forwarded.
         constants = [k for k in constants if k not in overridable]
-    if not sized:
-        for k in constants:
-            flags[k] = _UNSIZED
-        return flags
-    tensors = list(map(_CONST_VALUE, map(external.__getitem__, constants)))
-    large = judge.large_constant_bytes
-    # Tensors read from a proto: size from the proto's dims and data type, in bulk.
-    from_proto = list(
-        compress(range(len(tensors)), map(operator.is_, map(type, tensors), repeat(_PROTO)))
-    )
-    if from_proto:
-        protos = list(map(_RAW, map(tensors.__getitem__, from_proto)))
-        data_types = list(map(_DATA_TYPE, protos))
-        if None in list(map(_bits, set(data_types))):  # strings: sized from the tensor below
-            fixed = [k for k, data_type in enumerate(data_types) if _BITS[data_type] is not None]
-            from_proto = [from_proto[k] for k in fixed]
-            protos = [protos[k] for k in fixed]
-            data_types = [data_types[k] for k in fixed]
-        bits = map(
-            operator.mul, map(_BITS.__getitem__, data_types), map(math.prod, map(_DIMS, protos))
-        )
-        # ceil(bits / 8) >= large  <=>  bits > 8 * (large - 1) (large is an integer).
-        for t, small in zip(from_proto, map(operator.le, bits, repeat(8 * (large - 1)))):
-            flags[constants[t]] = 0 if small else _COSTLY
-    if len(from_proto) < len(tensors):
-        done = set(from_proto)
-        for t, tensor in enumerate(tensors):
-            if t not in done:
-                small = tensor is not None and tensor.nbytes < large
-                flags[constants[t]] = 0 if small else _COSTLY
+    for k in constants:
+        flags[k] = _UNSIZED
     return flags
 
 
@@ -313,41 +281,53 @@ def slot_flags(index: GraphIndex, judge: _Judge, extra: Sequence[int] | None = N
 
     The graph's constants are first left unsized (:data:`_UNSIZED`): their size only matters
     for a node whose cone holds a graph input and an unsized constant but no heavy op, large
-    ``Constant`` or non-deterministic op. Only when such a node exists are the sizes read and
-    the flags computed again. Flags are meant for :data:`_CLASS_BY_FLAGS`: a node's class is
-    the same either way (its flags may keep :data:`_UNSIZED`).
+    ``Constant`` or non-deterministic op. Only when such a node exists are sizes read and
+    flags computed again, for the *undecided* nodes only (no :data:`_COSTLY` or
+    :data:`_PINNED` in their cone: sizing cannot change the class of the others), which read
+    nothing but undecided nodes and external values; only the constants they read are sized.
+    Flags are meant for :data:`_CLASS_BY_FLAGS`: a node's class is the same either way (its
+    flags, and those of the external slots, may keep :data:`_UNSIZED`).
 
     ``extra`` (by node position) is OR-ed into each node's own flags and propagates with
     them: bits above the 4 cone flags let a caller propagate its own marks (cut tensors) in
     the same walk; mask them off (``& 15``) before :data:`_CLASS_BY_FLAGS`.
     """
-    flags = _propagate(index, judge, _external_flags(index, judge, sized=False), extra)
+    own = _own_flags(index, judge)
+    if extra is not None:
+        own = list(map(operator.or_, own, extra))
+    reads = index.reads
+    flags = _propagate(reads, own, _external_flags(index))
     ambiguous = _INPUT | _UNSIZED
-    decided = _COSTLY | _PINNED
     n = len(index.nodes)
-    if any(f & ambiguous == ambiguous and not f & decided for f in islice(flags, n)):
-        flags = _propagate(index, judge, _external_flags(index, judge), extra)
+    undecided = list(
+        compress(
+            range(n), map(operator.not_, map(operator.and_, flags, repeat(_COSTLY | _PINNED, n)))
+        )
+    )
+    if not any(flags[i] & ambiguous == ambiguous for i in undecided):
+        return flags
+    external = index.external
+    for slot in {p for i in undecided for p in reads[i] if p >= n}:
+        if flags[slot] == _UNSIZED:  # a constant of the graph (see _external_flags)
+            flags[slot] = judge.constant_flags(external[slot - n])
+    for i in undecided:  # in topological order; each reads only undecided and external slots
+        value = own[i]
+        for p in reads[i]:
+            value |= flags[p]
+        flags[i] = value
     return flags
 
 
-def _propagate(
-    index: GraphIndex,
-    judge: _Judge,
-    external_flags: list[int],
-    extra: Sequence[int] | None = None,
-) -> list[int]:
-    """OR each node's own flags with those of everything it reads, in topological order."""
+def _own_flags(index: GraphIndex, judge: _Judge) -> list[int]:
+    """The flags each node adds by itself (:meth:`_Judge.own_flags`), by position."""
     nodes = index.nodes
-    n = len(nodes)
-    flags = [0] * n
-    flags.extend(external_flags)
     with_bodies = {node for node, _ in index.bodies}
     own_flags = judge.own_flags
-    reads = index.reads
     if judge.functions:
         # Calls to local functions are judged from their bodies: memo by op identifier.
         keys = list(map(_OP_IDENTIFIER, nodes))
         memo: dict = {}
+        result = []
         for i, node in enumerate(nodes):
             key = keys[i]
             own = memo.get(key)
@@ -355,39 +335,38 @@ def _propagate(
                 own = own_flags(node)
                 if not (key[1] == "Constant" and key[0] == "") and node not in with_bodies:
                     memo[key] = own
-            if extra is not None:
-                own |= extra[i]
-            for p in reads[i]:
-                own |= flags[p]
-            flags[i] = own
-        return flags
+            result.append(own)
+        return result
     # Without functions a node's own flags depend on its op type alone, except for
     # ``Constant`` (its tensor) and nodes with subgraphs (their bodies).
-    op_types = list(map(OP_TYPE_OF, nodes))
+    op_types = index.op_types
     by_type: dict[str, int] = {}
     for op_type in set(op_types) - {"Constant"}:
         first = nodes[op_types.index(op_type)]
         by_type[op_type] = own_flags(first) if first not in with_bodies else -1
     special = with_bodies or "Constant" in op_types or -1 in by_type.values()
     if not special:
-        own_list = list(map(by_type.__getitem__, op_types))
-        if extra is not None:
-            own_list = list(map(operator.or_, own_list, extra))
-        for i, slots in enumerate(reads):
-            own = own_list[i]
-            for p in slots:
-                own |= flags[p]
-            flags[i] = own
-        return flags
-    for i, slots in enumerate(reads):
-        own = by_type.get(op_types[i], -1)
+        return list(map(by_type.__getitem__, op_types))
+    result = []
+    for i, op_type in enumerate(op_types):
+        own = by_type.get(op_type, -1)
         if own == -1 or (with_bodies and nodes[i] in with_bodies):
             own = own_flags(nodes[i])
-        if extra is not None:
-            own |= extra[i]
+        result.append(own)
+    return result
+
+
+def _propagate(
+    reads: Sequence[Sequence[int]], own: Sequence[int], external_flags: list[int]
+) -> list[int]:
+    """OR each node's own flags with those of everything it reads, in topological order."""
+    flags = [0] * len(own)
+    flags.extend(external_flags)
+    for i, slots in enumerate(reads):
+        value = own[i]
         for p in slots:
-            own |= flags[p]
-        flags[i] = own
+            value |= flags[p]
+        flags[i] = value
     return flags
 
 
@@ -431,21 +410,28 @@ def classify_values(
     flags = slot_flags(index, judge)
     forwarded = TensorClass.FORWARDED
     replicable = TensorClass.REPLICABLE
-    classes: dict[ir.Value, TensorClass] = dict.fromkeys(graph.inputs, forwarded)
-    for value in getattr(graph.initializers, "data", graph.initializers).values():
-        if value not in classes:
-            classes[value] = replicable
-    for value in index.external:
-        if value not in classes:
-            # Outer-scope (or dangling) value: it comes from outside this graph.
-            classes[value] = forwarded
+    inputs = graph.inputs
+    classes: dict[ir.Value, TensorClass] = dict.fromkeys(inputs, forwarded)
+    # Initializers not already listed as inputs (an input keeps its place and class).
+    classes.update(
+        dict.fromkeys(getattr(graph.initializers, "data", graph.initializers).values(), replicable)
+    )
+    classes.update(dict.fromkeys(inputs, forwarded))
+    # Outer-scope (or dangling) values: they come from outside this graph.
+    external = index.external
+    classes.update(
+        dict.fromkeys(
+            compress(external, map(operator.not_, map(classes.__contains__, external))), forwarded
+        )
+    )
     by_flags = _CLASS_BY_FLAGS
-    for node, node_flags in zip(index.nodes, flags):
-        outputs = node.outputs
-        if len(outputs) == 1:
-            classes[outputs[0]] = by_flags[node_flags]
-        else:
-            node_class = by_flags[node_flags]
+    nodes = index.nodes
+    outputs_list = index.outputs_at
+    node_classes = list(map(by_flags.__getitem__, islice(flags, len(nodes))))
+    if list(map(len, outputs_list)).count(1) == len(nodes):
+        classes.update(zip(map(_FIRST, outputs_list), node_classes))
+    else:
+        for outputs, node_class in zip(outputs_list, node_classes):
             for output in outputs:
                 classes[output] = node_class
     if judge.is_default() and functions is index.functions and index.slot_flags is None:

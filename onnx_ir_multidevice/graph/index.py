@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress, islice, repeat
 from typing import Any, Generic, TypeVar
 
+import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyError
@@ -97,6 +98,13 @@ def _fast_node_getter(*names: str) -> operator.attrgetter:
 _FAST_IO_ATTRIBUTES = _fast_node_getter("inputs", "outputs", "attributes.data")
 #: ``op_type`` of a node (see :func:`_fast_node_getter`).
 OP_TYPE_OF = _fast_node_getter("op_type")
+#: ``(domain, op_type, inputs, outputs, attributes)`` of a node, the attributes as a plain
+#: ``dict`` (see :func:`_fast_node_getter`).
+NODE_FIELDS_OF = _fast_node_getter("domain", "op_type", "inputs", "outputs", "attributes.data")
+try:
+    NODE_FIELDS_OF(ir.Node("", "Identity", [], name="probe_node"))
+except AttributeError:  # attributes without a plain dict behind them: the mapping itself
+    NODE_FIELDS_OF = operator.attrgetter("domain", "op_type", "inputs", "outputs", "attributes")
 _GRAPH = ir.AttributeType.GRAPH
 _GRAPHS = ir.AttributeType.GRAPHS
 
@@ -122,6 +130,29 @@ def holds_subgraphs(node: ir.Node) -> bool:
         ):
             return True
     return False
+
+
+_VALUES = operator.methodcaller("values")
+_TYPE = operator.attrgetter("type")
+
+
+def _may_hold_graphs(attributes: Sequence[Any]) -> bool:
+    """Whether an attribute mapping of ``attributes`` has a graph-typed attribute, in bulk."""
+    if not any(attributes):
+        return False
+    try:
+        types = set(map(_TYPE, chain.from_iterable(map(_VALUES, compress(attributes, attributes)))))
+    except AttributeError:  # not onnx-ir attributes: ask each node
+        return True
+    return _GRAPH in types or _GRAPHS in types
+
+
+def nodes_with_subgraphs(nodes: Sequence[ir.Node]) -> list[ir.Node]:
+    """The nodes of ``nodes`` that :func:`holds_subgraphs`, the common case (none) in bulk."""
+    attributes = list(map(_data, map(_ATTRIBUTES, nodes)))
+    if not _may_hold_graphs(attributes):
+        return []
+    return [node for node in compress(nodes, attributes) if holds_subgraphs(node)]
 
 
 def node_subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
@@ -207,10 +238,12 @@ def _flat_reads(
     nodes: list[ir.Node],
     inputs_list: list[Sequence[ir.Value | None]],
     outputs_list: list[Sequence[ir.Value]],
-) -> tuple[list, list, dict[ir.Value, int], bool] | None:
+) -> tuple[list, list, dict[ir.Value, int], bool, tuple | None] | None:
     """Uses and slots of nodes without subgraphs, in C-level passes over flat lists.
 
-    Returns ``(uses, reads, external_slot, in_graph_order)``, or ``None`` when an input
+    Returns ``(uses, reads, external_slot, in_graph_order, flat_arrays)`` (``flat_arrays``:
+    the reads as :attr:`GraphIndex.flat_reads` gives them, when no node repeats a value or
+    has an empty input), or ``None`` when an input
     tuple is not a plain tuple (then :func:`_node_reads` does the work). Same results as
     :func:`_node_reads` for such nodes.
     """
@@ -233,16 +266,22 @@ def _flat_reads(
     has_none = None in flat
     if has_none:
         slot_of[None] = -2  # type: ignore[index]
-    slots = list(map(slot_of.get, flat, repeat(-1)))
+    slot_array = np.fromiter(map(slot_of.get, flat, repeat(-1)), np.int64, len(flat))
     # In graph order when every read of a node output comes from an earlier node.
-    owners = chain.from_iterable(map(repeat, range(n), counts))
-    in_order = not any(map(operator.ge, slots, owners))
+    owners = np.repeat(np.arange(n, dtype=np.int64), counts)
+    in_order = not bool((slot_array >= owners).any())
     # Values produced by no node of the graph, numbered in first-read order.
-    external = dict.fromkeys(compress(flat, map(operator.eq, slots, repeat(-1))))
-    external_slot = dict(zip(external, range(n, n + len(external))))
-    if external_slot:
+    is_external = slot_array == -1
+    external_slot: dict[ir.Value, int] = {}
+    if is_external.any():
+        external_reads = list(compress(flat, is_external.tolist()))
+        external = dict.fromkeys(external_reads)
+        external_slot = dict(zip(external, range(n, n + len(external))))
         slot_of.update(external_slot)
-        slots = list(map(slot_of.get, flat))
+        slot_array[is_external] = np.fromiter(
+            map(external_slot.__getitem__, external_reads), np.int64, len(external_reads)
+        )
+    slots = slot_array.tolist()
     flat_iter = iter(slots)
     reads: list = list(map(tuple, map(islice, repeat(flat_iter), counts)))
     uses: list = inputs_list.copy()
@@ -255,7 +294,9 @@ def _flat_reads(
         node_uses_ = _plain_uses(inputs_list[i])
         uses[i] = node_uses_
         reads[i] = tuple(map(slot_of.__getitem__, node_uses_))
-    return uses, reads, external_slot, in_order
+    # The reads as flat arrays (GraphIndex.flat_reads), when they are exactly ``reads``.
+    flat_arrays = None if odd else (slot_array, owners)
+    return uses, reads, external_slot, in_order, flat_arrays
 
 
 def _node_reads(
@@ -460,6 +501,16 @@ class GraphIndex:
     _graph_positions: dict[ir.Node, int] | None = dataclasses.field(
         default=None, init=False, repr=False
     )
+    _flat_reads: tuple[np.ndarray, np.ndarray] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _readers_of: dict[tuple[int, ...], dict[int, list[int]]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False
+    )
+    _outputs_at: list[Sequence[ir.Value]] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _op_types: list[str] | None = dataclasses.field(default=None, init=False, repr=False)
 
     @classmethod
     def build(
@@ -520,12 +571,13 @@ class GraphIndex:
                 for i in compress(range(n), attributes)
                 if holds_subgraphs(graph_nodes[i])
             }
-            if any(attributes)
+            if _may_hold_graphs(attributes)
             else set()
         )
         fast = None if holders else _flat_reads(graph_nodes, inputs_list, outputs_list)
+        flat_arrays = None
         if fast is not None:
-            uses, reads, external_slot, in_order = fast
+            uses, reads, external_slot, in_order, flat_arrays = fast
             bodies: list[tuple[ir.Node, tuple[ir.Graph, ...]]] = []
         else:
             uses, reads, external_slot, bodies, in_order = _node_reads(
@@ -548,6 +600,10 @@ class GraphIndex:
         index._graph_outputs = outputs_list
         if not in_order and sort:
             index._sort()
+        elif flat_arrays is not None:
+            for array in flat_arrays:
+                array.flags.writeable = False
+            index._flat_reads = flat_arrays
         return index
 
     @classmethod
@@ -635,6 +691,66 @@ class GraphIndex:
                         readers.append(i)
             self._consumers = cached
         return cached
+
+    @property
+    def outputs_at(self) -> list[Sequence[ir.Value]]:
+        """Each node's outputs, by position (read once; do not modify)."""
+        cached = self._outputs_at
+        if cached is None:
+            if self.in_graph_order and self._graph_outputs is not None:
+                cached = self._graph_outputs
+            else:
+                cached = list(map(_OUTPUTS, self.nodes))
+            self._outputs_at = cached
+        return cached
+
+    @property
+    def op_types(self) -> list[str]:
+        """Each node's op type, by position (read once; do not modify)."""
+        cached = self._op_types
+        if cached is None:
+            cached = self._op_types = list(map(OP_TYPE_OF, self.nodes))
+        return cached
+
+    @property
+    def flat_reads(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every read as two ``int64`` arrays: the slot read, and the reader's position.
+
+        In order of :attr:`reads` (readers ascending); built once. Read only.
+        """
+        cached = self._flat_reads
+        if cached is None:
+            reads = self.reads
+            counts = np.fromiter(map(len, reads), np.int64, len(reads))
+            slots = np.fromiter(chain.from_iterable(reads), np.int64, int(counts.sum()))
+            readers = np.repeat(np.arange(len(reads), dtype=np.int64), counts)
+            slots.flags.writeable = False
+            readers.flags.writeable = False
+            cached = self._flat_reads = (slots, readers)
+        return cached
+
+    def readers_of(self, slots: Sequence[int]) -> dict[int, list[int]]:
+        """Positions of the nodes reading each of ``slots`` (ascending), like :attr:`consumers`.
+
+        Without building :attr:`consumers` for every slot when only a few are asked about;
+        the answer for one list of slots is kept (do not modify it).
+        """
+        if self._consumers is not None:
+            return {p: self._consumers[p] for p in slots}
+        key = tuple(slots)
+        cached = self._readers_of.get(key)
+        if cached is not None:
+            return cached
+        flat_slots, flat_readers = self.flat_reads
+        wanted = np.asarray(slots, dtype=np.int64)
+        hit = np.isin(flat_slots, wanted)
+        found: dict[int, list[int]] = {p: [] for p in slots}
+        for p, reader in zip(flat_slots[hit].tolist(), flat_readers[hit].tolist()):
+            readers = found[p]
+            if not readers or readers[-1] != reader:
+                readers.append(reader)
+        self._readers_of[key] = found
+        return found
 
     def value_readers(self, value: ir.Value) -> list[int]:
         """Positions of the nodes whose :attr:`uses` include ``value``, in order."""

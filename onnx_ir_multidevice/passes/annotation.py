@@ -36,8 +36,10 @@ __all__ = [
 ]
 
 import dataclasses
+import operator
+from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from itertools import repeat
+from itertools import compress, repeat
 
 import onnx_ir as ir
 
@@ -51,6 +53,7 @@ from onnx_ir_multidevice.omny._props import read as read_omny
 from onnx_ir_multidevice.passes.strip import strip_configurations
 
 #: The IR version that introduced the multi-device fields.
+_ENTRIES = operator.attrgetter("device_configurations")
 _MULTI_DEVICE_IR_VERSION = 11
 
 DeviceNames = Sequence[str] | Mapping[int, Sequence[str]]
@@ -335,31 +338,37 @@ def _upsert_all_configurations(
     walk for all configurations: nodes with the same entry tuple and stages get the very same
     new tuple (the upserts run once per distinct case). Returns whether any node changed.
     """
-    modified = False
     configurations = [plan[0] for plan in plans]
-    nodes = plans[0][1].keys()
+    nodes = list(plans[0][1].keys())
     if stages:
-        per_node = zip(*(plan[1].values() for plan in plans))
+        rows: list[tuple] = list(zip(*(plan[1].values() for plan in plans)))
     else:
-        per_node = repeat((None,) * len(plans))
-    memo: dict[tuple[int, tuple], tuple[tuple, tuple]] = {}
-    memo_get = memo.get
-    for node, node_stages in zip(nodes, per_node):
-        if node in skip:
-            continue
-        entries = node.device_configurations
-        key = (id(entries), node_stages)
-        hit = memo_get(key)
-        if hit is None or hit[0] is not entries:
-            for configuration, stage in zip(configurations, node_stages):
-                modified |= _upsert(node, configuration, stage=stage, specs=specs)
-            memo[key] = (entries, node.device_configurations)
-            continue
-        new = hit[1]
-        if new is not entries:
-            node.device_configurations = new
-            modified = True
-    return modified
+        rows = [(None,) * len(plans)] * len(nodes)
+    if skip:
+        keep = list(map(operator.not_, map(skip.__contains__, nodes)))
+        nodes, rows = list(compress(nodes, keep)), list(compress(rows, keep))
+    if not nodes:
+        return False
+    entries_list = list(map(_ENTRIES, nodes))  # alive throughout: their ids are keys
+    keys = list(zip(map(id, entries_list), rows))
+    # The first node of each distinct (entries, stages) case is upserted; the others get
+    # the very same new tuple.
+    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+    new_by_key: dict[tuple, tuple] = {}
+    first_changed: dict[int, bool] = {}
+    for key, k in first.items():
+        node = nodes[k]
+        changed = False
+        for configuration, stage in zip(configurations, rows[k]):
+            changed |= _upsert(node, configuration, stage=stage, specs=specs)
+        new_by_key[key] = node.device_configurations
+        first_changed[k] = changed
+    new_list = list(map(new_by_key.__getitem__, keys))
+    changed_list = list(map(operator.is_not, new_list, entries_list))
+    for k, changed in first_changed.items():
+        changed_list[k] = changed
+    deque(map(setattr, nodes, repeat("device_configurations"), new_list), maxlen=0)
+    return any(changed_list)
 
 
 def _cut_specs(

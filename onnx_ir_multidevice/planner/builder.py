@@ -52,6 +52,7 @@ import datetime
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress
 
 import onnx
 import onnx_ir as ir
@@ -60,7 +61,7 @@ from onnx_ir_multidevice._version import __version__
 from onnx_ir_multidevice.analysis.ops import ATTENTION_OPS
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.dtypes import dtype_name
-from onnx_ir_multidevice.graph.index import node_subgraphs
+from onnx_ir_multidevice.graph.index import OP_TYPE_OF, node_subgraphs, nodes_with_subgraphs
 from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     ExportInfo,
@@ -121,21 +122,22 @@ def weights(graph: ir.Graph, sizes: ValueSizes) -> tuple[int, int]:
 
     def visit(g: ir.Graph) -> None:
         nonlocal nbytes, count
-        for value in g.initializers.values():
-            shape = sizes.shape(value)
-            n = sizes.nbytes(value)
+        values = list(getattr(g.initializers, "data", g.initializers).values())
+        prod = math.prod
+        for shape, n in zip(map(sizes.shape, values), map(sizes.nbytes, values)):
             if shape is not None and n is not None:
                 nbytes += n
-                count += math.prod(shape)
-        for node in g:
-            if node.op_type == "Constant" and node.domain == "":
+                count += prod(shape)
+        nodes = list(g)
+        for node in compress(nodes, map("Constant".__eq__, map(OP_TYPE_OF, nodes))):
+            if node.domain == "":
                 attr = node.attributes.get("value")
                 if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
                     nbytes += attr.value.nbytes
                     count += attr.value.size
-            if node.attributes:
-                for body in node_subgraphs(node):
-                    visit(body)
+        for node in nodes_with_subgraphs(nodes):
+            for body in node_subgraphs(node):
+                visit(body)
 
     visit(graph)
     return nbytes, count
@@ -153,7 +155,7 @@ def guess_architecture(graph: ir.Graph) -> str:
 
     .. versionadded:: 0.1
     """
-    ops = Counter(node.op_type for node in graph)
+    ops = Counter(map(OP_TYPE_OF, graph))
     attention = ops["Softmax"] > 0 and ops["MatMul"] >= 2 or any(op in ops for op in ATTENTION_OPS)
     conv = ops["Conv"] > 0
     if conv and not attention:
@@ -333,7 +335,7 @@ def build_metadata(
     if existing is not None:
         return dataclasses.replace(existing, cut_points=tuple(cut_points), sharding=sharding)
     graph = model.graph
-    initializers = set(graph.initializers.values())
+    initializers = set(getattr(graph.initializers, "data", graph.initializers).values())
     return OmnyMetadata(
         model=model_info(model, sizes, name=name, inference_memory_bytes=inference_memory_bytes),
         inputs=tuple(tensor_info(v, sizes) for v in graph.inputs if v not in initializers),

@@ -38,9 +38,10 @@ for choosing cuts, not a figure to report.
 
 from __future__ import annotations
 
-__all__ = ["node_flops"]
+__all__ = ["node_flops", "nodes_flops"]
 
 import math
+from collections.abc import Collection, Sequence
 
 import onnx_ir as ir
 
@@ -52,7 +53,7 @@ from onnx_ir_multidevice.analysis.ops import (
     RECURRENT_OPS,
 )
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
-from onnx_ir_multidevice.graph.index import node_subgraphs
+from onnx_ir_multidevice.graph.index import OP_TYPE_OF, holds_subgraphs, node_subgraphs
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
@@ -280,3 +281,48 @@ def _einsum(node: ir.Node, shape: _Shapes) -> int | None:
         for letter, size in zip(term, found):
             extent[letter] = max(extent.get(letter, 1), size)
     return 2 * math.prod(extent.values())
+
+
+# Ops with a formula of their own; every other node (but those with bodies) is element-wise.
+_SPECIAL_OPS = frozenset(
+    (*MATMUL_OPS, *GEMM_OPS, *CONV_OPS, *ATTENTION_OPS, *RECURRENT_OPS, "ConvTranspose", "Einsum")
+)
+
+
+def nodes_flops(
+    nodes: Sequence[ir.Node],
+    sizes: ValueSizes,
+    with_bodies: Collection[ir.Node] | None = None,
+    op_types: Sequence[str] | None = None,
+    *,
+    estimate: bool = False,
+) -> list[int | None]:
+    """:func:`node_flops` of each of ``nodes``, the element-wise ones without a call each.
+
+    Args:
+        nodes: Nodes of the graph ``sizes`` describes.
+        sizes: Shapes at the planning dims.
+        with_bodies: The nodes that hold subgraphs, when known (found here otherwise).
+        op_types: The op type of each of ``nodes``, when known.
+        estimate: As for :func:`node_flops`.
+
+    .. versionadded:: 0.1
+    """
+    shape = _Shapes(sizes, estimate).of if estimate else sizes.shape
+    prod = math.prod
+    result: list[int | None] = []
+    for node, op in zip(nodes, map(OP_TYPE_OF, nodes) if op_types is None else op_types):
+        if op in _SPECIAL_OPS or (
+            node in with_bodies if with_bodies is not None else holds_subgraphs(node)
+        ):
+            result.append(node_flops(node, sizes, estimate=estimate))
+            continue
+        total: int | None = 0
+        for value in node.outputs:
+            found = shape(value)
+            if found is None:
+                total = None
+                break
+            total += prod(found)  # type: ignore[operator]
+        result.append(total)
+    return result

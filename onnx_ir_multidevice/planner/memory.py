@@ -84,8 +84,10 @@ __all__ = [
 import bisect
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from fractions import Fraction
+from itertools import chain, compress, repeat
 
 import numpy as np
 import onnx_ir as ir
@@ -93,8 +95,8 @@ import onnx_ir as ir
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
 from onnx_ir_multidevice.analysis.ops import CONV_OPS, RECURRENT_OPS
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
-from onnx_ir_multidevice.graph.index import node_subgraphs
-from onnx_ir_multidevice.planner.flops import node_flops
+from onnx_ir_multidevice.graph.index import OP_TYPE_OF, node_subgraphs
+from onnx_ir_multidevice.planner.flops import node_flops, nodes_flops
 
 MIB = 1 << 20
 """Bytes in a MiB (the unit of every ``*_mb`` field of ``.omny``)."""
@@ -125,6 +127,9 @@ on Linux x86-64 (median of 5 child processes, arena on or off), of which about 8
 code pages of the library that the session touches; 11.1 MiB fitted over the corpus stages.
 Re-derive it with ``python benchmarks/memory_accuracy.py --derive``."""
 
+_OUTPUTS = operator.attrgetter("outputs")
+_PRODUCER = operator.methodcaller("producer")
+_DENSE_SHARED = 1 << 22  # at most this many entries in the table of shared items
 _ROW_RESIDENT_BYTES = 2 * MIB
 """What reading one row of a memory-mapped table may make resident, at most: the kernel maps
 the page-cache folio around a faulting page, up to 2 MiB (a PMD) with large folios (Linux 6.x,
@@ -349,12 +354,18 @@ class MemoryModel:
         for s, (a, b) in enumerate(zip(self.starts, self.ends)):
             segment_of[a:b] = s
         self._segment_of = segment_of
+        self._position = dict(zip(order, range(len(order))))  # node -> index in the order
+        self._op_types: list[str] | None = None
         self._unknown: list[dict[str, None]] = [{} for _ in range(self.num_segments)]
         #: The values whose size is unknown, by the name :attr:`StageMemory.unknown` gives.
         self.unknown_values: dict[str, ir.Value] = {}
         self._weights = np.zeros(self.num_segments, dtype=np.int64)
         self._io = np.zeros(self.num_segments, dtype=np.int64)
         self._shared: list[tuple[int, bool, np.ndarray]] = []  # bytes, is_weight, segments
+        self._shared_first: np.ndarray | None = None  # see _count_items
+        self._stages: dict[tuple[int, int], StageMemory] = {}  # stage(i, j), immutable
+        self._shared_bytes = np.zeros(0, dtype=np.int64)
+        self._shared_weight = np.zeros(0, dtype=bool)
         self._count_items()
         self._peak = np.zeros(self.num_segments, dtype=np.int64)
         self._count_activations()
@@ -393,7 +404,7 @@ class MemoryModel:
         analysis = self.analysis
         graph = analysis.graph
         classes = analysis.classes
-        initializers = set(graph.initializers.values())
+        initializers = _initializer_set(analysis)
         replicable = set(analysis.replicable_nodes)
         memo: dict[ir.Node, tuple[frozenset[ir.Value], bool]] = {}
 
@@ -439,17 +450,51 @@ class MemoryModel:
             memo[node] = node_items(node)
         item_segments: dict[ir.Value, set[int]] = {}
         segment_of = self._segment_of.tolist()
-        for position, node in enumerate(analysis.order):
-            found = node_items(node)[0]
-            if not found:
-                continue
-            segment = segment_of[position]
-            for item in found:
-                segments = item_segments.get(item)
-                if segments is None:
-                    item_segments[item] = {segment}
-                else:
-                    segments.add(segment)
+        order = analysis.order
+
+        def add(item: ir.Value, segment: int) -> None:
+            segments = item_segments.get(item)
+            if segments is None:
+                item_segments[item] = {segment}
+            else:
+                segments.add(segment)
+
+        def read_items(value: ir.Value, producer: ir.Node | None) -> Iterable[ir.Value]:
+            if producer is None:
+                return (value,)  # a weight or a graph input
+            if producer in replicable:
+                return value_items(value)[0]
+            return ()  # an activation: counted by liveness
+
+        if with_bodies is not None and not with_bodies:
+            # node_items(node) of every node of the order, inlined, over one flat list of
+            # reads (no node holds a subgraph whose constants would come in between).
+            uses_list = list(map(uses.__getitem__, order))
+            reads = list(chain.from_iterable(uses_list))
+            read_segments = chain.from_iterable(map(repeat, segment_of, map(len, uses_list)))
+            get = item_segments.get
+            for value, producer, segment in zip(reads, map(_PRODUCER, reads), read_segments):
+                if producer is None:
+                    segments = get(value)
+                    if segments is None:
+                        item_segments[value] = {segment}
+                    else:
+                        segments.add(segment)
+                elif producer in replicable:
+                    for item in value_items(value)[0]:
+                        add(item, segment)
+        else:
+            for position, node in enumerate(order):  # node_items(node), inlined
+                segment = segment_of[position]
+                for value in uses[node]:
+                    for item in read_items(value, value.producer()):
+                        add(item, segment)
+                if (node in with_bodies) if with_bodies is not None else bool(node.attributes):
+                    for body in node_subgraphs(node):
+                        for item in _body_constants(body):
+                            add(item, segment)
+        weights = [0] * self.num_segments  # Python ints, added to the arrays once below
+        io = [0] * self.num_segments
         for item, segments in item_segments.items():
             is_weight = item in initializers or classes.get(item) is not TensorClass.FORWARDED
             producer = item.producer()
@@ -467,15 +512,26 @@ class MemoryModel:
             if len(segments) == 1:
                 (s,) = segments
                 if is_weight:
-                    self._weights[s] += n
+                    weights[s] += n
                 else:
-                    self._io[s] += n
+                    io[s] += n
             else:
                 # Sorted segments, then a sentinel no stage end reaches.
-                ordered = [*sorted(segments), self.num_segments + 1]
-                self._shared.append((n, is_weight, np.array(ordered, dtype=np.int64)))
+                ordered = np.array([*sorted(segments), self.num_segments + 1], dtype=np.int64)
+                self._shared.append((n, is_weight, ordered))
+        self._weights += np.asarray(weights, dtype=np.int64)
+        self._io += np.asarray(io, dtype=np.int64)
+        if self._shared and len(self._shared) * (self.num_segments + 1) <= _DENSE_SHARED:
+            # The first segment at or after each i (the sentinel when none), for any i: one
+            # row per shared item, so that a query is a few array operations for all items.
+            starts = np.arange(self.num_segments + 1)
+            self._shared_first = np.stack(
+                [ordered.take(np.searchsorted(ordered, starts)) for _, _, ordered in self._shared]
+            )
+            self._shared_bytes = np.array([n for n, _, _ in self._shared], dtype=np.int64)
+            self._shared_weight = np.array([w for _, w, _ in self._shared], dtype=bool)
         # Graph outputs are held by the stage producing them until the pipeline ends.
-        position = {node: i for i, node in enumerate(analysis.order)}
+        position = self._position
         for value in graph.outputs:
             producer = value.producer()
             if producer is None or producer not in position:
@@ -495,20 +551,39 @@ class MemoryModel:
         uses = analysis.uses
         # Position of the last reader of each value (later readers overwrite earlier ones);
         # only node outputs are looked up, so other values read do no harm.
-        last_read = {value: i for i, node in enumerate(order) for value in uses[node]}
+        # Position of the last reader of each value (later readers overwrite earlier ones).
+        uses_list = list(map(uses.__getitem__, order))
+        last_read = dict(
+            zip(
+                chain.from_iterable(uses_list),
+                chain.from_iterable(map(repeat, range(len(order)), map(len, uses_list))),
+            )
+        )
         last_get = last_read.get
-        nbytes = self._nbytes
-        made = [i for i, node in enumerate(order) for _ in node.outputs]
-        values = [value for node in order for value in node.outputs]
+        outputs = self._order_outputs()
+        made = [i for i, values in enumerate(outputs) for _ in values]
+        values = list(chain.from_iterable(outputs))
         ends = list(map(last_get, values, made))
-        amounts = list(map(nbytes, values))
+        amounts = list(map(self.sizes.nbytes, values))
         if None in amounts:
+            op_types = self._order_op_types()
             segment_of = self._segment_of.tolist()
-            for i, value, end, n in zip(made, values, ends, amounts):
-                if n is None:
-                    self.unknown_values[value.name or "<unnamed>"] = value
-                    for s in range(segment_of[i], segment_of[end] + 1):
-                        self._unknown[s][value.name or "<unnamed>"] = None
+            unknown, unknown_values = self._unknown, self.unknown_values
+            for k in [k for k, n in enumerate(amounts) if n is None]:
+                i = made[k]
+                if op_types[i] == "Constant":  # self._nbytes: a Constant's own tensor
+                    amounts[k] = self._nbytes(values[k])
+                    if amounts[k] is not None:
+                        continue
+                value = values[k]
+                name = value.name or "<unnamed>"
+                unknown_values[name] = value
+                first, last = segment_of[i], segment_of[ends[k]]
+                if first == last:
+                    unknown[first][name] = None
+                else:
+                    for s in range(first, last + 1):
+                        unknown[s][name] = None
             known = [k for k, n in enumerate(amounts) if n is not None]
             made = [made[k] for k in known]
             values = [values[k] for k in known]
@@ -550,7 +625,7 @@ class MemoryModel:
         """
         prepack = np.zeros(self.num_segments, dtype=np.int64)
         analysis = self.analysis
-        initializers = set(analysis.graph.initializers.values())
+        initializers = _initializer_set(analysis)
         replicable = set(analysis.replicable_nodes)
         from_weights: dict[ir.Node, bool] = {}
 
@@ -567,10 +642,10 @@ class MemoryModel:
             return from_weights[producer]
 
         segment_of = self._segment_of
-        for position, node in enumerate(analysis.order):
-            indices = PREPACKED_WEIGHT_INPUTS.get(node.op_type)
-            if indices is None:
-                continue
+        order = analysis.order
+        for position in self._positions_of(PREPACKED_WEIGHT_INPUTS):
+            node = order[position]
+            indices = PREPACKED_WEIGHT_INPUTS[node.op_type]
             for index in indices:
                 value = node.inputs[index] if index < len(node.inputs) else None
                 if value is None or not is_weight(value):
@@ -581,12 +656,38 @@ class MemoryModel:
                     prepack[s] = n
         return prepack
 
+    def _order_op_types(self) -> list[str]:
+        """The op type of each node of the planning order (from the index when there is one)."""
+        if self._op_types is None:
+            analysis = self.analysis
+            if analysis.index is not None and analysis.order_positions:
+                by_position = analysis.index.op_types
+                self._op_types = list(map(by_position.__getitem__, analysis.order_positions))
+            else:
+                self._op_types = list(map(OP_TYPE_OF, analysis.order))
+        return self._op_types
+
+    def _order_outputs(self) -> list[Sequence[ir.Value]]:
+        """The outputs of each node of the planning order (from the index when there is one)."""
+        analysis = self.analysis
+        if analysis.index is not None and analysis.order_positions:
+            by_position = analysis.index.outputs_at
+            return list(map(by_position.__getitem__, analysis.order_positions))
+        return list(map(_OUTPUTS, analysis.order))
+
+    def _positions_of(self, op_types: Collection[str]) -> list[int]:
+        """Positions in the planning order of the nodes whose op type is in ``op_types``."""
+        types = self._order_op_types()
+        return list(compress(range(len(types)), map(op_types.__contains__, types)))
+
     def _count_workspace(self) -> np.ndarray:
         """Largest input plus output of a convolution (:data:`CONV_OPS`) of each segment."""
         workspace = np.zeros(self.num_segments, dtype=np.int64)
         segment_of = self._segment_of
-        for position, node in enumerate(self.analysis.order):
-            if node.op_type not in CONV_OPS or not node.inputs or node.inputs[0] is None:
+        order = self.analysis.order
+        for position in self._positions_of(CONV_OPS):
+            node = order[position]
+            if not node.inputs or node.inputs[0] is None:
                 continue
             sizes = [self._nbytes(node.inputs[0]), self._nbytes(node.outputs[0])]
             if None in sizes:
@@ -604,8 +705,18 @@ class MemoryModel:
         """
         mapped = np.zeros(self.num_segments, dtype=np.int64)
         analysis = self.analysis
-        position = {node: k for k, node in enumerate(analysis.order)}
-        for value in analysis.graph.initializers.values():
+        order = analysis.order
+        # Only a table read by some Gather of the planning order can count: start from those.
+        position = {
+            order[k]: k for k, op in enumerate(self._order_op_types()) if op == "Gather"
+        }  # a use that is no Gather of the order means no mapping: only these positions count
+        if not position:
+            return mapped
+        initializers = _plain(analysis.graph.initializers)
+        tables = {node.inputs[0] for node in position if node.inputs}
+        for value in initializers.values():
+            if value not in tables:
+                continue
             tensor = value.const_value
             shape = tensor.shape.numpy() if tensor is not None else ()
             if tensor is None or len(shape) < 1 or shape[0] < 1:
@@ -688,19 +799,32 @@ class MemoryModel:
         Those are counted at the probe dims, so that the cuts still balance compute.
         """
         unknown = []
-        for i, node in enumerate(self.analysis.order):
-            count = node_flops(node, self.sizes)
+        flops = [0] * self.num_segments
+        segment_of = self._segment_of.tolist()
+        order = self.analysis.order
+        index = self.analysis.index
+        with_bodies = None if index is None else {node for node, _ in index.bodies}
+        counts = nodes_flops(order, self.sizes, with_bodies, self._order_op_types())
+        for i, (node, count) in enumerate(zip(order, counts)):
             if count is None:
                 unknown.append(node.name or node.op_type)
-                count = node_flops(node, self.sizes, estimate=True)
+                count = node_flops(node, self.sizes, estimate=True)  # to choose cuts
                 if count is None:
                     continue
-            self._flops[self._segment_of[i]] += count
+            flops[segment_of[i]] += count
+        self._flops += np.asarray(flops, dtype=np.int64)
         return tuple(unknown)
 
     # -- queries ----------------------------------------------------------------------------
 
     def _shared_sum(self, i: np.ndarray, j: np.ndarray, weights: bool | None) -> np.ndarray:
+        if self._shared_first is not None:
+            first, amounts = self._shared_first, self._shared_bytes
+            if weights is not None:
+                keep = self._shared_weight == weights
+                first, amounts = first[keep], amounts[keep]
+            # Counted when the first segment at or after ``i`` comes before ``j``.
+            return amounts @ (first[:, i] < j)
         total = np.zeros(len(i), dtype=np.int64)
         for n, is_weight, segments in self._shared:
             if weights is not None and is_weight != weights:
@@ -742,14 +866,18 @@ class MemoryModel:
                 f"a stage is a non-empty run of segments [i, j) with 0 <= i < j <= "
                 f"{self.num_segments}, got [{i}, {j})"
             )
+        cached = self._stages.get((i, j))
+        if cached is not None:
+            return cached
         a, b = np.array([i]), np.array([j])
         weights = int(self._prefix_weights[j] - self._prefix_weights[i])
         weights += int(self._shared_sum(a, b, True)[0])
         io = int(self._prefix_io[j] - self._prefix_io[i]) + int(self._shared_sum(a, b, False)[0])
-        unknown: dict[str, None] = {}
         with_unknown = self._with_unknown
-        for k in range(bisect.bisect_left(with_unknown, i), bisect.bisect_left(with_unknown, j)):
-            unknown.update(self._unknown[with_unknown[k]])
+        segments = with_unknown[
+            bisect.bisect_left(with_unknown, i) : bisect.bisect_left(with_unknown, j)
+        ]
+        unknown = dict.fromkeys(chain.from_iterable(map(self._unknown.__getitem__, segments)))
         activations = int(self._peak_table.query(a, b)[0])
         prepack = int(self._prepack_table.query(a, b)[0])
         nodes = int(self._prefix_nodes[j] - self._prefix_nodes[i])
@@ -763,7 +891,7 @@ class MemoryModel:
         runtime = self.runtime_bytes + nodes * self.node_bytes + op_types * self.op_type_bytes
         runtime += reordered + upcast + max(workspace, prepack - activations - io)
         mapped = int(self._prefix_mapped[j] - self._prefix_mapped[i])
-        return StageMemory(
+        stage = self._stages[(i, j)] = StageMemory(
             weights_bytes=weights,
             activations_bytes=activations,
             io_bytes=io,
@@ -776,6 +904,7 @@ class MemoryModel:
             reordered_bytes=reordered,
             upcast_bytes=upcast,
         )
+        return stage
 
     def whole(self) -> StageMemory:
         """The memory of the whole model run as one stage."""
@@ -803,6 +932,18 @@ def _generates(producer: ir.Node, value: ir.Value, nbytes) -> bool:
         return False
     sizes = [0 if v is None else nbytes(v) for v in producer.inputs]
     return None not in sizes and n > sum(sizes)
+
+
+def _plain(mapping: Mapping) -> Mapping:
+    """The plain ``dict`` behind onnx-ir's ``UserDict`` containers (iterating it is fast)."""
+    return getattr(mapping, "data", mapping)
+
+
+def _initializer_set(analysis: CutAnalysis) -> frozenset[ir.Value]:
+    """The main graph's initializers, as a set (the index's when there is one)."""
+    if analysis.index is not None:
+        return analysis.index.initializer_set
+    return frozenset(_plain(analysis.graph.initializers).values())
 
 
 def _cone_sources(node: ir.Node) -> Iterable[ir.Value]:

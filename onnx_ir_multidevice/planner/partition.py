@@ -45,6 +45,7 @@ from __future__ import annotations
 __all__ = ["BALANCES", "Partition", "partition"]
 
 import dataclasses
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -125,6 +126,10 @@ class Partition:
         return sum(c.bytes or 0 for c in self.cuts)
 
 
+_CHAIN_ARRAYS: weakref.WeakKeyDictionary[MemoryModel, tuple] = weakref.WeakKeyDictionary()
+"""Per memory model: its chain, which boundaries may end a stage, the bytes sent at each."""
+
+
 class _Search:
     """Decision and optimisation over the segments of one memory model."""
 
@@ -136,14 +141,17 @@ class _Search:
         # the choice of cuts never depend on a dim being bound. An unknown transfer counts 0.
         # A cut after a node with several outputs cannot be written in .omny (its after_node
         # must have exactly one output tensor): it is not offered.
-        sent = [cut.bytes for cut in chain]
-        allowed = np.ones(self.size + 1, dtype=bool)
-        allowed[0] = False
-        allowed[1 : len(chain) + 1] = [len(cut.node.outputs) == 1 for cut in chain]
-        self.allowed = allowed
-        transfer = np.zeros(self.size + 1, dtype=np.int64)
-        transfer[1 : len(sent) + 1] = [n or 0 for n in sent]
-        self.transfer = transfer
+        cached = _CHAIN_ARRAYS.get(model)
+        if cached is None or cached[0] is not chain:
+            sent = [cut.bytes for cut in chain]
+            allowed = np.ones(self.size + 1, dtype=bool)
+            allowed[0] = False
+            allowed[1 : len(chain) + 1] = [len(cut.node.outputs) == 1 for cut in chain]
+            transfer = np.zeros(self.size + 1, dtype=np.int64)
+            transfer[1 : len(sent) + 1] = [n or 0 for n in sent]
+            cached = _CHAIN_ARRAYS[model] = (chain, allowed, transfer)
+        # Read only: shared by every partition of ``model`` (one per shard count).
+        self.allowed, self.transfer = cached[1], cached[2]
 
     def fits(self, i: np.ndarray, j: np.ndarray, memory_bound: int, flops_bound: int) -> np.ndarray:
         ok = self.model.total_bytes(i, j) <= memory_bound

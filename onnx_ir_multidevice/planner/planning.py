@@ -282,10 +282,11 @@ def _unknown_sizes(
     A value counts only when it is used (read by a node or a graph output): an unused
     ``Dropout`` mask is nobody's memory.
     """
-    names: dict[str, None] = {}
-    for found in partitions:
-        for stage in found.memory:
-            names.update(dict.fromkeys(stage.unknown))
+    if not partitions:
+        return {}, ()
+    # Every partition covers every segment: the names are those of the whole model, in
+    # segment order (the order the first partition's stages give them).
+    names = memory.whole().unknown
     if not names:
         return {}, ()
     shapes = sizes.shapes
@@ -298,9 +299,9 @@ def _unknown_sizes(
         by_name = memory.unknown_values
         for name in names:
             value = by_name.get(name)
-            if value is None or not (value.uses() or value.is_graph_output()):
+            if value is None or shapes.estimate(value) is not None:
                 continue
-            if shapes.estimate(value) is None:
+            if value.uses() or value.is_graph_output():
                 others.append(name)
     else:
         others = list(names)

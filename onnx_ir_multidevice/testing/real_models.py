@@ -132,9 +132,7 @@ def run_job(
     model = load(path)
     family = arithmetic_family(model)
     rtol, atol = TOLERANCES[family]
-    report = JobReport(
-        name, len(model.graph), family=family, rtol=rtol, atol=atol, seconds=seconds
-    )
+    report = JobReport(name, len(model.graph), family=family, rtol=rtol, atol=atol, seconds=seconds)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
