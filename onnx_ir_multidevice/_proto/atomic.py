@@ -277,36 +277,12 @@ def write_bytes_atomic(destination: str | os.PathLike, data: bytes) -> None:
         data: The whole content.
 
     Raises:
-        OmnyIOError: The folder cannot be written, or writing failed (the destination is
-            unchanged and no temporary file is left).
+        OmnyIOError: The folder is missing or cannot be written, the destination is a
+            directory, or writing failed (the destination is unchanged and no temporary file
+            is left).
     """
-    destination = _through_link(Path(destination))
-    remove_stale(destination.parent)
-    try:
-        temporary = _create_file(destination.parent, destination.name)
-    except OSError as error:
-        raise OmnyIOError(
-            f"{destination}: cannot write into {destination.parent} ({error.strerror}); check "
-            "its permissions"
-        ) from error
-    try:
-        with open(temporary, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        mode = existing_mode(destination)
-        if mode is not None:
-            os.chmod(temporary, mode)
-        os.replace(temporary, destination)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(error, OSError):
-            raise OmnyIOError(
-                f"{destination}: writing failed ({error}); no temporary file was left behind"
-            ) from error
-        raise
-    fsync_dir(destination.parent)
+    with staged_file(Path(destination), force=True) as temporary:
+        temporary.write_bytes(data)
 
 
 def _check_parent(target: Path) -> None:
@@ -446,7 +422,9 @@ def staged_file(target: Path, force: bool) -> Iterator[Path]:
     try:
         temporary = _create_file(target.parent, target.name)
     except OSError as error:
-        raise OmnyIOError(f"{target}: cannot write into {target.parent}: {error}") from error
+        raise OmnyIOError(
+            f"{target}: cannot write into {target.parent} ({error.strerror}); check its permissions"
+        ) from error
     try:
         yield temporary
         with open(temporary, "rb+") as file:
