@@ -31,6 +31,7 @@ __all__ = [
     # boundaries
     "Boundary",
     "boundary_crossings",
+    "boundary_problem",
     "edge_violations",
     # cut points
     "DEFAULT_SIDE_LIMIT_BYTES",
@@ -39,6 +40,8 @@ __all__ = [
     "analyse_cut_points",
     "find_cut_points",
     "narrowest_crossing",
+    # element types
+    "element_types",
     # precision
     "TOLERANCES",
     "arithmetic_family",
@@ -55,6 +58,7 @@ from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.analysis.boundaries import (
     Boundary,
     boundary_crossings,
+    boundary_problem,
     edge_violations,
 )
 from onnx_ir_multidevice.analysis.cut_points import (
@@ -66,6 +70,7 @@ from onnx_ir_multidevice.analysis.cut_points import (
     narrowest_crossing,
 )
 from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
+from onnx_ir_multidevice.analysis.element_types import element_types
 from onnx_ir_multidevice.analysis.precision import (
     TOLERANCES,
     arithmetic_family,
