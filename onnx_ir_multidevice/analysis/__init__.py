@@ -18,8 +18,10 @@ __all__ = [
     "topological_order",
     "value_consumers",
     # tensor classes
+    "DEFAULT_INDEX_TABLE_BYTES",
     "DEFAULT_LARGE_CONSTANT_BYTES",
     "HEAVY_OPS",
+    "INDEX_TABLE_DTYPES",
     "NONDETERMINISTIC_OPS",
     "TensorClass",
     "classify_values",
@@ -83,8 +85,10 @@ from onnx_ir_multidevice.analysis.stages import (
     stages_from_annotations,
 )
 from onnx_ir_multidevice.analysis.tensor_classes import (
+    DEFAULT_INDEX_TABLE_BYTES,
     DEFAULT_LARGE_CONSTANT_BYTES,
     HEAVY_OPS,
+    INDEX_TABLE_DTYPES,
     NONDETERMINISTIC_OPS,
     TensorClass,
     classify_values,

@@ -337,7 +337,9 @@ class _Propagation:
         rule = RULES.get((domain, op_type))
         if rule is not None:
             return rule(node, ins)
-        version = node.version or opsets.get(domain) or opsets.get("ai.onnx" if not domain else "")
+        version = node.version or opsets.get(domain)
+        if version is None and domain == "":
+            version = opsets.get("ai.onnx")
         if version is None:
             return [None] * len(node.outputs)
         schema = _SCHEMAS.get(domain, op_type, version)
