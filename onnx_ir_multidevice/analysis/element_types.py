@@ -168,7 +168,7 @@ def _qgemm(node: ir.Node, ins: list[ir.DataType | None]) -> Dtypes:
     # Quantized output when y_scale is given (typed by y_zero_point), float otherwise.
     if len(node.inputs) > 7 and node.inputs[7] is not None:
         return [_first(_at(ins, 8), ir.DataType.UINT8)]
-    return [_first(_at(ins, 6), _FLOAT)]  # float, as the scales (a_scale, b_scale)
+    return [_first(_at(ins, 1), _FLOAT)]  # float, as the scale of A
 
 
 def _matmul_integer_to_float(node: ir.Node, ins: list[ir.DataType | None]) -> Dtypes:
