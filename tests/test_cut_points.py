@@ -28,7 +28,12 @@ I64 = ir.DataType.INT64
 
 
 def oracle(graph: ir.Graph, *, relaxed: bool, limit: int) -> dict[str, tuple[str, ...]]:
-    """Cut tensor name -> sorted side names, from assign_stages + boundary_crossings."""
+    """Cut tensor name -> sorted side names, from assign_stages + boundary_crossings.
+
+    A value whose dtype is unknown (the random graphs type every value but the outputs of
+    ``Opaque``, an op of an unknown domain) is no cut: no stage could take it as an input (as
+    a side activation its size is unknown too).
+    """
     classes = classify_values(graph)
     sizes = ValueSizes(graph)
     result = {}
@@ -42,6 +47,8 @@ def oracle(graph: ir.Graph, *, relaxed: bool, limit: int) -> dict[str, tuple[str
             (boundary,) = boundary_crossings(graph, stages, classes=classes, num_stages=2)
             crossing = boundary.activations
             if value not in crossing:
+                continue
+            if sizes.dtype(value) is None:  # a stage could not take it as an input
                 continue
             side = [v for v in crossing if v is not value]
             if side and not relaxed:
@@ -64,7 +71,7 @@ def found(graph: ir.Graph, *, relaxed: bool, limit: int) -> dict[str, tuple[str,
 
 OPS = (
     *("matmul", "relu", "add", "shape", "reshape") * 2,
-    *("split", "const", "tconst", "input_op"),
+    *("split", "const", "tconst", "input_op", "opaque"),
 )
 
 
@@ -128,6 +135,10 @@ def random_graphs(draw) -> ir.Graph:
             floats += emit("Transpose", [weight((8, 8))], shape=(8, 8))
         elif op == "input_op":
             floats += emit("Sigmoid", [draw(st.sampled_from([x, y]))])
+        elif op == "opaque":  # an op of an unknown domain: its output type is unknowable
+            out = ir.Value(name=fresh("v"))
+            nodes.append(ir.Node("example.custom", "Opaque", [pick(floats)], outputs=[out]))
+            floats.append(out)
     produced = [v for n in nodes for v in n.outputs]
     outputs = [produced[-1]] if produced else [x]
     extra = draw(st.lists(st.integers(0, max(0, len(produced) - 1)), max_size=2))
