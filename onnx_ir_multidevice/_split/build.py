@@ -54,6 +54,7 @@ from onnx_ir_multidevice._split.select import (
     pipeline_configurations,
 )
 from onnx_ir_multidevice._util import gc_paused, require_model
+from onnx_ir_multidevice.analysis.boundaries import boundary_problem
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, default_classes
 from onnx_ir_multidevice.graph.index import GraphIndex, holds_subgraphs
@@ -207,17 +208,15 @@ def _boundary_types(model: ir.Model, index: GraphIndex, plans: Sequence[_StagePl
     shapes = ValueShapes(index.graph, dims, index=index)
     result: _Typed = {}
     for value in dict.fromkeys(missing):
+        problem = boundary_problem(value, shapes)
+        if problem is not None:
+            raise SplitError(
+                f"Value {_value_label(value)} crosses a stage boundary, but {problem}."
+            )
         type_ = value.type
         if type_ is None:
             dtype = shapes.dtype(value)
-            if dtype is None:
-                producer = value.producer()
-                what = f"{producer.op_type} node" if producer is not None else "graph"
-                raise SplitError(
-                    f"Value {_value_label(value)} crosses a stage boundary, but its dtype is "
-                    f"neither in the file nor inferable (made by a {what} whose output types "
-                    "ONNX cannot infer); give the value a type in the model."
-                )
+            assert dtype is not None  # boundary_problem said so
             type_ = ir.TensorType(dtype)
         shape = value.shape if value.shape is not None else shapes.onnx_shape(value)
         result[value] = (type_, shape)
