@@ -8,9 +8,11 @@ the cut tensors and graph outputs a model without ``value_info`` leaves out (wri
 metadata states them), and in the order of its nodes when they are not topologically sorted.
 
 Prints a table of the chosen configurations: each stage's memory, FLOPs and share of the
-model's compute, and the bytes each cut sends per request (``--json``: the metadata document,
-with these figures under ``"plan"``). ``--balance compute`` chooses the cuts for the
-smallest largest-stage compute instead of memory. Exit
+model's compute, the bytes each cut sends per request and what bound each configuration
+(``--json``: the metadata document, with these figures under ``"plan"``). The cuts are those
+of the fastest plan that fits the devices (``--balance speed``, the default);
+``--balance memory`` chooses the smallest largest-stage memory instead, ``--balance compute``
+the smallest largest-stage compute with free transfers. Exit
 status 1 when no plan fits the request (the message names the stage, device and overflow),
 2 for an option that is not valid.
 """
@@ -78,10 +80,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--balance",
-        choices=("memory", "compute"),
-        default="memory",
-        help="what the cuts balance first: the largest stage memory (default) or the largest "
-        "stage compute, within the devices' memory (faster pipelines)",
+        choices=("speed", "memory", "compute"),
+        default="speed",
+        help="what the cuts optimise first, within the devices' memory: the estimated time of "
+        "the slowest stage or transfer (speed, default), the largest stage memory, or the "
+        "largest stage compute with free transfers",
+    )
+    parser.add_argument(
+        "--flops-per-byte",
+        type=float,
+        default=None,
+        metavar="F",
+        help="price of a byte sent between stages, in FLOPs (device FLOP/s over link bytes/s; "
+        "default 64; 0: free transfers)",
     )
     parser.add_argument(
         "--headroom",
@@ -122,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
             static=args.static,
             headroom=args.headroom,
             balance=args.balance,
+            **({} if args.flops_per_byte is None else {"flops_per_byte": args.flops_per_byte}),
             name=args.name or args.input.stem,
             assign_names=True,
         )

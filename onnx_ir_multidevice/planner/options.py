@@ -25,7 +25,7 @@ from onnx_ir_multidevice.analysis.cut_points import DEFAULT_SIDE_LIMIT_BYTES
 from onnx_ir_multidevice.analysis.sizes import check_dims
 from onnx_ir_multidevice.planner.devices import parse_size
 from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM
-from onnx_ir_multidevice.planner.partition import BALANCES
+from onnx_ir_multidevice.planner.partition import BALANCES, DEFAULT_FLOPS_PER_BYTE
 
 DEFAULT_MAX_SHARDS = 8
 """Largest shard count tried when neither ``shards`` nor ``devices`` is given."""
@@ -91,11 +91,29 @@ class PlanOptions:
     inferred shape of every value, at ``dims`` (others at example values), so that no cut
     has a dynamic dim (what a fixed-buffer runtime and ``check --strict`` want)."""
 
-    balance: str = "memory"
-    """What the cuts balance first: ``"memory"`` (default: the largest stage memory is as
-    small as possible, then the largest stage FLOPs) or ``"compute"`` (the largest stage
-    FLOPs share first, within the devices' memory: faster pipelines when memory is
-    plentiful). See :func:`~onnx_ir_multidevice.planner.partition.partition`.
+    balance: str = "speed"
+    """What the cuts optimise first, always within the devices' memory:
+
+    * ``"speed"`` (default): the plan that runs fastest, i.e. the smallest estimated time of
+      the slowest pipeline step: a stage's FLOPs, or a link's bytes sent per request times
+      ``flops_per_byte``; then the least largest stage memory, then the fewest bytes sent;
+    * ``"compute"``: the same with free transfers (the largest stage FLOPs first);
+    * ``"memory"``: the largest stage memory as small as possible, then the largest stage
+      FLOPs (every device's share of memory smallest, whatever the speed).
+
+    See :func:`~onnx_ir_multidevice.planner.partition.partition`; each configuration's
+    :attr:`~onnx_ir_multidevice.planner.partition.Partition.bound` says what bound it.
+
+    .. versionadded:: 0.1
+    .. versionchanged:: 0.1
+       ``"speed"`` is the default (it was ``"memory"``, whose 2-stage plans of real models
+       often ran no faster than the whole model).
+    """
+
+    flops_per_byte: float = DEFAULT_FLOPS_PER_BYTE
+    """The price of a byte sent between stages, in FLOPs of stage compute (the devices'
+    FLOP/s over the links' bytes/s), for ``balance="speed"``; 0: transfers are free.
+    Default :data:`~onnx_ir_multidevice.planner.partition.DEFAULT_FLOPS_PER_BYTE`.
 
     .. versionadded:: 0.1
     """
@@ -131,6 +149,15 @@ class PlanOptions:
             raise PlanError(
                 f"balance must be one of {', '.join(map(repr, BALANCES))}, got {self.balance!r}"
             )
+        price = self.flops_per_byte
+        if (
+            not isinstance(price, numbers.Real)
+            or isinstance(price, bool)
+            or not 0 <= float(price) < float("inf")
+        ):
+            raise PlanError(
+                f"flops_per_byte must be a number of FLOPs of at least 0, got {price!r}"
+            )
         if self.name is not None and not isinstance(self.name, str):
             raise PlanError(f"name must be a string, got {self.name!r}")
         object.__setattr__(self, "devices", devices)
@@ -138,6 +165,7 @@ class PlanOptions:
         object.__setattr__(self, "max_shard_size_mb", None if limit is None else int(limit))
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "side_limit_bytes", int(side))
+        object.__setattr__(self, "flops_per_byte", float(price))
         object.__setattr__(self, "relaxed", bool(self.relaxed))
         object.__setattr__(self, "assign_names", bool(self.assign_names))
         object.__setattr__(self, "static", bool(self.static))

@@ -1,20 +1,33 @@
 """Choose the cuts: exactly optimal pipeline partitions under the memory model.
 
 Given the segments of a :class:`~onnx_ir_multidevice.planner.memory.MemoryModel` and a
-number of stages ``N``, :func:`partition` picks ``N - 1`` chain cuts so that, in order:
+number of stages ``N``, :func:`partition` picks ``N - 1`` chain cuts. Every objective keeps
+the devices' memory as a hard constraint: stage ``k`` fits device ``k`` (its memory plus
+headroom is at most ``capacities[k]``) and its memory is at most ``max_stage_bytes``. A
+weight read by two stages counts in both (a tied embedding held by the first and the last
+stage), so where memory binds the planner avoids cuts that duplicate large shared weights.
 
-1. stage ``k`` fits device ``k``: its memory plus headroom is at most ``capacities[k]``, and
-   its memory is at most ``max_stage_bytes``;
-2. the **largest stage memory is as small as possible** (exactly, in bytes);
-3. among those, the largest stage FLOPs estimate is as small as possible (balanced compute);
-4. among those, the bytes sent between stages (cut tensors and their side activations) are
-   as few as possible.
+``balance="speed"`` (the default) chooses the plan that runs fastest among those that fit:
 
-With ``balance="compute"`` steps 2 and 3 trade places: the largest stage FLOPs estimate
-(:mod:`~onnx_ir_multidevice.planner.flops`) is minimised first, within the devices' memory
-(step 1 still holds), then the largest stage memory for that compute bound, then the bytes
-sent. A pipeline's throughput is that of its slowest stage, so this is the objective for
-speed when memory is plentiful; the default keeps every device's share of memory smallest.
+1. the **estimated time of the slowest pipeline step is as small as possible**. A pipeline
+   streams requests through its stages and through the links between them (a transfer
+   overlaps the next request's compute), so its throughput is that of its slowest step:
+   a stage's time is its FLOPs estimate (:mod:`~onnx_ir_multidevice.planner.flops`), a
+   link's the bytes it sends per request (the cut tensor and its side activations) times
+   ``flops_per_byte``, the device's speed over the link's, in FLOPs per byte
+   (:data:`DEFAULT_FLOPS_PER_BYTE`);
+2. among those, the largest stage memory is as small as possible;
+3. among those, the bytes sent between stages are as few as possible.
+
+``balance="compute"`` is the same with free transfers (``flops_per_byte=0``).
+``balance="memory"`` puts the largest stage memory first (exactly, in bytes), then the
+largest stage FLOPs, then the bytes sent: every device's share of memory as small as it can
+be, whatever the speed.
+
+Each :class:`Partition` says what bound it (:class:`Bound`): the slowest step (a stage's
+compute, or a link's transfer), whether that stage is a single segment no cut can divide,
+and, under the speed objectives, whether the devices' memory made the plan slower than an
+unconstrained one, and which device.
 
 Why it is exact although stage memory is not additive (peaks and shared weights): every part
 of a stage's memory only grows when the stage grows (:meth:`MemoryModel.total_bytes` of
@@ -26,13 +39,23 @@ likewise with ``B*`` fixed. A decision run only compares stage totals with the b
 answers the same for every bound between the largest total that passed and the smallest that
 failed: the search over bounds starts at the lower bound ``max(total / N, largest segment)``
 (tight for a balanced model), gallops up, then bisects, and after every run its ends jump to
-those stage totals. Exact, and a handful of runs instead of ~40 byte bisection steps. Step 4
-is a shortest path over the same layers: with both bounds fixed the feasible starts of a stage
-ending at ``j`` are a run ``[lo(j), j)`` (monotonicity again), found by vectorized bisection
-once per distinct stage bound, and a range-minimum table gives the best predecessor.
+those stage totals. Exact, and a handful of runs instead of ~40 byte bisection steps.
+
+The slowest-step time ``T*`` of the speed objective: a link costs more than ``T`` exactly when
+its cut is barred at bound ``T``, so with ``F(t)`` the least largest-stage FLOPs using only
+the cuts whose link costs at most ``t`` (non-increasing in ``t``),
+``T* = min over t of max(t, F(t))``, ``t`` ranging over the distinct link costs. ``F`` is
+first computed with every cut (a lower bound ``F0`` of ``T*``); when the cuts whose links
+cost at most ``F0`` reach ``F0`` too (transfers do not bind: the common case) ``T* = F0``,
+else a bisection over the link costs from ``F0`` on finds where ``t`` overtakes ``F(t)``.
+The fewest bytes sent, the last objective, is a shortest path over the same layers: with
+both bounds fixed the feasible starts of a stage ending at ``j`` are a run ``[lo(j), j)``
+(monotonicity again), found by vectorized bisection once per distinct stage bound, and a
+range-minimum table gives the best predecessor.
 
 Cost: O(log(total bytes) * N * S * (1 + shared weights)) vectorized steps for S segments in
-the worst case, plus O(N * S log S) for step 4.
+the worst case, times O(log S) when transfers bind, plus O(N * S log S) for the bytes sent.
+Finding which device's memory binds solves again once per device, only when memory binds.
 
 When nothing fits, :class:`~onnx_ir_multidevice._errors.PlanError` names the stage that does
 not fit, its device and by how much, for the partition that overflows least.
@@ -42,9 +65,11 @@ not fit, its device and by how much, for the partition that overflows least.
 
 from __future__ import annotations
 
-__all__ = ["BALANCES", "Partition", "partition"]
+__all__ = ["BALANCES", "DEFAULT_FLOPS_PER_BYTE", "Bound", "Partition", "partition"]
 
 import dataclasses
+import math
+import numbers
 import weakref
 from collections.abc import Sequence
 
@@ -63,12 +88,98 @@ from onnx_ir_multidevice.planner.memory import (
 
 _INF = np.iinfo(np.int64).max // 4
 
-BALANCES = ("memory", "compute")
-"""The objectives :func:`partition` can put first: the largest stage memory (``"memory"``,
-the default) or the largest stage FLOPs (``"compute"``).
+BALANCES = ("speed", "memory", "compute")
+"""The objectives :func:`partition` can put first: the estimated time of the slowest
+pipeline step (``"speed"``, the default: compute and transfers), the largest stage memory
+(``"memory"``) or the largest stage FLOPs (``"compute"``: speed with free transfers).
 
 .. versionadded:: 0.1
 """
+
+DEFAULT_FLOPS_PER_BYTE = 64.0
+"""The default price of a byte sent between stages, in FLOPs of stage compute: a device's
+speed in FLOP/s over its link's in bytes/s. 64 is, for instance, a 1 TFLOP/s accelerator on a
+16 GB/s PCIe link, or a 100 GFLOP/s CPU node on a 12.5 Gbit/s network. At this price a
+transformer's hidden state (``4 * seq * hidden`` bytes) costs less than one layer's compute
+(about ``24 * seq * hidden**2`` FLOPs) from ``hidden = 11`` on, so transfers bind only where a
+stage computes little (an embedding alone, a small convolution on a large image).
+
+.. versionadded:: 0.1
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """What bound a partition: its slowest pipeline step, and whether memory made it slower.
+
+    .. versionadded:: 0.1
+    """
+
+    kind: str
+    """``"compute"`` (the slowest step is a stage's compute), ``"transfer"`` (a link between
+    two stages) or ``"memory"`` (the devices' memory: without its limits a faster plan exists;
+    :attr:`stage` or :attr:`cut` still names the slowest step)."""
+
+    stage: int | None
+    """The slowest stage (0-based), when a stage is the slowest step."""
+
+    cut: int | None
+    """The slowest link (0-based cut index: between stages ``cut`` and ``cut + 1``), when a
+    transfer is the slowest step."""
+
+    time_flops: int
+    """Estimated time of the slowest step, in FLOPs (a link's bytes times its price)."""
+
+    ideal_flops: int
+    """The model's FLOPs divided by the number of stages: the slowest step of a perfect
+    split. ``time_flops / ideal_flops`` is how far the plan is from it."""
+
+    indivisible: bool = False
+    """Whether the slowest stage is one segment: no cut inside it, a finer split is impossible."""
+
+    devices: tuple[int, ...] = ()
+    """Under ``kind == "memory"``: the devices whose memory alone, lifted, would allow a faster
+    plan (empty: only several together, or the shard limit)."""
+
+    @property
+    def vs_ideal(self) -> float:
+        """:attr:`time_flops` over :attr:`ideal_flops` (1.0 for a perfect split)."""
+        return self.time_flops / self.ideal_flops if self.ideal_flops else 1.0
+
+    def describe(self) -> str:
+        """One line for people: ``"compute-bound: stage 0 (1.64x the ideal)"``..."""
+        if self.cut is not None:
+            slowest = f"the link of cut {self.cut}"
+        else:
+            slowest = f"stage {self.stage}"
+            if self.indivisible:
+                slowest += " (one segment: no cut inside it)"
+        ratio = f"{self.vs_ideal:.2f}x the ideal 1/N of the compute"
+        if self.kind == "memory":
+            if self.devices:
+                who = ", ".join(map(str, self.devices))
+                who = f"device{'s' if len(self.devices) > 1 else ''} {who}"
+            else:
+                who = "the devices' memory together (or the shard limit)"
+            return (
+                f"memory-bound by {who}: a faster plan needs more memory; slowest: {slowest}, "
+                f"{ratio}"
+            )
+        kind = "transfer" if self.cut is not None else "compute"
+        return f"{kind}-bound: {slowest}, {ratio}"
+
+    def to_dict(self) -> dict[str, object]:
+        """The fields as JSON-ready data, with ``vs_ideal``."""
+        return {
+            "kind": self.kind,
+            "stage": self.stage,
+            "cut": self.cut,
+            "devices": list(self.devices),
+            "indivisible": self.indivisible,
+            "time_flops": self.time_flops,
+            "ideal_flops": self.ideal_flops,
+            "vs_ideal": round(self.vs_ideal, 4),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +200,13 @@ class Partition:
 
     flops: tuple[int, ...]
     """Estimated FLOPs of each stage."""
+
+    bound: Bound | None = None
+    """What bound the partition (its slowest step; memory where it made the plan slower)."""
+
+    duplicated_weight_bytes: int = 0
+    """Weight bytes held by more than one stage, counted once per extra stage (a tied
+    embedding read by the first and the last stage counts once here)."""
 
     @property
     def num_stages(self) -> int:
@@ -152,6 +270,17 @@ class _Search:
             cached = _CHAIN_ARRAYS[model] = (chain, allowed, transfer)
         # Read only: shared by every partition of ``model`` (one per shard count).
         self.allowed, self.transfer = cached[1], cached[2]
+        self.usable = self.allowed  # every cut .omny can write; ``allowed`` may be narrower
+
+    def link_costs(self, flops_per_byte: float) -> np.ndarray:
+        """Estimated time of the link at each boundary, in FLOPs (bytes sent times the price)."""
+        if flops_per_byte <= 0:
+            return np.zeros_like(self.transfer)
+        return np.ceil(self.transfer * float(flops_per_byte)).astype(np.int64)
+
+    def restrict(self, mask: np.ndarray | None) -> None:
+        """Offer only the usable cuts where ``mask`` holds (all of them for ``None``)."""
+        self.allowed = self.usable if mask is None else self.usable & mask
 
     def fits(self, i: np.ndarray, j: np.ndarray, memory_bound: int, flops_bound: int) -> np.ndarray:
         ok = self.model.total_bytes(i, j) <= memory_bound
@@ -343,7 +472,8 @@ def partition(
     *,
     capacities: Sequence[int] | None = None,
     max_stage_bytes: int | None = None,
-    balance: str = "memory",
+    balance: str = "speed",
+    flops_per_byte: float = DEFAULT_FLOPS_PER_BYTE,
 ) -> Partition:
     """Choose ``num_stages - 1`` chain cuts, optimally (see the module docstring).
 
@@ -353,17 +483,21 @@ def partition(
         capacities: Memory of each device in bytes, in pipeline order: stage ``k`` runs on
             device ``k`` and must fit it with the model's headroom.
         max_stage_bytes: Upper bound on every stage's memory (headroom not included).
-        balance: ``"memory"`` (default): the objectives in the order of the module
-            docstring; ``"compute"``: the largest stage FLOPs first (steps 2 and 3
-            swapped), for pipelines whose throughput is set by their slowest stage.
+        balance: ``"speed"`` (default): the smallest estimated time of the slowest step
+            (stage compute or link transfer) within the devices' memory, then the least
+            memory, then the fewest bytes sent; ``"compute"``: the same with free
+            transfers; ``"memory"``: the largest stage memory first, then compute, then
+            bytes.
+        flops_per_byte: The price of a byte sent between stages, in FLOPs (``"speed"``
+            only): the device's FLOP/s over the link's bytes/s.
 
     Returns:
-        The partition.
+        The partition, with what bound it (:attr:`Partition.bound`).
 
     Raises:
         PlanError: If the chain has fewer than ``num_stages - 1`` usable cuts, or no
             partition fits (the message names the stage, its device and the overflow), or
-            ``balance`` is not one of :data:`BALANCES`.
+            ``balance`` is not one of :data:`BALANCES`, or ``flops_per_byte`` is negative.
 
     .. versionadded:: 0.1
     """
@@ -378,38 +512,136 @@ def partition(
         raise error
     if balance not in BALANCES:
         raise PlanError(f"balance must be one of {', '.join(map(repr, BALANCES))}, got {balance!r}")
+    if not _is_price(flops_per_byte):
+        raise PlanError(f"flops_per_byte must be a number of at least 0, got {flops_per_byte!r}")
     bounds = _device_bounds(model, num_stages, capacities, max_stage_bytes)
-    feasible, highest, _ = search.probe(bounds, _INF, _INF)
+    feasible, _, _ = search.probe(bounds, _INF, _INF)
     if not feasible:
         raise _overflow_error(search, bounds, capacities, max_stage_bytes)
-    # Lower bounds: a stage holds at least one segment, and the stages together hold at
-    # least the whole model (weights and buffers at least once, the peak somewhere). Every
-    # bound from the largest stage that passed on is feasible too (``_Search.probe``).
-    # FLOPs are additive: the same two lower bounds; the largest stage FLOPs of any run
-    # within the bounds is an upper bound.
-    whole = int(model.total_bytes([0], [search.size])[0])
-    singles = model.total_bytes(search.index[:-1], search.index[1:])
-    lower = max(int(singles.max()), -(-whole // num_stages))
-    flops = model.flops(search.index[:-1], search.index[1:])
-    flops_lower = max(int(flops.max()), -(-int(flops.sum()) // num_stages))
+    solver = _Solver(search, num_stages)
+    link = search.link_costs(0 if balance == "compute" else flops_per_byte)
+    memory_bound: tuple[int, ...] = ()
+    if balance == "memory":
+        memory_bounds = solver.least_memory(bounds, _INF)
+        flops_bound = solver.least_flops(memory_bounds)
+    else:  # the fastest within the devices' bounds; then the least memory for it
+        flops_bound = solver.least_time(bounds, link)
+        if any(b < _INF for b in bounds) and solver.least_time([_INF] * num_stages, link) < (
+            flops_bound
+        ):
+            memory_bound = tuple(
+                d
+                for d in range(num_stages)
+                if solver.least_time([*bounds[:d], _INF, *bounds[d + 1 :]], link) < flops_bound
+            ) or (-1,)
+        search.restrict(link <= flops_bound)
+        memory_bounds = solver.least_memory(bounds, flops_bound)
+    ends = search.cheapest(memory_bounds, flops_bound)
+    search.restrict(None)
+    found = _make(model, chain, ends)
+    bound = _bound(search, found, link, memory_bound)
+    return dataclasses.replace(found, bound=bound)
 
-    def least_memory(flops_bound: int) -> list[int]:
+
+def _is_price(x: object) -> bool:
+    """Whether ``x`` is a finite real number (not a bool) of at least 0."""
+    if not isinstance(x, numbers.Real) or isinstance(x, bool):
+        return False
+    return math.isfinite(float(x)) and float(x) >= 0
+
+
+class _Solver:
+    """The optimisations of :func:`partition` over one :class:`_Search`."""
+
+    def __init__(self, search: _Search, num_stages: int) -> None:
+        self.search = search
+        model = search.model
+        # Lower bounds: a stage holds at least one segment, and the stages together hold at
+        # least the whole model (weights and buffers at least once, the peak somewhere). Every
+        # bound from the largest stage that passed on is feasible too (``_Search.probe``).
+        # FLOPs are additive: the same two lower bounds; the largest stage FLOPs of any run
+        # within the bounds is an upper bound.
+        whole = int(model.total_bytes([0], [search.size])[0])
+        singles = model.total_bytes(search.index[:-1], search.index[1:])
+        self.lower = max(int(singles.max()), -(-whole // num_stages))
+        flops = model.flops(search.index[:-1], search.index[1:])
+        self.flops_lower = max(int(flops.max()), -(-int(flops.sum()) // num_stages))
+
+    def least_memory(self, bounds: Sequence[int], flops_bound: int) -> list[int]:
+        """Per-stage memory bounds: ``bounds`` capped at the least feasible largest stage."""
+        search = self.search
         _, upper, _ = search.probe(bounds, flops_bound, _INF)
-        best = search.minimize(min(lower, upper), upper, bounds, flops_bound, flops=False)
+        best = search.minimize(min(self.lower, upper), upper, bounds, flops_bound, flops=False)
         return [min(best, u) for u in bounds]
 
-    def least_flops(memory_bounds: Sequence[int]) -> int:
-        _, upper, _ = search.probe(memory_bounds, _INF, _INF, flops_parameter=True)
-        return search.minimize(min(flops_lower, upper), upper, memory_bounds, _INF, flops=True)
+    def least_flops(self, memory_bounds: Sequence[int]) -> int:
+        """The least largest-stage FLOPs within ``memory_bounds`` (``_INF`` if infeasible)."""
+        search = self.search
+        feasible, upper, _ = search.probe(memory_bounds, _INF, _INF, flops_parameter=True)
+        if not feasible:
+            return _INF
+        return search.minimize(min(self.flops_lower, upper), upper, memory_bounds, _INF, flops=True)
 
-    if balance == "memory":
-        memory_bounds = least_memory(_INF)
-        flops_bound = least_flops(memory_bounds)
-    else:  # compute first, within the devices' bounds; then the least memory for it
-        flops_bound = least_flops(bounds)
-        memory_bounds = least_memory(flops_bound)
-    ends = search.cheapest(memory_bounds, flops_bound)
-    return _make(model, chain, ends)
+    def least_time(self, bounds: Sequence[int], link: np.ndarray) -> int:
+        """The least time of the slowest step (stage FLOPs, link cost) within ``bounds``.
+
+        ``_INF`` if nothing fits. Leaves every usable cut offered.
+        """
+        search = self.search
+        cache: dict[int, int] = {}
+
+        def flops_within(t: int) -> int:  # F(t): only the cuts whose link costs <= t
+            if t not in cache:
+                search.restrict(link <= t)
+                cache[t] = self.least_flops(bounds)
+            return cache[t]
+
+        try:
+            search.restrict(None)
+            lowest = self.least_flops(bounds)
+            if lowest >= _INF:
+                return _INF
+            # T* >= F0; every threshold below F0 gives at least F(F0) >= F0.
+            levels = np.unique(link[search.usable & (link > lowest)])
+            thresholds = [lowest, *map(int, levels)]
+            if flops_within(lowest) <= lowest:
+                return lowest
+            lo, hi = 1, len(thresholds) - 1  # F(t) <= t at the last: every cut is offered
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if flops_within(thresholds[mid]) <= thresholds[mid]:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return min(thresholds[lo], flops_within(thresholds[lo - 1]))
+        finally:
+            search.restrict(None)
+
+
+def _bound(
+    search: _Search, found: Partition, link: np.ndarray, memory_devices: tuple[int, ...]
+) -> Bound:
+    """What bound ``found``: its slowest step, and the devices whose memory made it slower."""
+    ends = [i for i, _ in found.segments] + [found.segments[-1][1]]
+    stage = max(range(found.num_stages), key=lambda k: (found.flops[k], -k))
+    cut_costs = [int(link[b]) for b in ends[1:-1]]
+    cut = None
+    time = found.flops[stage]
+    if cut_costs and max(cut_costs) > time:
+        time = max(cut_costs)
+        cut = cut_costs.index(time)
+    i, j = found.segments[stage]
+    indivisible = cut is None and not bool(search.usable[i + 1 : j].any())
+    total = sum(found.flops)
+    return Bound(
+        kind="memory" if memory_devices else ("transfer" if cut is not None else "compute"),
+        stage=None if cut is not None else stage,
+        cut=cut,
+        time_flops=int(time),
+        ideal_flops=-(-total // found.num_stages),
+        indivisible=indivisible,
+        devices=tuple(d for d in memory_devices if d >= 0),
+    )
 
 
 def _too_few_cuts(model: MemoryModel, usable: int, num_stages: int) -> str:
@@ -464,11 +696,13 @@ def _too_few_cuts(model: MemoryModel, usable: int, num_stages: int) -> str:
 
 def _make(model: MemoryModel, chain: Sequence[CutCandidate], ends: Sequence[int]) -> Partition:
     stages = tuple(zip(ends[:-1], ends[1:]))
+    memory = tuple(model.stage(i, j) for i, j in stages)
     return Partition(
         cuts=tuple(chain[b - 1] for b in ends[1:-1]),
         segments=stages,
-        memory=tuple(model.stage(i, j) for i, j in stages),
+        memory=memory,
         flops=tuple(int(model.flops([i], [j])[0]) for i, j in stages),
+        duplicated_weight_bytes=sum(m.weights_bytes for m in memory) - model.whole().weights_bytes,
     )
 
 

@@ -108,7 +108,7 @@ class PlanResult:
     unknown_values: tuple[str, ...] = ()
     """Values whose size is unknown even with every dim bound (inference could not tell)."""
 
-    balance: str = "memory"
+    balance: str = "speed"
     """The objective the cuts were chosen for (:attr:`PlanOptions.balance
     <onnx_ir_multidevice.planner.options.PlanOptions.balance>`)."""
 
@@ -161,7 +161,8 @@ def plan_model(
         options: What to plan for: a :class:`~onnx_ir_multidevice.planner.options.PlanOptions`
             (``devices``, ``shards``, ``max_shard_size_mb``, ``dims``, ``relaxed``,
             ``headroom``, ``side_limit_bytes``, ``name``, ``assign_names``, ``static``,
-            ``balance``; each field is documented there). Default: the default of every field.
+            ``balance``, ``flops_per_byte``; each field is documented there). Default: the
+            default of every field.
         progress: Called with a short message before each long step.
         **keywords: Fields of :class:`~onnx_ir_multidevice.planner.options.PlanOptions`,
             replacing those of ``options``: ``plan_model(model, shards=[2, 4])``.
@@ -223,7 +224,12 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
         caps = None if capacities is None else capacities[:n]
         try:
             found = partition(
-                memory, n, capacities=caps, max_stage_bytes=max_stage, balance=options.balance
+                memory,
+                n,
+                capacities=caps,
+                max_stage_bytes=max_stage,
+                balance=options.balance,
+                flops_per_byte=options.flops_per_byte,
             )
         except PlanError as exc:
             if options.explicit:
@@ -408,7 +414,11 @@ def plan_summary(result: PlanResult) -> list[dict[str, Any]]:
     ``stage_flops`` and ``flops_share`` (each stage's share of the FLOPs, 0 to 1),
     ``flops_estimated`` (some counts were taken at example values of unbound dims),
     ``cut_tensors`` and ``transfer_bytes`` (bytes sent across each cut per request at the
-    planning dims; ``None`` where a size depends on an unbound dim).
+    planning dims; ``None`` where a size depends on an unbound dim), ``bound`` (what bound
+    the configuration: :meth:`Bound.to_dict
+    <onnx_ir_multidevice.planner.partition.Bound.to_dict>` with ``text``, its sentence) and
+    ``duplicated_weight_bytes`` (weights held by more than one stage, such as a tied
+    embedding).
 
     .. versionadded:: 0.1
     """
@@ -422,16 +432,27 @@ def plan_summary(result: PlanResult) -> list[dict[str, Any]]:
             "flops_estimated": result.flops_estimated,
             "cut_tensors": [c.value.name for c in found.cuts],
             "transfer_bytes": list(found.sent_bytes),
+            "bound": _bound_dict(found),
+            "duplicated_weight_bytes": found.duplicated_weight_bytes,
         }
         for found in result.partitions
     ]
+
+
+def _bound_dict(found: Partition) -> dict[str, Any] | None:
+    if found.bound is None:
+        return None
+    return {**found.bound.to_dict(), "text": found.bound.describe()}
 
 
 def describe(result: PlanResult) -> str:
     """Return a table of the chosen configurations, one line per stage, for people.
 
     Each stage shows its memory, what its device needs, its FLOPs and its share of the
-    model's FLOPs; each cut the bytes it sends per request at the planning dims.
+    model's FLOPs; each cut the bytes it sends per request at the planning dims; each
+    configuration what bound it (:class:`~onnx_ir_multidevice.planner.partition.Bound`:
+    compute-bound stage ``k``, transfer-bound cut ``k``, memory-bound by device ``d``) and
+    the weights more than one stage holds.
 
     .. versionadded:: 0.1
     """
@@ -462,6 +483,13 @@ def describe(result: PlanResult) -> str:
                 for cid, n in zip(config.cut_point_ids, found.sent_bytes)
             )
             lines.append(f"  sent per request: {sent}")
+        if found.duplicated_weight_bytes:
+            lines.append(
+                f"  weights held by more than one stage: "
+                f"{format_bytes(found.duplicated_weight_bytes)} (counted in each)"
+            )
+        if found.bound is not None:
+            lines.append(f"  {approx}{found.bound.describe()}")
     if result.flops_estimated:
         lines.append(
             "~: FLOPs counted with unbound dims at example values (bind them for exact figures)"
