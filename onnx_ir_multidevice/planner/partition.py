@@ -603,6 +603,8 @@ class _Solver:
                 return _INF
             # T* >= F0; every threshold below F0 gives at least F(F0) >= F0.
             levels = np.unique(link[search.usable & (link > lowest)])
+            if not len(levels):  # no link is slower than the stages: transfers do not bind
+                return lowest
             thresholds = [lowest, *map(int, levels)]
             if flops_within(lowest) <= lowest:
                 return lowest
