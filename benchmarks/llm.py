@@ -462,7 +462,7 @@ def report_run(sides: dict, pipe: dict, args, say) -> dict:
             }
         rows = [*((label, sides[side][name]) for side, label in labels.items())]
         for label, side in [*rows, ("2-stage pipeline", p)]:
-            say(f"  {name:7} {label:22}: latency {side['latency_seconds'] * 1e3:7.0f} ms, "
+            say(f"  {name:7} {label:22}: latency {side['latency_seconds'] * 1e3:9.2f} ms, "
                 f"throughput {side['throughput_rps']:.3f} req/s "
                 f"({side['tokens_per_second']:.1f} tok/s)")  # fmt: skip
     say(f"  pipeline stages, mean ms per request: {[round(m) for m in pipe['stage_mean_ms']]}")
