@@ -118,7 +118,9 @@ class Bound:
     kind: str
     """``"compute"`` (the slowest step is a stage's compute), ``"transfer"`` (a link between
     two stages) or ``"memory"`` (the devices' memory: without its limits a faster plan exists;
-    :attr:`stage` or :attr:`cut` still names the slowest step)."""
+    :attr:`stage` or :attr:`cut` still names the slowest step). Only the speed objectives
+    (``"speed"``, ``"compute"``) are judged against memory; a ``"memory"`` plan names its
+    slowest step."""
 
     stage: int | None
     """The slowest stage (0-based), when a stage is the slowest step."""
