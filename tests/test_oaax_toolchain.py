@@ -519,3 +519,30 @@ def _convert_unprivileged(python: str, work: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     artifact = _conformant(work / "out")
     assert artifact.stat().st_uid == 65534
+
+
+def test_an_annotated_model_with_several_configurations_converts_the_configured_one(tmp_path):
+    """The other configurations' IR v11 annotations go with them (no OMNY313 on leftovers)."""
+    model = omd.load(CORPUS / "bert_dynamo.onnx")
+    with pytest.warns(UserWarning, match="lower bounds"):
+        metadata = omd.plan(model, shards=[2, 3], assign_names=True)
+    omny.write(model, metadata)
+    annotated = omd.annotate(model)
+    assert sorted(c.name for c in annotated.device_configurations) == [
+        "omny/2-shards", "omny/3-shards"
+    ]  # fmt: skip
+    omd.save(annotated, tmp_path / "two.omny")
+    archive = _zip(
+        tmp_path / "two.zip",
+        {"two.omny": (tmp_path / "two.omny").read_bytes(), "config.json": b'{"shards": 3}'},
+    )
+    result = convert(archive, tmp_path / "out", echo=lambda line: None)
+    assert result.ok, result.log[-1]
+    artifact = omd.load(_conformant(tmp_path / "out"))
+    # the artifact keeps the chosen configuration's annotation, under the one-plan name, only
+    assert [c.name for c in artifact.device_configurations] == ["omny/3-shards"]
+    assert [c.num_shards for c in omny.read(artifact).sharding.configurations] == [3]
+    errors = [d for d in omd.check(artifact) if d.severity.value == "error"]
+    assert not errors, [str(d) for d in errors]
+    log = _log(tmp_path / "out")
+    assert log[3]["Data"]["Annotations removed"] == ["omny/2-shards"]
