@@ -528,7 +528,7 @@ def _convert_unprivileged(python: str, work: Path) -> None:
 
 
 def test_an_annotated_model_with_several_configurations_converts_the_configured_one(tmp_path):
-    """The other configurations' IR v11 annotations go with them (no OMNY313 on leftovers)."""
+    """The IR v11 annotations go (no OMNY313 on leftovers), and with them IR 11."""
     model = omd.load(CORPUS / "bert_dynamo.onnx")
     with pytest.warns(UserWarning, match="lower bounds"):
         metadata = omd.plan(model, shards=[2, 3], assign_names=True)
@@ -544,14 +544,22 @@ def test_an_annotated_model_with_several_configurations_converts_the_configured_
     )
     result = convert(archive, tmp_path / "out", echo=lambda line: None)
     assert result.ok, result.log[-1]
-    artifact = omd.load(_conformant(tmp_path / "out"))
-    # the artifact keeps the chosen configuration's annotation, under the one-plan name, only
-    assert [c.name for c in artifact.device_configurations] == ["omny/3-shards"]
+    path = _conformant(tmp_path / "out")
+    artifact = omd.load(path)
+    # the plan holds the chosen configuration; no annotation is left to contradict it, and
+    # the artifact is at the IR version onnxruntime 1.20 to 1.22 read (the input was at 11)
+    assert artifact.device_configurations == ()
+    assert not any(n.device_configurations for n in artifact.graph)
     assert [c.num_shards for c in omny.read(artifact).sharding.configurations] == [3]
+    assert onnx.load(str(path), load_external_data=False).ir_version == 10  # node metadata
     errors = [d for d in omd.check(artifact) if d.severity.value == "error"]
     assert not errors, [str(d) for d in errors]
     log = _log(tmp_path / "out")
-    assert log[3]["Data"]["Annotations removed"] == ["omny/2-shards"]
+    assert log[3]["Data"]["Annotations removed"] == ["omny/2-shards", "omny/3-shards"]
+    assert log[3]["Data"]["IR version"] == [11, 10]
+    ids = np.zeros((1, 128), np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": ids}
+    _whole_vs_pipeline(path, feeds, 3)
 
 
 def test_the_toolchain_verifies_with_verify_s_tolerance_rule(tmp_path):

@@ -11,8 +11,10 @@
    onnxruntime session of the whole model (operator support);
 4. **plan** -- the configuration: the ``.omny`` input's one configuration (or the one with
    the configured ``shards``), else a plan for ``shards`` (default 2) stages; an input
-   annotated for IR v11 keeps the annotation of that configuration only (the others'
-   ``omny/`` configurations and node annotations are removed, and listed in the log);
+   annotated for IR v11 loses its ``omny/`` annotations (those of the configurations not
+   chosen would contradict the plan, and the plan says the rest), listed in the log, and gets
+   the lowest IR version its content needs, so that onnxruntime 1.20 to 1.22 (which refuse IR
+   11, and which OAAX runtimes bundle) load the artifact;
 5. **check** -- the checker, with the plan in the model (no error allowed, except the spec
    departures of :data:`SPEC_DEPARTURES`, which run correctly here);
 6. **split** -- the stage models;
@@ -85,7 +87,7 @@ from onnx_ir_multidevice.oaax.log import LOG_FILE_NAMES, ConversionLog
 from onnx_ir_multidevice.oaax.tensors import oaax_data_type
 from onnx_ir_multidevice.omny import OmnyMetadata, read_planning_dims, write_planning_dims
 from onnx_ir_multidevice.omny.container import CONTAINER_META_KEY, Container
-from onnx_ir_multidevice.passes.annotation import AnnotatePass
+from onnx_ir_multidevice.passes.strip import StripAnnotationsPass
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.runtime.sessions import ModelSession
@@ -338,7 +340,7 @@ class _Conversion:
         omny.write(model, metadata)
         if self.config.dims:
             write_planning_dims(model, self.dims)
-        removed = self._reannotate(model)
+        removed, ir_version = self._strip_annotations(model)
         configuration = metadata.sharding.configurations[0]
         self.shards = configuration.num_shards
         cuts = {c.id: c for c in metadata.cut_points}
@@ -357,25 +359,22 @@ class _Conversion:
             data["Caveats"] = caveats
         if removed:
             data["Annotations removed"] = removed
+        if ir_version is not None:
+            data["IR version"] = ir_version
         return data
 
     @staticmethod
-    def _reannotate(model: ir.Model) -> list[str]:
-        """Make an annotated input's IR v11 annotations those of the plan now in it, alone.
-
-        The configurations the plan no longer has (those ``config.json`` did not choose) go,
-        with their node annotations; the chosen one is annotated under its name in the new
-        plan. An input without ``omny/`` configurations stays without.
+    def _strip_annotations(model: ir.Model) -> tuple[list[str], list[int] | None]:
+        """Remove an annotated input's ``omny/`` configurations; lower its IR version.
 
         Returns:
-            The names of the ``omny/`` configurations removed.
+            The names of the configurations removed, and ``[old, new]`` IR versions when the
+            version changed (else ``None``).
         """
-        before = [c.name for c in model.device_configurations if _is_ours(c)]
-        if not before:
-            return []
-        AnnotatePass()(model)
-        after = {c.name for c in model.device_configurations}
-        return [name for name in before if name not in after]
+        removed = [c.name for c in model.device_configurations if _is_ours(c)]
+        before = model.ir_version
+        StripAnnotationsPass()(model)
+        return removed, None if model.ir_version == before else [before, model.ir_version]
 
     def step_check(self) -> dict[str, Any]:
         assert self.model is not None
