@@ -23,7 +23,6 @@ __all__ = [
     "PIPELINE_REQUESTS",
     "PIPELINE_STAGES",
     "STEPS",
-    "TOLERANCE",
     "DemoContext",
     "Step",
     "run_steps",
@@ -50,6 +49,7 @@ from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY, proto_tensors
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._util import plural
+from onnx_ir_multidevice.analysis.precision import default_tolerance
 from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.passes.api import annotate
@@ -74,9 +74,6 @@ PIPELINE_STAGES = 2
 
 PIPELINE_DIMS = {"batch": 8}
 """Symbolic dimensions of each request of the ``pipeline`` step."""
-
-TOLERANCE = 1e-4
-"""``rtol`` and ``atol`` of the comparisons with the whole model."""
 
 
 @dataclasses.dataclass
@@ -450,7 +447,7 @@ def _step_verify(ctx: DemoContext) -> None:
     for model, config, label in runs:
         start = time.perf_counter()
         stages = split(model, config.num_shards, configuration=config)
-        report = verify_stages(model, stages, rtol=TOLERANCE, atol=TOLERANCE)
+        report = verify_stages(model, stages)  # verify's tolerance rule
         took = time.perf_counter() - start
         crossing = [[v.name for v in stage.graph.inputs] for stage in stages[1:]]
         ctx.say(
@@ -465,15 +462,17 @@ def _step_verify(ctx: DemoContext) -> None:
                 "num_shards": config.num_shards,
                 "device_plan": bool(label),
                 "ok": report.ok,
+                "rtol": report.rtol,
+                "atol": report.atol,
                 "outputs": report.to_dict()["outputs"],
             }
         )
         if not report.ok:
             failures.append(f"{config.num_shards} shards{label}")
-    ctx.record(tolerance=TOLERANCE, runs=records)
+    ctx.record(runs=records)
     if failures:
         raise RuntimeError(
-            f"the stages differ from the whole model beyond rtol=atol={TOLERANCE:g}: "
+            "the stages differ from the whole model beyond verify's tolerance: "
             + ", ".join(failures)
         )
 
@@ -519,11 +518,12 @@ def _step_pipeline(ctx: DemoContext) -> None:
         f"  whole model in one session, one request after another: {whole_s * 1000:.1f} ms "
         f"({PIPELINE_REQUESTS / whole_s:.0f} requests/s)"
     )
+    rtol, atol = default_tolerance(model)  # verify's tolerance rule
     per_output = {}
     for name in names:
         # verify's comparison, request by request; the worst figures over all requests.
         comparisons = [
-            compare_outputs(name, want[name], got[name], TOLERANCE, TOLERANCE)
+            compare_outputs(name, want[name], got[name], rtol, atol)
             for got, want in zip(results, expected)
         ]
         worst_abs = max((c.max_abs_diff for c in comparisons), default=0.0)
@@ -538,7 +538,7 @@ def _step_pipeline(ctx: DemoContext) -> None:
             f"  {name}, pipeline vs whole model over {len(results)} requests: max abs diff "
             f"{worst_abs:.3g}, max rel diff {worst_rel:.3g}, "
             f"{'all within' if not bad else plural(bad, 'element') + ' beyond'} "
-            f"rtol=atol={TOLERANCE:g}"
+            f"rtol={rtol:g}, atol={atol:g}"
         )
     bad = sum(o["mismatches"] for o in per_output.values())
     ctx.record(

@@ -20,7 +20,10 @@ Rules (see ``docs/splitting.md``):
   ``env = dict(graph inputs); for each stage: env.update(stage.run({n: env[n] ...}))``.
 * An ``If``/``Loop``/``Scan`` node is never cut: it runs whole in its stage, and the
   outer-scope values its bodies read count as values its stage reads.
-* Opset imports, functions, IR version, producer and metadata are kept; the ``.omny`` metadata,
+* Opset imports, functions, producer and metadata are kept, and the IR version unless the model
+  is at IR 11 or above (annotated): a stage then gets the lowest version its content needs
+  (:func:`~onnx_ir_multidevice.graph.ir_versions.lowest_ir_version`), 8 to 10 once the
+  split's configurations are gone, which onnxruntime 1.20 to 1.22 read; the ``.omny`` metadata,
   the record of the model's data file and the pipeline configurations used for the split are
   stripped (a stage is single-device, with its own data file).
   Two metadata entries say which stage a model is: ``onnx_ir_multidevice.stage`` and
@@ -58,6 +61,7 @@ from onnx_ir_multidevice.analysis.boundaries import boundary_problem
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, default_classes
 from onnx_ir_multidevice.graph.index import GraphIndex, holds_subgraphs
+from onnx_ir_multidevice.graph.ir_versions import lowest_ir_version
 from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY, OmnyMetadata
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 
@@ -372,7 +376,7 @@ def _build_stage_model(
         for node in ir.traversal.RecursiveGraphIterator(clone):
             _strip_configurations(node, stripped)
         functions.append(clone)
-    return ir.Model(
+    stage_model = ir.Model(
         stage_graph,
         ir_version=model.ir_version,
         producer_name=model.producer_name,
@@ -386,6 +390,14 @@ def _build_stage_model(
             c for c in model.device_configurations if id(c) not in stripped
         ),
     )
+    # Without the split's configurations, an annotated (IR 11) model's stage usually needs
+    # less: onnxruntime 1.20 to 1.22 refuse IR 11. The skeleton's nodes are the input's.
+    stage_model.ir_version = lowest_ir_version(
+        stage_model,
+        None if with_nodes else plan.nodes,
+        kept=lambda entry: entry.configuration is None or id(entry.configuration) not in stripped,
+    )
+    return stage_model
 
 
 def split_by_stages(

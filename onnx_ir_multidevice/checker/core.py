@@ -53,6 +53,7 @@ from onnx_ir_multidevice._errors import (
 from onnx_ir_multidevice._proto import files as _io
 from onnx_ir_multidevice._proto.convert import from_proto
 from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY
+from onnx_ir_multidevice._proto.unrepresentable import find_unrepresentable
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.binding.bind import BoundPlan
 from onnx_ir_multidevice.checker.container_rules import check_container
@@ -342,7 +343,8 @@ def _from_proto(proto: onnx.ModelProto, diagnostics: list[Diagnostic]) -> ir.Mod
     try:
         return ir.from_proto(proto)
     except Exception as error:  # onnx-ir raises several types on malformed protos
-        diagnostics.append(make("OMNY101", f"onnx-ir cannot read the model: {error}", "model"))
+        if not find_unrepresentable(proto):  # else valid ONNX, and OMNY106 said what and why
+            diagnostics.append(make("OMNY101", f"onnx-ir cannot read the model: {error}", "model"))
         return None
 
 
@@ -399,10 +401,13 @@ def _load_path(
 
 def _load_leniently(path: str, diagnostics: list[Diagnostic]) -> ir.Model | None:
     """Read ``path`` with onnx-ir's own reader (external data left in place)."""
+    proto = None
     try:
         proto = onnx.load_model(path, load_external_data=False)
         model = ir.from_proto(proto)
     except Exception as error:  # onnx and onnx-ir raise several types on malformed files
+        if proto is not None and find_unrepresentable(proto):
+            return None  # valid ONNX: OMNY106 said what onnx-ir cannot represent
         diagnostics.append(
             make("OMNY101", f"the file cannot be read as an ONNX model: {error}", "model")
         )

@@ -72,8 +72,12 @@ _KDL_CPU = 1
 """``kDLCPU``: the device every saved array is stored for."""
 
 _D = ir.DataType
-# ONNX data type -> (DLDataType code, bits, TVM's name) as TVM v0.18 spells them. Data is one
-# element per ((bits + 7) // 8) bytes, as ONNX stores these types too.
+# ONNX data type -> (DLDataType code, bits, TVM's name). The codes and bits are those that
+# apache-tvm 0.27 (DLPack 1.1) writes with ``save_param_dict`` and reads back with
+# ``load_param_dict``: ``bool`` is ``kDLBool`` (6) of 8 bits, the float8 types have DLPack's codes
+# (10 and 12). TVM v0.18's spellings (``uint1`` for bool, 6 and 7 for float8) are misread by 0.27:
+# it sizes a 1-bit element as packed bits, so a large bool weight overflows its buffer. Data is
+# one element per ((bits + 7) // 8) bytes, as ONNX stores these types too.
 _TVM_DTYPES: dict[ir.DataType, tuple[int, int, str]] = {
     _D.INT8: (0, 8, "int8"),
     _D.INT16: (0, 16, "int16"),
@@ -83,13 +87,13 @@ _TVM_DTYPES: dict[ir.DataType, tuple[int, int, str]] = {
     _D.UINT16: (1, 16, "uint16"),
     _D.UINT32: (1, 32, "uint32"),
     _D.UINT64: (1, 64, "uint64"),
-    _D.BOOL: (1, 1, "bool"),
+    _D.BOOL: (6, 8, "bool"),
     _D.FLOAT16: (2, 16, "float16"),
     _D.FLOAT: (2, 32, "float32"),
     _D.DOUBLE: (2, 64, "float64"),
     _D.BFLOAT16: (4, 16, "bfloat16"),
-    _D.FLOAT8E4M3FN: (6, 8, "e4m3_float8"),
-    _D.FLOAT8E5M2: (7, 8, "e5m2_float8"),
+    _D.FLOAT8E4M3FN: (10, 8, "e4m3_float8"),
+    _D.FLOAT8E5M2: (12, 8, "e5m2_float8"),
 }
 
 # Device kind (``--providers``) -> (DLDevice type, TVM target kind).

@@ -10,12 +10,18 @@
 3. **validate** -- the ONNX checker, element types OAAX tensors can carry, and an
    onnxruntime session of the whole model (operator support);
 4. **plan** -- the configuration: the ``.omny`` input's one configuration (or the one with
-   the configured ``shards``), else a plan for ``shards`` (default 2) stages;
+   the configured ``shards``), else a plan for ``shards`` (default 2) stages; an input
+   annotated for IR v11 loses its ``omny/`` annotations (those of the configurations not
+   chosen would contradict the plan, and the plan says the rest), listed in the log, and gets
+   the lowest IR version its content needs, so that onnxruntime 1.20 to 1.22 (which refuse IR
+   11, and which OAAX runtimes bundle) load the artifact;
 5. **check** -- the checker, with the plan in the model (no error allowed, except the spec
    departures of :data:`SPEC_DEPARTURES`, which run correctly here);
 6. **split** -- the stage models;
-7. **verify** -- the chained stages against the whole model on onnxruntime (``rtol`` and
-   ``atol`` 1e-4);
+7. **verify** -- the chained stages against the whole model on onnxruntime, with the
+   tolerance rule of :func:`~onnx_ir_multidevice.runtime.verify` (``rtol`` and ``atol`` by
+   the model's arithmetic, :func:`~onnx_ir_multidevice.analysis.default_tolerance`: 1e-4
+   for fp32, 1e-2 for fp16 and quantized models; small outputs compared at their scale);
 8. **write** -- the artifact ``OUTDIR/<model name>.omny``: the input model (its input and
    output names and shapes unchanged) with a plan of exactly the chosen configuration. Any
    ONNX runtime loads it as a whole model; :class:`~onnx_ir_multidevice.oaax.OaaxRuntime`
@@ -35,9 +41,7 @@ from __future__ import annotations
 
 __all__ = [
     "ARTIFACT_MIME_TYPE",
-    "ATOL",
     "DEFAULT_SHARDS",
-    "RTOL",
     "SPEC_DEPARTURES",
     "SUCCESS_MESSAGE",
     "TOOLCHAIN_NAME",
@@ -74,6 +78,7 @@ from onnx_ir_multidevice._errors import (
 from onnx_ir_multidevice._proto.files import EXTERNAL_DATA_TOTAL_BYTES, load, save
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._util import plural
+from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX
 from onnx_ir_multidevice.checker.core import run_check
 from onnx_ir_multidevice.graph.dtypes import dtype_name
 from onnx_ir_multidevice.oaax.codes import ERROR_CODES, ConversionError, ErrorCode
@@ -82,6 +87,7 @@ from onnx_ir_multidevice.oaax.log import LOG_FILE_NAMES, ConversionLog
 from onnx_ir_multidevice.oaax.tensors import oaax_data_type
 from onnx_ir_multidevice.omny import OmnyMetadata, read_planning_dims, write_planning_dims
 from onnx_ir_multidevice.omny.container import CONTAINER_META_KEY, Container
+from onnx_ir_multidevice.passes.strip import StripAnnotationsPass
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.runtime.sessions import ModelSession
@@ -98,12 +104,6 @@ ARTIFACT_MIME_TYPE = "application/octet-stream"
 
 DEFAULT_SHARDS = 2
 """Pipeline stages when neither the configuration nor an ``.omny`` input says."""
-
-RTOL = 1e-4
-"""Relative tolerance of the verification."""
-
-ATOL = 1e-4
-"""Absolute tolerance of the verification."""
 
 SPEC_DEPARTURES = frozenset({"OMNY114"})
 """Checker codes that do not stop a conversion: departures from the ``.omny`` spec that run
@@ -146,6 +146,10 @@ def _io(values: Any) -> list[dict[str, Any]]:
         dtype = None if value.dtype is None else dtype_name(value.dtype)
         out.append({"name": value.name, "dtype": dtype, "shape": shape})
     return out
+
+
+def _is_ours(configuration: ir.ModelConfiguration) -> bool:
+    return configuration.name.startswith(OMNY_CONFIGURATION_PREFIX)
 
 
 def _graph_inputs(model: ir.Model) -> list[ir.Value]:
@@ -336,6 +340,7 @@ class _Conversion:
         omny.write(model, metadata)
         if self.config.dims:
             write_planning_dims(model, self.dims)
+        removed, ir_version = self._strip_annotations(model)
         configuration = metadata.sharding.configurations[0]
         self.shards = configuration.num_shards
         cuts = {c.id: c for c in metadata.cut_points}
@@ -352,7 +357,24 @@ class _Conversion:
         }
         if caveats:
             data["Caveats"] = caveats
+        if removed:
+            data["Annotations removed"] = removed
+        if ir_version is not None:
+            data["IR version"] = ir_version
         return data
+
+    @staticmethod
+    def _strip_annotations(model: ir.Model) -> tuple[list[str], list[int] | None]:
+        """Remove an annotated input's ``omny/`` configurations; lower its IR version.
+
+        Returns:
+            The names of the configurations removed, and ``[old, new]`` IR versions when the
+            version changed (else ``None``).
+        """
+        removed = [c.name for c in model.device_configurations if _is_ours(c)]
+        before = model.ir_version
+        StripAnnotationsPass()(model)
+        return removed, None if model.ir_version == before else [before, model.ir_version]
 
     def step_check(self) -> dict[str, Any]:
         assert self.model is not None
@@ -392,9 +414,7 @@ class _Conversion:
     def step_verify(self) -> dict[str, Any]:
         assert self.model is not None
         try:
-            report = verify_stages(
-                self.model, self.stages, rtol=RTOL, atol=ATOL, dims=self.dims or None
-            )
+            report = verify_stages(self.model, self.stages, dims=self.dims or None)
         except VerifyError as error:
             raise ConversionError("OAAX404", "verify", str(error)) from None
         outputs = [
@@ -406,19 +426,21 @@ class _Conversion:
             for o in report.outputs
         ]
         data = {
-            "rtol": RTOL,
-            "atol": ATOL,
+            "rtol": report.rtol,
+            "atol": report.atol,
             "Inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in report.inputs],
             "Outputs": outputs,
             "Max abs diff": max((o.max_abs_diff for o in report.outputs), default=0.0),
         }
+        if report.near_zero_outputs:
+            data["Near-zero outputs"] = list(report.near_zero_outputs)
         if not report.ok:
             bad = [o.name for o in report.outputs if not o.ok]
             raise ConversionError(
                 "OAAX403",
                 "verify",
-                f"the stages' outputs {bad} differ from the whole model's beyond rtol={RTOL}, "
-                f"atol={ATOL}",
+                f"the stages' outputs {bad} differ from the whole model's beyond "
+                f"rtol={report.rtol:g}, atol={report.atol:g}",
                 data,
             )
         return data

@@ -59,9 +59,18 @@ class OutputComparison:
     max_rel_diff: float
     """Largest ``|split - whole| / |whole|`` over elements where ``whole != 0``."""
     mismatches: int
-    """Elements with ``|split - whole| > atol + rtol * |whole|`` (all of them if shapes differ)."""
+    """Elements with ``|split - whole| > atol * min(1, scale) + rtol * |whole|`` (all of them
+    if shapes differ)."""
     ok: bool
     """``True`` when shapes and dtypes agree and no element is outside the tolerance."""
+    scale: float = 1.0
+    """The whole model's output scale: its largest finite ``|value|`` (0 when every element is
+    0 or not finite; 1 for strings and objects, compared exactly)."""
+    near_zero: bool = False
+    """``True`` when every element of the whole model's floating-point output is within
+    ``atol`` of zero (``scale <= atol``): an absolute tolerance alone would accept any split, so the
+    comparison is made at the output's scale, and the inputs probably do not exercise the
+    model (random weights or inputs); feed real inputs to test more."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +101,11 @@ class VerifyReport:
         """Whether every output agrees within tolerance."""
         return all(o.ok for o in self.outputs)
 
+    @property
+    def near_zero_outputs(self) -> tuple[str, ...]:
+        """The outputs whose whole-model values are all within ``atol`` of zero."""
+        return tuple(o.name for o in self.outputs if o.near_zero)
+
     def to_dict(self) -> dict[str, Any]:
         """Return the report as JSON-ready data (``inf`` written as ``None``)."""
 
@@ -113,6 +127,8 @@ class VerifyReport:
                     "max_rel_diff": number(o.max_rel_diff),
                     "mismatches": o.mismatches,
                     "ok": o.ok,
+                    "scale": o.scale,
+                    "near_zero": o.near_zero,
                 }
                 for o in self.outputs
             ],
@@ -134,6 +150,15 @@ class VerifyReport:
             status = "ok" if o.ok else f"{plural(o.mismatches, 'element')} off"
             lines.append(
                 f"  {o.name:<{width}}  {o.max_abs_diff:>12.3g}  {o.max_rel_diff:>12.3g}  {status}"
+            )
+        near_zero = [o for o in self.outputs if o.near_zero]
+        if near_zero:
+            names = ", ".join(f"{o.name} (largest |value| {o.scale:.3g})" for o in near_zero)
+            lines.append(
+                f"  note: every value of {names} is within atol={self.atol:g} of zero, so an "
+                "absolute tolerance would accept any split: compared at the output's scale "
+                "(atol x largest |value|); the inputs (or random weights) barely exercise the "
+                "model: pass real inputs to test more"
             )
         return "\n".join(lines)
 
@@ -252,9 +277,13 @@ def compare_outputs(
 ) -> OutputComparison:
     """Compare one output of the chained stages (or a pipeline) with the whole model's.
 
-    An element agrees when ``|split - whole| <= atol + rtol * |whole|``; NaN agrees with NaN
-    and an infinity with the same infinity. Integers and booleans compare as numbers,
-    strings and objects exactly. Different shapes or dtypes disagree everywhere.
+    An element agrees when ``|split - whole| <= atol * min(1, scale) + rtol * |whole|``, where
+    ``scale`` is the largest finite ``|whole|``: the absolute tolerance is relative to the
+    output's scale when the output is small (outputs of about 1e-9 would pass any split with
+    ``atol`` alone), and ``atol`` itself otherwise. An output whose values are all within
+    ``atol`` of zero is flagged :attr:`OutputComparison.near_zero`. NaN agrees with NaN and
+    an infinity with the same infinity. Integers and booleans compare as numbers, strings
+    and objects exactly. Different shapes or dtypes disagree everywhere.
 
     Args:
         name: The output's name (kept in the result).
@@ -294,12 +323,14 @@ def compare_outputs(
                                 bad == 0)  # fmt: skip
     magnitude = np.abs(a)
     magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)  # NaN/inf earn no tolerance
-    bad = int(np.count_nonzero(diff > atol + rtol * magnitude))
+    scale = float(np.max(magnitude))
+    bad = int(np.count_nonzero(diff > atol * min(1.0, scale) + rtol * magnitude))
     nonzero = magnitude > 0
     max_rel = float(np.max(diff[nonzero] / magnitude[nonzero])) if nonzero.any() else 0.0
     return OutputComparison(
-        name, tuple(whole.shape), str(whole.dtype), float(np.max(diff)), max_rel, bad, bad == 0
-    )
+        name, tuple(whole.shape), str(whole.dtype), float(np.max(diff)), max_rel, bad, bad == 0,
+        scale, whole.dtype.kind in "fc" and scale <= atol,
+    )  # fmt: skip
 
 
 def verify_stages(
@@ -403,7 +434,10 @@ def verify(
 
     Runs the whole model and the chained stage models on onnxruntime with the same inputs
     and compares every graph output: an element agrees when
-    ``|split - whole| <= atol + rtol * |whole|`` (NaN agrees with NaN).
+    ``|split - whole| <= atol * min(1, scale) + rtol * |whole|``, ``scale`` being the output's
+    largest finite ``|value|`` (NaN agrees with NaN; see :func:`compare_outputs`). An output
+    whose values are all within ``atol`` of zero is compared at its own scale and reported
+    (:attr:`VerifyReport.near_zero_outputs`, a note in the text).
 
     .. versionadded:: 0.1
 
