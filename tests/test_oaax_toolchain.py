@@ -104,7 +104,7 @@ def _conformant(outdir: Path) -> Path:
     artifact = outdir / last["Data"]["Output file name"]
     assert artifact.is_file() and artifact.stat().st_size > 1024
     assert last["Data"]["Output file MD5"] == hashlib.md5(artifact.read_bytes()).hexdigest()
-    assert last["Data"]["MIME type"] == "application/octet-stream"
+    assert last["Data"]["MIME type"] == "application/x-omnynet-model"  # the .omny spec's
     assert last["Data"]["Logs file name"] == "logs.json"
     assert Path(last["Data"]["Output Directory"]) == outdir
     steps = [entry["Message"] for entry in log[:-1]]

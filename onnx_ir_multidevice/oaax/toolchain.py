@@ -93,8 +93,9 @@ TOOLCHAIN_NAME = "omny-oaax-toolchain"
 SUCCESS_MESSAGE = "Successful Conversion"
 """The last log message of a successful conversion (what OAAX's conformance checks read)."""
 
-ARTIFACT_MIME_TYPE = "application/octet-stream"
-"""MIME type of the artifact in the log (ONNX has no registered one)."""
+ARTIFACT_MIME_TYPE = "application/x-omnynet-model"
+"""MIME type of the artifact in the log: the one the ``.omny`` specification names (the
+artifact is always an ``.omny`` file)."""
 
 DEFAULT_SHARDS = 2
 """Pipeline stages when neither the configuration nor an ``.omny`` input says."""
