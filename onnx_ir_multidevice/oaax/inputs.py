@@ -54,6 +54,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._regular_files import open_regular
 from onnx_ir_multidevice.oaax.codes import ConversionError
 
 CONFIG_NAME = "config.json"
@@ -360,13 +362,15 @@ def read_input(path: str | os.PathLike, workdir: Path) -> ToolchainInput:
             several), ``OAAX105`` (a malformed configuration).
     """
     path = Path(path)
+    if path.is_dir():
+        raise _fail("OAAX101", f"{path}: is a directory; give a model file or an archive")
+    if not path.exists():
+        raise _fail("OAAX101", f"{path}: no such file")
     try:
-        with open(path, "rb") as file:
+        with open_regular(path, "model file or archive") as file:
             head = file.read(4)
-    except IsADirectoryError:
-        raise _fail("OAAX101", f"{path}: is a directory; give a model file or an archive") from None
-    except FileNotFoundError:
-        raise _fail("OAAX101", f"{path}: no such file") from None
+    except OmnyIOError as error:  # a FIFO, a device...: refused before reading
+        raise _fail("OAAX101", str(error)) from None
     except OSError as error:
         raise _fail("OAAX101", f"{path}: cannot be read ({error.strerror})") from None
     kind = _archive_kind(path, head)
