@@ -26,6 +26,7 @@ __all__ = [
     "planning_dims",
 ]
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,22 +34,41 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.shapes import DEFAULT_BATCH, ValueShapes, batch_symbols
 from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
+from onnx_ir_multidevice.omny.planning_dims import MAX_PLANNING_DIM
 
 
 def check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
-    """Return planning dims given by the user as a new ``dict``, after checking them.
+    """Return dims given by the user as a new ``dict`` of ``str`` to ``int``, after checking them.
+
+    The one validator of dims, used by ``plan``, ``verify``, ``run``, the input generator and
+    the exporters: any integer type is accepted (``numpy.int64`` included) and becomes an
+    ``int``; a value must be from 1 to
+    :data:`~onnx_ir_multidevice.omny.planning_dims.MAX_PLANNING_DIM` (a plan records its dims,
+    and a larger value could not be read back).
 
     Raises:
-        ValueError: If a value is not a positive integer.
+        ValueError: If ``dims`` is not a mapping, a name is not a non-empty string, or a value
+            is not an integer from 1 to ``MAX_PLANNING_DIM`` (the message names the dim).
     """
+    if dims is None:
+        return {}
+    if not isinstance(dims, Mapping):
+        raise ValueError(f'dims must map dim names to sizes (e.g. {{"seq": 512}}), got {dims!r}')
     result: dict[str, int] = {}
-    for name, size in (dims or {}).items():
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    for name, size in dims.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"planning dim names must be non-empty strings, got {name!r}")
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
             raise ValueError(
                 f"planning dim {name!r} must be a positive integer, got {size!r} "
                 '(e.g. dims={"seq": 512})'
             )
-        result[str(name)] = size
+        if size > MAX_PLANNING_DIM:
+            raise ValueError(
+                f"planning dim {name!r} is {size}, over the largest planning dim "
+                f"{MAX_PLANNING_DIM} (2**40); give the size the model will run at"
+            )
+        result[name] = int(size)
     return result
 
 
