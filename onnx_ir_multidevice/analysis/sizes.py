@@ -21,8 +21,10 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_BATCH",
+    "MAX_TENSOR_BYTES",
     "ValueSizes",
     "check_dims",
+    "oversized_io",
     "planning_dims",
 ]
 
@@ -32,9 +34,48 @@ from typing import Any
 
 import onnx_ir as ir
 
+from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice.analysis.shapes import DEFAULT_BATCH, ValueShapes, batch_symbols
-from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
+from onnx_ir_multidevice.graph.dtypes import dtype_name, stored_nbytes, tensor_nbytes
 from onnx_ir_multidevice.omny.planning_dims import MAX_PLANNING_DIM
+
+MAX_TENSOR_BYTES = 2**50
+"""The largest tensor the package sizes: 2**50 bytes (1 PiB), far above any device's memory
+and far below where sizes overflow the signed 64-bit integers of the memory model. A larger
+one is a shape no device can hold (a dim of 2**62 in a damaged file, or planning dims far too
+large): :class:`ValueSizes` refuses it, and ``check`` reports a graph input or output of such
+a shape (``OMNY123``) and a cut tensor (``OMNY122``)."""
+
+
+def _shape_text(shape: object) -> str:
+    return "?" if shape is None else str([d if isinstance(d, int) else str(d) for d in shape])
+
+
+def oversized_io(graph: ir.Graph) -> list[tuple[str, ir.Value, int, int]]:
+    """Graph inputs and outputs whose *stated* static dims alone exceed :data:`MAX_TENSOR_BYTES`.
+
+    Symbolic dims count as 1 (their sizes are the caller's); the element type's bits count
+    as 8 when unknown. Linear in the number of inputs and outputs.
+
+    Returns:
+        ``(kind, value, axis of the largest dim, bytes)`` per such value, ``kind`` being
+        ``"input"`` or ``"output"``.
+    """
+    found = []
+    initializers = graph.initializers
+    values = [("input", v) for v in graph.inputs if v.name not in initializers]
+    values += [("output", v) for v in graph.outputs]
+    for kind, value in values:
+        if value.shape is None:
+            continue
+        dims = [d if isinstance(d, int) and d > 0 else 1 for d in value.shape]
+        nbytes = tensor_nbytes(dims, value.dtype)
+        if nbytes is None:
+            nbytes = tensor_nbytes(dims, ir.DataType.UINT8) or 0
+        if nbytes > MAX_TENSOR_BYTES:
+            axis = max(range(len(dims)), key=dims.__getitem__)
+            found.append((kind, value, axis, nbytes))
+    return found
 
 
 def check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
@@ -118,6 +159,7 @@ class ValueSizes:
         infer: bool = True,
         index: Any = None,
     ) -> None:
+        self._graph = graph
         self.shapes = ValueShapes(graph, check_dims(dims), infer=infer, index=index)
         self.dims = self.shapes.dims
         self._nbytes_cache: dict[ir.Value, int | None] = {}
@@ -175,9 +217,31 @@ class ValueSizes:
         if result is None and value.shape is None:
             tensor = value.const_value
             if tensor is not None:
-                result = tensor.nbytes
+                result = stored_nbytes(tensor)
+        if result is not None and result > MAX_TENSOR_BYTES:
+            raise self._too_large(value, shape, dtype, result)
         self._nbytes_cache[value] = result
         return result
+
+    def _too_large(
+        self, value: ir.Value, shape: object, dtype: ir.DataType | None, nbytes: int
+    ) -> PlanError:
+        """The error for a value no device can hold, naming where its size comes from."""
+        where = f"{value.name!r} (shape {_shape_text(shape)}, {dtype_name(dtype)})"
+        oversized = oversized_io(self._graph)
+        if oversized:
+            kind, io, axis, _ = oversized[0]
+            cause = (
+                f"graph {kind} {io.name!r} states dim {axis} = {io.shape[axis]}: write its real "
+                "size in the model (or a symbolic dim, sized with --dim NAME=N)"
+            )
+        else:
+            dims = ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "none"
+            cause = f"at the planning dims ({dims}): plan at smaller dims (--dim NAME=N)"
+        return PlanError(
+            f"value {where} takes {nbytes} bytes, more than any device holds (the limit is "
+            f"{MAX_TENSOR_BYTES} bytes, 1 PiB); {cause}"
+        )
 
     def estimate_nbytes(self, value: ir.Value) -> int | None:
         """Bytes at the probe dims (every symbol bound, unbound ones to example values).

@@ -67,7 +67,7 @@ from onnx_ir_multidevice.checker.diagnostics import (
     make,
     omitted_summary,
 )
-from onnx_ir_multidevice.checker.format_rules import check_format
+from onnx_ir_multidevice.checker.format_rules import check_format, check_io_sizes
 from onnx_ir_multidevice.checker.pipeline_rules import check_pipeline
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 from onnx_ir_multidevice.omny.container import (
@@ -218,6 +218,7 @@ def run_check(
             diagnostics.extend(found)
             plan, configurations = check_format(ir_model, diagnostics, index)
             check_container(ir_model, diagnostics)
+            check_io_sizes(ir_model, diagnostics)
             try:
                 check_pipeline(
                     ir_model,
