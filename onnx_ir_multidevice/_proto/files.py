@@ -88,6 +88,7 @@ from onnx_ir_multidevice._proto.external import (
     record_problems,
     set_base_dir,
 )
+from onnx_ir_multidevice._regular_files import read_regular, require_regular
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.omny.container import (
     CONTAINER_META_KEY,
@@ -122,6 +123,7 @@ def _check_readable_file(path: Path) -> None:
         )
     if not path.exists():
         raise OmnyIOError(f"{path}: no such file; check the path (relative to {Path.cwd()})")
+    require_regular(path)  # a FIFO or a device: refused before the folder lock, before reading
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,7 +197,9 @@ def load(path: str | os.PathLike) -> ir.Model:
 
 def _load_locked(path: Path, folder: str) -> ir.Model:
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
+    except OmnyIOError:
+        raise
     except OSError as error:
         raise OmnyIOError(
             f"{path}: cannot be read ({error.strerror}); check permissions"
@@ -245,7 +249,9 @@ def _v2_container(path: Path, data: bytes) -> Container | None:
 
 
 def _check_data_name(name: str) -> str:
-    """Refuse a data file name that is absolute or leaves the model's folder."""
+    """Refuse a data file name that is absolute, holds a NUL byte or leaves the model's folder."""
+    if "\x00" in name:
+        raise OmnyIOError(f"external_data={name!r} has a NUL byte; give a file name")
     if os.path.isabs(name) or name.startswith(("/", "\\")):
         raise OmnyIOError(f"external_data={name!r} must be relative to the model file's folder")
     normal = os.path.normpath(name)

@@ -88,11 +88,32 @@ class _StagePlan:
     outputs: dict[ir.Value, None] = dataclasses.field(default_factory=dict)
 
 
+def _check_element_types(graph: ir.Graph) -> None:
+    """Refuse initializers of element type ``UNDEFINED`` that a stage would hold.
+
+    ONNX forbids them (``onnx.checker``: OMNY101); they have no byte size, so a stage holding
+    one could be neither sized nor run. Unused ones are left out of every stage anyway.
+    """
+    bad = [
+        f"{'graph' if each is graph else f'subgraph {each.name!r}'}.initializer {name!r}"
+        for each in (graph, *graph.subgraphs())
+        for name, value in each.initializers.items()
+        if value.dtype == ir.DataType.UNDEFINED and (value.uses() or value.is_graph_output())
+    ]
+    if bad:
+        raise SplitError(
+            f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}: element type UNDEFINED, "
+            "which ONNX forbids (onnx.checker refuses the model; `omny check` reports OMNY101); "
+            "give the initializer its real element type, or re-export the model"
+        )
+
+
 def _plan_stages(
     index: GraphIndex, stage_of: Mapping[ir.Node, int], num_stages: int
 ) -> list[_StagePlan]:
     """Decide the nodes, inputs, initializers and outputs of every stage."""
     graph = index.graph
+    _check_element_types(graph)
     for node in index.nodes:
         stage = stage_of.get(node)
         if stage is None:

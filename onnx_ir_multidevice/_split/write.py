@@ -18,6 +18,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import ExternalDataError
 from onnx_ir_multidevice._proto.atomic import check_output_directory, staged_directory
 from onnx_ir_multidevice._proto.external import external_attributes_embedded, model_problems
+from onnx_ir_multidevice._proto.write_errors import writes_to
 from onnx_ir_multidevice._split.build import (
     _boundary_types,
     _build_stage_model,
@@ -55,6 +56,7 @@ def _has_weights(stage: ir.Model) -> bool:
     return False
 
 
+@writes_to("outdir")  # a full disk or a file-size limit: OmnyIOError naming outdir
 def save_split(
     model: ir.Model,
     outdir: str | os.PathLike,

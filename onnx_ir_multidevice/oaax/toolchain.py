@@ -10,11 +10,12 @@
 3. **validate** -- the ONNX checker, element types OAAX tensors can carry, and an
    onnxruntime session of the whole model (operator support);
 4. **plan** -- the configuration: the ``.omny`` input's one configuration (or the one with
-   the configured ``shards``), else a plan for ``shards`` (default 2) stages; an input
-   annotated for IR v11 loses its ``omny/`` annotations (those of the configurations not
-   chosen would contradict the plan, and the plan says the rest), listed in the log, and gets
-   the lowest IR version its content needs, so that onnxruntime 1.20 to 1.22 (which refuse IR
-   11, and which OAAX runtimes bundle) load the artifact;
+   the configured ``shards``) when it fits the configured ``devices``, else a plan for
+   ``shards`` (default: one per device, else 2) stages on those devices; an input annotated
+   for IR v11 loses its ``omny/`` annotations (those of the configurations not chosen would
+   contradict the plan, and the plan says the rest), listed in the log, and gets the lowest IR
+   version its content needs, so that onnxruntime 1.20 to 1.22 (which refuse IR 11, and which
+   OAAX runtimes bundle) load the artifact;
 5. **check** -- the checker, with the plan in the model (no error allowed, except the spec
    departures of :data:`SPEC_DEPARTURES`, which run correctly here);
 6. **split** -- the stage models;
@@ -88,6 +89,8 @@ from onnx_ir_multidevice.oaax.tensors import oaax_data_type
 from onnx_ir_multidevice.omny import OmnyMetadata, read_planning_dims, write_planning_dims
 from onnx_ir_multidevice.omny.container import CONTAINER_META_KEY, Container
 from onnx_ir_multidevice.passes.strip import StripAnnotationsPass
+from onnx_ir_multidevice.planner.devices import parse_size
+from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM, format_bytes, usable_bytes
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.runtime.sessions import ModelSession
@@ -99,8 +102,9 @@ TOOLCHAIN_NAME = "omny-oaax-toolchain"
 SUCCESS_MESSAGE = "Successful Conversion"
 """The last log message of a successful conversion (what OAAX's conformance checks read)."""
 
-ARTIFACT_MIME_TYPE = "application/octet-stream"
-"""MIME type of the artifact in the log (ONNX has no registered one)."""
+ARTIFACT_MIME_TYPE = "application/x-omnynet-model"
+"""MIME type of the artifact in the log: the one the ``.omny`` specification names (the
+artifact is always an ``.omny`` file)."""
 
 DEFAULT_SHARDS = 2
 """Pipeline stages when neither the configuration nor an ``.omny`` input says."""
@@ -177,6 +181,8 @@ class _Conversion:
         self.stages: list[ir.Model] = []
         self.md5 = ""
         self.step = "read"
+        self.misfit: str | None = None
+        """Why the input's configuration was not kept for the configured devices."""
 
     def record(self, message: str, data: Mapping[str, Any], started: float) -> None:
         entry = self.log.add(message, {**data, "Seconds": round(time.perf_counter() - started, 3)})
@@ -289,9 +295,12 @@ class _Conversion:
             chosen = configurations[0]
         else:
             matching = [c for c in configurations if c.num_shards == wanted]
-            if not matching or self.config.devices is not None:
+            if not matching:
                 return None
             chosen = matching[0]
+        self.misfit = self._misfit(chosen)
+        if self.misfit is not None:
+            return None  # plan for the devices instead
         ids = set(chosen.cut_point_ids)
         n = chosen.num_shards
         sharding = dataclasses.replace(
@@ -307,6 +316,28 @@ class _Conversion:
             sharding=sharding,
         )
 
+    def _misfit(self, configuration: Any) -> str | None:
+        """Why the input's ``configuration`` does not fit the configured devices (or ``None``).
+
+        Stage ``k`` fits device ``k`` when its ``memory_per_shard_mb`` plus the planner's
+        headroom is at most the device's memory, as the planner decides for its own plans.
+        """
+        devices = self.config.devices
+        if devices is None:
+            return None
+        n = configuration.num_shards
+        if len(devices) < n:
+            return f"its {n} stages need {n} devices and config.json gives {len(devices)}"
+        memory = list(configuration.memory_per_shard_mb)
+        for k, (device, mib) in enumerate(zip(devices, memory)):
+            usable = usable_bytes(parse_size(device), DEFAULT_HEADROOM)
+            if mib * 2**20 > usable:
+                return (
+                    f"stage {k} needs {mib} MiB and device {k} ({device}) leaves "
+                    f"{format_bytes(usable)} after the {DEFAULT_HEADROOM:.0%} headroom"
+                )
+        return None
+
     def step_plan(self) -> dict[str, Any]:
         assert self.model is not None and self.input is not None
         model = self.model
@@ -318,7 +349,10 @@ class _Conversion:
             metadata = chosen
         else:
             source = "planned"
-            shards = self.config.shards or DEFAULT_SHARDS
+            if self.misfit is not None:
+                source = f"planned (the input's configuration does not fit: {self.misfit})"
+            devices = self.config.devices
+            shards = self.config.shards or (len(devices) if devices else DEFAULT_SHARDS)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # the caveats go to the log

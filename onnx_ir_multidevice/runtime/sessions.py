@@ -43,6 +43,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._proto.external import external_attributes_embedded, proto_tensors
+from onnx_ir_multidevice.graph.dtypes import stored_nbytes
 from onnx_ir_multidevice.graph.ir_versions import MULTI_DEVICE_IR_VERSION, lowest_ir_version
 
 PROTO_LIMIT_BYTES = 1_800_000_000
@@ -112,7 +113,7 @@ def _needs_file(model: ir.Model) -> bool:
                 continue
             if isinstance(tensor, ir.ExternalTensor):
                 return True
-            total += tensor.nbytes
+            total += stored_nbytes(tensor) or 0  # no size (UNDEFINED): onnxruntime says why
     return total >= PROTO_LIMIT_BYTES
 
 
