@@ -93,7 +93,9 @@ def save_split(
         shards: Number of stages.
         configuration: See :func:`split`.
         metadata: See :func:`split`.
-        force: Replace a non-empty ``outdir``.
+        force: Replace a non-empty ``outdir``. Without it, an ``outdir`` that another writer
+            fills while this one runs is left as it is (the new split is discarded and an
+            :class:`~onnx_ir_multidevice.OmnyIOError` says so).
         external_data_threshold: Size in bytes above which a weight goes to the stage's
             external data file; smaller ones are embedded in the stage file.
 
@@ -116,7 +118,9 @@ def save_split(
     # the first save after the split pays a full collection of every cloned node. Tensor
     # attributes read from external files are embedded: each stage file stands alone.
     with gc_paused(), external_attributes_embedded(model):
-        return _save_split(model, target, shards, configuration, metadata, external_data_threshold)
+        return _save_split(
+            model, target, shards, configuration, metadata, external_data_threshold, force
+        )
 
 
 class _NotDirect(Exception):
@@ -232,6 +236,7 @@ def _save_split(
     configuration: Configuration,
     metadata: OmnyMetadata | None,
     external_data_threshold: int,
+    force: bool,
 ) -> dict[str, Any]:
     index = _build_index(model.graph)
     stage_of = _resolve(index, model, shards, configuration, metadata)
@@ -249,7 +254,7 @@ def _save_split(
     direct = direct and all(_direct_writable(stage) for stage in stages)
     files = [_stage_file(i) for i in range(len(stages))]
     manifest = build_manifest(model, stages, files=files)
-    with staged_directory(target, True, holds=_HOLDS) as temporary:
+    with staged_directory(target, force, holds=_HOLDS) as temporary:
         for i, (entry, stage, file) in enumerate(zip(manifest["stages"], stages, files)):
             path = temporary / file
             data = f"{file}.data" if _has_weights(stage) else None
