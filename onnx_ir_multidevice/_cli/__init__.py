@@ -19,6 +19,12 @@ without a traceback from the middle of an import; from then on it raises
 :class:`KeyboardInterrupt` as usual (what a running pipeline cleans up on), which :func:`main`
 turns into the same line and status. Imported by anything else (tests, notebooks), this module
 leaves signal handling alone.
+
+Interrupted, the command ends with :func:`os._exit` once the subcommand has unwound (its
+pipelines closed and joined, its temporary files removed, stdout and stderr flushed). The
+interpreter's own shutdown would stop a daemon worker thread still inside an onnxruntime call
+(a stage run finishing after its cancellation) with ``pthread_exit``, which C++ answers with
+``terminate called without an active exception`` and status 134 instead of 130.
 """
 
 # ruff: noqa: E402 - the SIGINT handler is installed before the other imports (see above)
@@ -51,7 +57,10 @@ def _started_as_command() -> bool:
     return name in ("omny", "omny.exe", "omny-script.py", "-m")
 
 
-if _started_as_command() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+_AS_COMMAND = _started_as_command()
+"""Whether this process is the ``omny`` command (decided at import, see above)."""
+
+if _AS_COMMAND and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, _interrupted_at_start)
 
 __all__ = [
@@ -70,10 +79,13 @@ __all__ = [
 ]
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -164,6 +176,28 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
 def progress_enabled(args: argparse.Namespace) -> bool:
     """Whether to print progress: ``--progress`` was given or stderr is a terminal."""
     return bool(getattr(args, "progress", False)) or sys.stderr.isatty()
+
+
+def progress_reporter(args: argparse.Namespace, command: str) -> Callable[[str], None]:
+    """Return the function a subcommand reports its progress with.
+
+    It prints ``omny <command>: <message> (<seconds since this call>s)`` on stderr when
+    :func:`progress_enabled`, and does nothing otherwise; stdout (tables, ``--json``) is
+    never touched.
+
+    Args:
+        args: The parsed arguments (``--progress``).
+        command: The subcommand's name, as typed.
+    """
+    show = progress_enabled(args)
+    started = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if show:
+            elapsed = time.perf_counter() - started
+            print(f"omny {command}: {message} ({elapsed:.1f}s)", file=sys.stderr, flush=True)
+
+    return progress
 
 
 def dim_argument(text: str) -> tuple[str, int]:
@@ -316,7 +350,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("omny: interrupted", file=sys.stderr)
+        if _AS_COMMAND:  # everything has unwound: end without the interpreter's shutdown
+            _exit_now(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `omny inspect x | head`
         sys.stderr.close()
         return EXIT_OK
+
+
+def _exit_now(status: int) -> NoReturn:
+    """Flush stdout and stderr, then end the process with ``status`` at once (see above)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or a broken pipe
+            stream.flush()
+    os._exit(status)
