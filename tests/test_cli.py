@@ -234,6 +234,30 @@ def test_demo_relaxed_example_fails_the_strict_check(capsys):
     assert code == 0, out
 
 
+def test_demo_on_a_model_without_a_plan_says_so_once_and_skips_what_needs_it(capsys, tmp_path):
+    """Issue 18 item 23: no cascade of failures and no internals (``bind() takes...``)."""
+    from onnx_ir_multidevice._proto.files import save
+
+    model = load(EXAMPLE)
+    for key in list(model.metadata_props):
+        del model.metadata_props[key]
+    plain = tmp_path / "plain.onnx"
+    save(model, plain)
+    code, out, _ = _run(
+        capsys, "demo", "--model", str(plain), "--only", "cuts", "rename", "check", "plan"
+    )
+    assert code == 0, out
+    assert out.count("no .omny plan") == 1 and demo_cli.NO_PLAN in out
+    assert "omny plan" in demo_cli.NO_PLAN and "bundled example" in demo_cli.NO_PLAN
+    assert "FAILED" not in out and "Error" not in out, out
+    assert out.count("skipped: needs the file's own .omny plan") == 2  # cuts, rename
+    assert out.splitlines()[-1] == "demo: 3 ok, 2 skipped, 0 failed"  # load, check, plan
+    code, out, _ = _run(capsys, "demo", "--model", str(plain), "--only", "cuts", "--json")
+    steps = {s["name"]: s for s in json.loads(out)["steps"]}
+    assert steps["load"]["status"] == "ok" and steps["load"]["plan"] is None
+    assert steps["cuts"]["status"] == "skipped"
+
+
 def test_demo_step_after_a_failed_one_is_skipped(capsys, monkeypatch):
     def boom(ctx):
         raise RuntimeError("no plan")
