@@ -246,7 +246,7 @@ def test_demo_on_a_model_without_a_plan_says_so_once_and_skips_what_needs_it(cap
     code, out, _ = _run(
         capsys, "demo", "--model", str(plain), "--only", "cuts", "rename", "check", "plan"
     )
-    assert code == 0, out
+    assert code == 1, out  # what the file holds stops part of the job (docs/cli.md table)
     assert out.count("no .omny plan") == 1 and demo_cli.NO_PLAN in out
     assert "omny plan" in demo_cli.NO_PLAN and "bundled example" in demo_cli.NO_PLAN
     assert "FAILED" not in out and "Error" not in out, out
@@ -316,3 +316,63 @@ def test_console_entry_point_runs():
     )
     assert result.returncode == 0
     assert result.stdout.startswith("omny ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 18 item 24: traps a new user met
+
+
+def test_plan_counts_the_cut_points_the_file_holds(capsys, tmp_path):
+    out_file = tmp_path / "p.omny"
+    code, out, err = _run(capsys, "plan", str(EXAMPLE), "-o", str(out_file), "--shards", "2")
+    assert code == 0, err
+    from onnx_ir_multidevice import omny
+
+    held = len(omny.read(load(out_file)).cut_points)
+    assert f": {held} cut point{'s' if held != 1 else ''}, 1 configuration" in out.splitlines()[0]
+
+
+def test_every_writer_refuses_an_existing_output_without_force(capsys, tmp_path):
+    planned = tmp_path / "p.omny"
+    assert _run(capsys, "plan", str(EXAMPLE), "-o", str(planned), "--shards", "2")[0] == 0
+    for argv, out_path in (
+        (["plan", str(EXAMPLE), "-o", "{out}", "--shards", "2"], tmp_path / "again.omny"),
+        (["annotate", str(planned), "{out}"], tmp_path / "annotated.onnx"),
+        (["convert", str(planned), "{out}", "--container", "v2"], tmp_path / "v2.omny"),
+    ):
+        out_path.write_bytes(b"keep me")
+        words = [str(out_path) if w == "{out}" else w for w in argv]
+        code, _, err = _run(capsys, *words)
+        assert code == 2, (argv, err)
+        assert "exists; choose another path or pass --force" in err and "in Python" not in err
+        assert out_path.read_bytes() == b"keep me"  # refused before any work
+        code, _, err = _run(capsys, *words, "--force")
+        assert code == 0, (argv, err)
+        assert out_path.read_bytes() != b"keep me"
+
+
+def test_split_reads_the_folder_after_one_shard_count(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run(capsys, "split", str(EXAMPLE), "--shards", "2", "stages")
+    assert code == 0, err
+    assert (tmp_path / "stages" / "manifest.json").is_file()
+
+
+def test_export_usage_mistakes_exit_2_in_command_line_words(capsys, tmp_path):
+    model = str(EXAMPLE)
+    code, _, err = _run(capsys, "export", "mlf", model, str(tmp_path / "a.tar"))
+    assert code == 2 and "pass --shards N" in err and "shards=N" not in err, err
+    code, _, err = _run(capsys, "export", "mlf", model, str(tmp_path / "b.tar"), "--shards", "2",
+                        "--providers", "cpu,cpu,cpu")  # fmt: skip
+    assert code == 2 and "3 devices for 2 stages" in err, err
+    code, _, err = _run(capsys, "export", "ark", model, str(tmp_path / "c"))
+    assert code == 2 and "pass --shards N" in err, err
+    # `out/` is a folder, not the archive's name: refused, nothing written
+    code, _, err = _run(capsys, "export", "mlf", model, f"{tmp_path / 'out'}/", "--shards", "2")
+    assert code == 2 and "the mlf format writes one .tar archive" in err, err
+    assert "--per-stage" in err and not (tmp_path / "out").exists()
+    (tmp_path / "dir.tar").mkdir()
+    code, _, err = _run(capsys, "export", "mlf", model, str(tmp_path / "dir.tar"), "--shards", "2",
+                        "--per-stage")  # fmt: skip
+    assert code == 2 and "with --per-stage, OUT is a directory" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.tar"]

@@ -112,10 +112,10 @@ def test_annotate_refuses_bad_plan(tmp_path: Path, capsys):
     assert "OMNY320" in capsys.readouterr().err
     assert not out.exists()
     assert main(["annotate", str(src), str(out), "--relaxed"]) == 0
-    assert main(["annotate", str(src), str(out), "--shards", "7"]) == 1
+    assert main(["annotate", str(src), str(out), "--shards", "7", "--force"]) == 1
     assert main(["annotate", str(tmp_path / "missing.omny"), str(out)]) == 2
     assert main(["annotate", str(src), str(out), "--device-names", "a,,b"]) == 2
     plain = tmp_path / "plain.onnx"
     ir.save(chain(2), plain)
-    assert main(["annotate", str(plain), str(out), "--no-check"]) == 1
+    assert main(["annotate", str(plain), str(out), "--no-check", "--force"]) == 1
     capsys.readouterr()

@@ -200,6 +200,34 @@ def progress_reporter(args: argparse.Namespace, command: str) -> Callable[[str],
     return progress
 
 
+def add_force_argument(parser: argparse.ArgumentParser, what: str = "OUT") -> None:
+    """Add ``--force``: replace an existing output (every command refuses one without it)."""
+    parser.add_argument("--force", action="store_true", help=f"replace an existing {what}")
+
+
+def existing_output(path: Path, force: bool, *, source: Path | None = None) -> str | None:
+    """The message refusing to write the file ``path``, or ``None``.
+
+    One policy for every command that writes (``plan``, ``annotate``, ``convert``, ``split``,
+    ``export``): an existing output is replaced only with ``--force`` (exit status 2
+    otherwise, before any work is done). Writing over the input itself (``annotate m.omny
+    m.omny``) names it twice on purpose and needs no ``--force``. A directory is never
+    replaced by a file.
+
+    Args:
+        path: The output file.
+        force: Whether ``--force`` was given.
+        source: The input file, when the command reads one.
+    """
+    if path.is_dir():
+        return f"{path}: is a directory; name the file to write (e.g. {path / 'model.omny'})"
+    if force or not os.path.lexists(path):
+        return None
+    if source is not None and source.exists() and os.path.samefile(path, source):
+        return None
+    return f"{path}: exists; choose another path or pass --force to replace it"
+
+
 def dim_argument(text: str) -> tuple[str, int]:
     """Parse ``--dim NAME=N`` (a symbolic dimension and its positive size) for argparse."""
     name, sep, value = text.partition("=")
@@ -264,7 +292,7 @@ class _ShardCounts(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[no-untyped-def]
         counts = list(getattr(namespace, self.dest, None) or [])
-        for value in values:
+        for value in values if self.nargs == "+" else [values]:
             counts.extend(value)
         if self.const == "one" and len(counts) != 1:
             parser.error(
@@ -282,14 +310,16 @@ def add_shards_argument(
     Args:
         parser: The subcommand's parser.
         several: Whether several shard counts are accepted (the value is a list of ints);
-            otherwise exactly one (the value is an int).
+            otherwise exactly one (the value is an int), and the option takes one word, so
+            that a positional argument after it (``split m.omny --shards 2 stages``) stays
+            one.
         help: The help text.
         required: Whether the option is required.
     """
     parser.add_argument(
         "--shards",
         type=shard_counts,
-        nargs="+",
+        nargs="+" if several else None,
         action=_ShardCounts,
         const=None if several else "one",
         required=required,
