@@ -70,7 +70,8 @@ def test_cli_balance_and_json_fields(tmp_path, capsys):
     out = tmp_path / "gpt.omny"
     shares = {}
     for balance in ("memory", "compute"):
-        args = ["plan", str(source), "-o", str(out), "--shards", "2", "--relaxed", "--json", "--force"]
+        args = ["plan", str(source), "-o", str(out), "--shards", "2", "--relaxed", "--json"]
+        args.append("--force")  # the first round wrote it
         assert main([*args, "--balance", balance]) == 0
         document = json.loads(capsys.readouterr().out)  # one document
         assert document["sharding"]["allowed_shards"] == [2]  # the metadata as before
