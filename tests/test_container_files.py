@@ -233,9 +233,7 @@ def test_rewriting_a_signed_file_warns_that_the_signature_is_stale(capsys, tmp_p
     assert any("m.omny.sig" in w for w in result.warnings)
     with pytest.warns(ContainerWarning, match="no longer verifies"):
         save_container(omd.load(target), target)
-    code, _, err = _cli_run(
-        capsys, "convert", str(V1), str(target), "--container", "v2", "--force"
-    )
+    code, _, err = _cli_run(capsys, "convert", str(V1), str(target), "--container", "v2", "--force")
     assert code == 0 and "no longer verifies" in err
     # A file without a companion: no warning.
     with warnings.catch_warnings():
