@@ -376,3 +376,24 @@ def test_export_usage_mistakes_exit_2_in_command_line_words(capsys, tmp_path):
                         "--per-stage")  # fmt: skip
     assert code == 2 and "with --per-stage, OUT is a directory" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.tar"]
+
+
+def test_long_commands_report_progress_on_stderr_when_asked(capsys, tmp_path):
+    """split, verify, export and run say what they do on stderr with --progress (as plan
+    does); never on stdout, and not at all when stderr is no terminal and it is not asked."""
+    model = str(EXAMPLE)
+    commands = {
+        "split": ["split", model, str(tmp_path / "s"), "--shards", "2"],
+        "verify": ["verify", model, "--shards", "2"],
+        "export": ["export", "ark", model, str(tmp_path / "a"), "--shards", "2"],
+        "run": ["run", model, "--shards", "2", "--requests", "2", "--warmup", "0"],
+    }
+    for name, argv in commands.items():
+        code, out, err = _run(capsys, *argv, "--progress")
+        assert code == 0, (name, err)
+        lines = err.splitlines()
+        assert lines and all(line.startswith(f"omny {name}: ") for line in lines), (name, err)
+        assert lines[0].startswith(f"omny {name}: loading ") and lines[0].endswith("s)")
+        assert "omny " + name + ":" not in out
+    code, _, err = _run(capsys, "verify", model, "--shards", "2")
+    assert code == 0 and err == ""

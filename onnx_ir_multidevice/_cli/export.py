@@ -29,11 +29,13 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_progress_argument,
     add_shards_argument,
     dim_argument,
     error,
     help_description,
     print_json,
+    progress_reporter,
 )
 from onnx_ir_multidevice._errors import (
     ExportError,
@@ -163,6 +165,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--list-formats", action="store_true", help="list the formats and their options, and exit"
     )
+    add_progress_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -258,7 +261,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from onnx_ir_multidevice._proto.files import load  # lazy: `omny --help` stays fast
 
+    progress = progress_reporter(args, "export")
+    progress(f"loading {args.input}")
     model = load(args.input)
+    progress(f"exporting to {args.output} ({args.format})")
     try:
         result = registry.export(
             model, args.output, args.format, shards=args.shards, force=args.force, **options
