@@ -73,7 +73,7 @@ def test_cli_balance_and_json_fields(tmp_path, capsys):
         args = ["plan", str(source), "-o", str(out), "--shards", "2", "--relaxed", "--json"]
         args.append("--force")  # the first round wrote it
         assert main([*args, "--balance", balance]) == 0
-        document = json.loads(capsys.readouterr().out)  # one document
+        document = json.loads(capsys.readouterr().out)["result"]  # one document
         assert document["sharding"]["allowed_shards"] == [2]  # the metadata as before
         plan = document["plan"]
         assert plan["balance"] == balance and plan["planning_dims"] == {"batch": 1}

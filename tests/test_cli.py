@@ -96,7 +96,7 @@ def test_inspect_text_shows_cut_points_and_configurations(capsys):
 def test_inspect_json_document(capsys):
     code, out, _ = _run(capsys, "inspect", str(GPT_TINY), "--json")
     assert code == 0
-    doc = json.loads(out)
+    doc = json.loads(out)["result"]
     assert doc["schema"] == "onnx-ir-multidevice/inspect"
     assert doc["schema_version"] == 1
     assert doc["inputs"] == [{"name": "input_ids", "dtype": "int64", "shape": ["batch", 32]}]
@@ -122,7 +122,7 @@ def test_inspect_plain_onnx_and_control_flow(capsys, tmp_path):
     save(zoo.control_flow(), path)
     code, out, _ = _run(capsys, "inspect", str(path), "--json")
     assert code == 0
-    doc = json.loads(out)
+    doc = json.loads(out)["result"]
     assert doc["metadata"] is None
     assert doc["model"]["num_nodes"] == 6
     assert doc["model"]["num_nodes_with_subgraphs"] > 6
@@ -142,7 +142,7 @@ def test_inspect_reports_unresolved_cut_point(capsys, tmp_path):
     assert omny.read(load(path)) is not None
     code, out, _ = _run(capsys, "inspect", str(path), "--json")
     assert code == 0
-    meta = json.loads(out)["metadata"]
+    meta = json.loads(out)["result"]["metadata"]
     resolved = {c["id"]: c["resolved"] for c in meta["cut_points"]}
     assert resolved == {"cut_1": True, "cut_2": False, "cut_3": True}
     assert [c["resolved"] for c in meta["configurations"]] == [False, False]
@@ -197,7 +197,7 @@ def test_demo_runs_every_available_step(capsys):
 def test_demo_json_document(capsys):
     code, out, _ = _run(capsys, "demo", "--json")
     assert code == 0
-    doc = json.loads(out)
+    doc = json.loads(out)["result"]
     assert doc["schema"] == "onnx-ir-multidevice/demo" and doc["ok"] is True
     steps = {step["name"]: step for step in doc["steps"]}
     assert list(steps) == [s.name for s in demo_cli.STEPS]
@@ -253,7 +253,7 @@ def test_demo_on_a_model_without_a_plan_says_so_once_and_skips_what_needs_it(cap
     assert out.count("skipped: needs the file's own .omny plan") == 2  # cuts, rename
     assert out.splitlines()[-1] == "demo: 3 ok, 2 skipped, 0 failed"  # load, check, plan
     code, out, _ = _run(capsys, "demo", "--model", str(plain), "--only", "cuts", "--json")
-    steps = {s["name"]: s for s in json.loads(out)["steps"]}
+    steps = {s["name"]: s for s in json.loads(out)["result"]["steps"]}
     assert steps["load"]["status"] == "ok" and steps["load"]["plan"] is None
     assert steps["cuts"]["status"] == "skipped"
 
@@ -397,3 +397,36 @@ def test_long_commands_report_progress_on_stderr_when_asked(capsys, tmp_path):
         assert "omny " + name + ":" not in out
     code, _, err = _run(capsys, "verify", model, "--shards", "2")
     assert code == 0 and err == ""
+
+
+def test_json_is_one_envelope_for_every_command_also_on_error(capsys, tmp_path):
+    """Issue 18 item 24: one set of top-level keys; a document on stdout also on error."""
+    keys = ["command", "ok", "status", "result", "error"]
+    model = str(EXAMPLE)
+    good = {
+        "inspect": ["inspect", model],
+        "check": ["check", model],
+        "plan": ["plan", model, "-o", str(tmp_path / "p.omny"), "--shards", "2"],
+        "split": ["split", model, str(tmp_path / "s"), "--shards", "2"],
+        "verify": ["verify", model, "--shards", "2"],
+    }
+    for name, argv in good.items():
+        code, out, err = _run(capsys, *argv, "--json")
+        document = json.loads(out)
+        assert list(document) == keys, name
+        assert document["command"] == name and document["ok"] is True and code == 0, err
+        assert document["status"] == 0 and document["error"] is None
+        assert isinstance(document["result"], dict)
+    failing = {
+        "split": (["split", model, str(tmp_path / "s"), "--shards", "2"], 2, "not empty"),
+        "plan": (["plan", model], 2, "-o/--output"),
+        "verify": (["verify", str(tmp_path / "missing.omny")], 2, "missing.omny"),
+        "export": (["export", "mlf", model, str(tmp_path / "x.tar")], 2, "--shards N"),
+    }
+    for name, (argv, status, words) in failing.items():
+        code, out, err = _run(capsys, *argv, "--json")
+        document = json.loads(out)
+        assert list(document) == keys and code == status, (name, out)
+        assert document["command"] == name and document["ok"] is False
+        assert document["status"] == status and document["result"] is None
+        assert words in document["error"] and document["error"] in err

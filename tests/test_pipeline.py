@@ -664,7 +664,7 @@ def test_cli_run_model_file_and_split_directory(tmp_path, capsys):
     code = main(["run", str(path), "--shards", "2", "--requests", "6", "--threads", "1",
                  "--dim", "batch=4", "--json"])  # fmt: skip
     assert code == 0
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["result"]
     assert report["num_stages"] == 2 and report["providers"] == ["cpu", "cpu"]
     assert report["requests"] == 6 and report["failed"] == 0
     assert report["input_shapes"] == {"x": [4, WIDTH], "scale": [WIDTH]}

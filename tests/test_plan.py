@@ -242,7 +242,7 @@ def test_cli_plan(tmp_path, capsys):
     meta = omny.read(ir.load(out))
     assert meta is not None and meta.sharding.allowed_shards == (2, 3)
     assert main(["plan", str(source), "-o", str(out), "--shards", "2", "--json", "--force"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     assert document["sharding"]["allowed_shards"] == [2]
     assert main(["plan", str(source), "-o", str(out), "--devices", "1KiB,1KiB", "--force"]) == 1
     assert "device 0 has 1.0 KiB" in capsys.readouterr().err

@@ -154,14 +154,57 @@ def help_description(doc: str) -> str:
 
 
 def error(message: str) -> None:
-    """Print ``omny: error: <message>`` on stderr."""
+    """Print ``omny: error: <message>`` on stderr (and keep it for the ``--json`` envelope)."""
     print(f"omny: error: {message}", file=sys.stderr)
+    if _envelope is not None:
+        _envelope.errors.append(message)
+
+
+class _Envelope:
+    """What ``--json`` prints once the command ends: one document, the same for every command.
+
+    ``{"command": NAME, "ok": bool, "status": EXIT_STATUS, "result": DOCUMENT, "error": TEXT}``
+    on stdout, also when the command fails: ``result`` is the command's own document (its
+    keys documented with each command; ``null`` when it failed before making one) and
+    ``error`` what it printed as ``omny: error: ...`` on stderr (lines joined; ``null`` when
+    none).
+    """
+
+    def __init__(self, command: str | None) -> None:
+        self.command = command
+        self.result: Any = None
+        self.errors: list[str] = []
+
+    def document(self, status: int) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "ok": status == EXIT_OK,
+            "status": status,
+            "result": self.result,
+            "error": "\n".join(self.errors) or None,
+        }
+
+
+_envelope: _Envelope | None = None
+"""The ``--json`` envelope of the command :func:`main` runs, if it was asked for."""
 
 
 def print_json(document: Any) -> None:
-    """Print one JSON document on stdout (what ``--json`` options emit)."""
+    """Emit a command's ``--json`` document.
+
+    Under :func:`main` it becomes the ``result`` of the envelope printed when the command
+    ends (see :class:`_Envelope`); called otherwise, the document is printed on stdout as is.
+    """
+    if _envelope is not None:
+        _envelope.result = document
+        return
+    _dump_json(document)
+
+
+def _dump_json(document: Any) -> None:
     json.dump(document, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
+    sys.stdout.flush()
 
 
 def add_progress_argument(parser: argparse.ArgumentParser) -> None:
@@ -357,18 +400,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status (0 ok, 1 findings, 2 unreadable input or bad usage).
     """
+    global _envelope
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    _envelope = _Envelope(_command_word(words)) if "--json" in words else None
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help, --version, usage errors
-        return int(exit_.code) if isinstance(exit_.code, int) else EXIT_USAGE
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    if _signal.getsignal(_signal.SIGINT) is _interrupted_at_start:
-        # From here Ctrl-C raises KeyboardInterrupt, which the subcommands clean up on.
-        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        try:
+            args = parser.parse_args(words)
+        except SystemExit as exit_:  # --help, --version, usage errors
+            status = int(exit_.code) if isinstance(exit_.code, int) else EXIT_USAGE
+            return _finish(status) if status != EXIT_OK else status
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help(sys.stderr)
+            return _finish(EXIT_USAGE)
+        if not getattr(args, "json", False):
+            _envelope = None  # "--json" was a value of another option
+        elif _envelope is not None:
+            _envelope.command = args.command
+        if _signal.getsignal(_signal.SIGINT) is _interrupted_at_start:
+            # From here Ctrl-C raises KeyboardInterrupt, which the subcommands clean up on.
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        return _finish(_dispatch(func, args))
+    finally:
+        _envelope = None
+
+
+def _command_word(words: Sequence[str]) -> str | None:
+    """The subcommand named in ``words`` (the first word that is one), for the envelope."""
+    return next((word for word in words if word in _SUBCOMMANDS), None)
+
+
+def _finish(status: int) -> int:
+    """Print the ``--json`` envelope, if one was asked for; return ``status``."""
+    if _envelope is not None:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # `omny ... --json | head`
+            _dump_json(_envelope.document(status))
+    return status
+
+
+def _dispatch(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run the subcommand; turn the errors it lets escape into a message and a status."""
     try:
         return int(func(args))
     except OmnyFormatError as exc:  # its path is inside the model: say which file
@@ -380,8 +452,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("omny: interrupted", file=sys.stderr)
+        if _envelope is not None:
+            _envelope.errors.append("interrupted")
         if _AS_COMMAND:  # everything has unwound: end without the interpreter's shutdown
-            _exit_now(EXIT_INTERRUPTED)
+            _exit_now(_finish(EXIT_INTERRUPTED))
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `omny inspect x | head`
         sys.stderr.close()
