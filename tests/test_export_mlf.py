@@ -482,7 +482,7 @@ def test_command_line_forms(tmp_path, capsys):
     code, out, _ = _run(capsys, "export", "mlf", model, str(tmp_path / "d"), "--shards", "2",
                         "--per-stage", "--json", "--providers", "cuda:0")  # fmt: skip
     assert code == 0
-    assert [Path(f).name for f in json.loads(out)["files"]] == [
+    assert [Path(f).name for f in json.loads(out)["result"]["files"]] == [
         "gpt_tiny_stage0.tar", "gpt_tiny_stage1.tar"
     ]  # fmt: skip
     code, _, err = _run(capsys, "export", "mlf", model, str(tmp_path / "e.tar"), "--shards", "2",

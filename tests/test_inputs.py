@@ -87,10 +87,10 @@ def test_omny_run_sends_what_omny_verify_feeds(tmp_path, capsys):
     args = ["--shards", "2", "--seed", "5", "--dim", "batch=3", "--json"]
     assert main(["run", str(path), "--backend", "test-recording", "--requests", "2",
                  "--warmup", "1", *args]) == 0  # fmt: skip
-    run_report = json.loads(capsys.readouterr().out)
+    run_report = json.loads(capsys.readouterr().out)["result"]
     assert run_report["seed"] == 5 and run_report["backend"] == "test-recording"
     assert main(["verify", str(path), *args]) == 0
-    verify_report = json.loads(capsys.readouterr().out)
+    verify_report = json.loads(capsys.readouterr().out)["result"]
 
     fed = make_inputs(load(path), dims={"batch": 3}, seed=5)  # what verify feeds
     assert [(i["name"], i["shape"], i["dtype"]) for i in verify_report["results"][0]["inputs"]] == [

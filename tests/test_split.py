@@ -472,7 +472,7 @@ def test_cli_split_output_paths(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["m.onnx"]
     (tmp_path / "x").mkdir()
     assert main(["split", str(path), str(tmp_path / "x" / "y"), "--shards", "2", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["num_stages"] == 2
+    assert json.loads(capsys.readouterr().out)["result"]["num_stages"] == 2
 
 
 def test_save_split_failure_leaves_nothing(tmp_path):

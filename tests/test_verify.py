@@ -186,7 +186,7 @@ def test_cli_split_and_verify(tmp_path, capsys):
     save(model, path)
     outdir = tmp_path / "split"
     assert main(["split", str(path), str(outdir), "--shards", "3", "--json"]) == 0
-    manifest = json.loads(capsys.readouterr().out)
+    manifest = json.loads(capsys.readouterr().out)["result"]
     assert manifest["num_stages"] == 3
     assert sorted(f for f in os.listdir(outdir) if f.endswith(".onnx")) == [
         "stage_0.onnx",
@@ -204,7 +204,7 @@ def test_cli_split_and_verify(tmp_path, capsys):
     assert "omny: error:" in capsys.readouterr().err
 
     assert main(["verify", str(path), "--json", "--dim", "batch=2"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     assert document["ok"] is True
     assert [r["shards"] for r in document["results"]] == [2, 3]
     assert document["results"][1]["inputs"][0]["shape"] == [2, 16]

@@ -7,7 +7,10 @@ the model afresh for 2, 3 and 4 shards and for a heterogeneous device list, writ
 model, and stream requests through a 2-stage pipeline.
 
 Each step names the earlier steps whose results it uses (``after``: skipped when one of them
-did not succeed; ``--only`` runs them too). Steps share a :class:`DemoContext` (the
+did not succeed; ``--only`` runs them too). A model without an ``.omny`` plan (``--model
+plain.onnx``) is said once by the ``load`` step (:data:`NO_PLAN`); the steps that read the
+file's own plan (``uses_plan``) are skipped, the others (check, and the plan made afresh,
+annotated, split, verified and run) still run. Steps share a :class:`DemoContext` (the
 loaded model, its metadata, a scratch folder, what earlier steps handed on). A step raises to
 fail; every other step still runs when it can. The exit status is 1 if any step failed, 0
 otherwise. ``--json`` prints one JSON document with each step's status and figures instead of
@@ -23,6 +26,7 @@ __all__ = [
     "PIPELINE_REQUESTS",
     "PIPELINE_STAGES",
     "STEPS",
+    "NO_PLAN",
     "DemoContext",
     "Step",
     "run_steps",
@@ -74,6 +78,11 @@ PIPELINE_STAGES = 2
 
 PIPELINE_DIMS = {"batch": 8}
 """Symbolic dimensions of each request of the ``pipeline`` step."""
+
+NO_PLAN = (
+    "no .omny plan: run `omny plan` first, or run the bundled example (`omny demo` without --model)"
+)
+"""What the ``load`` step says, once, of a model that holds no ``.omny`` plan."""
 
 
 @dataclasses.dataclass
@@ -128,6 +137,8 @@ class Step:
     """Whether it reads :attr:`DemoContext.model` (skipped when the model was not loaded)."""
     after: tuple[str, ...] = ()
     """Earlier steps whose results it uses: skipped unless they succeeded."""
+    uses_plan: bool = False
+    """Whether it reads the file's own ``.omny`` plan (skipped when the file has none)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,17 +149,27 @@ def _step_load(ctx: DemoContext) -> None:
 
     ctx.model = load(ctx.path)
     ctx.metadata = omny.read(ctx.model)
-    if ctx.metadata is None:
-        raise RuntimeError(f"{ctx.path} has no .omny metadata")
     graph = ctx.model.graph
-    m = ctx.metadata.model
     ctx.say(f"file        {ctx.path} ({ctx.path.stat().st_size:,} bytes)")
-    ctx.say(f"model       {m.name} ({m.architecture}), {m.total_params:,} parameters")
+    if ctx.metadata is not None:
+        m = ctx.metadata.model
+        ctx.say(f"model       {m.name} ({m.architecture}), {m.total_params:,} parameters")
     ctx.say(f"graph       {len(graph)} nodes, {len(graph.initializers)} initializers")
     for value in graph.inputs:
         ctx.say(f"input       {value.name}: {value.dtype} {value.shape}")
     for value in graph.outputs:
         ctx.say(f"output      {value.name}: {value.dtype} {value.shape}")
+    if ctx.metadata is None:
+        ctx.say(f"sharding    {NO_PLAN}")
+        ctx.record(
+            file=str(ctx.path),
+            bytes=ctx.path.stat().st_size,
+            nodes=len(graph),
+            plan=None,
+            message=NO_PLAN,
+        )
+        return
+    m = ctx.metadata.model
     sharding = ctx.metadata.sharding
     ctx.say(
         f"sharding    {len(ctx.metadata.cut_points)} cut points, "
@@ -554,12 +575,13 @@ def _step_pipeline(ctx: DemoContext) -> None:
 
 STEPS: list[Step] = [
     Step("load", "Load the .omny file and show what it holds", _step_load),
-    Step("cuts", "Cut points, bound to the graph", _step_cut_points),
+    Step("cuts", "Cut points, bound to the graph", _step_cut_points, uses_plan=True),
     Step(
         "rename",
         "Rename a tensor: the plan follows",
         _step_rename,
         uses_model=False,
+        uses_plan=True,
     ),
     Step(
         "roundtrip",
@@ -607,7 +629,7 @@ def with_prerequisites(names: Sequence[str]) -> list[Step]:
             continue
         wanted.add(name)
         todo.extend(by_name[name].after)
-        if by_name[name].uses_model:
+        if by_name[name].uses_model or by_name[name].uses_plan:
             todo.append("load")
     return [s for s in STEPS if s.name in wanted]
 
@@ -627,6 +649,8 @@ def run_steps(
         reason = None
         if step.uses_model and step.name != "load" and ctx.model is None:
             reason = "the model was not loaded"
+        elif step.uses_plan and ctx.model is not None and ctx.metadata is None:
+            reason = "needs the file's own .omny plan (see step 'load')"
         elif blocked:
             reason = f"needs the results of {', '.join(repr(b) for b in blocked)}"
         if reason is not None:

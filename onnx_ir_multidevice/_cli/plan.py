@@ -10,7 +10,8 @@ metadata states them), and in the order of its nodes when they are not topologic
 Prints a table of the chosen configurations: each stage's memory, FLOPs and share of the
 model's compute, and the bytes each cut sends per request (``--json``: the metadata document,
 with these figures under ``"plan"``). ``--balance compute`` chooses the cuts for the
-smallest largest-stage compute instead of memory. Exit
+smallest largest-stage compute instead of memory. An existing ``OUT`` is replaced only with
+``--force``. Exit
 status 1 when no plan fits the request (the message names the stage, device and overflow),
 2 for an option that is not valid.
 """
@@ -22,7 +23,6 @@ __all__ = ["register", "run"]
 import argparse
 import json
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -30,12 +30,14 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_force_argument,
     add_progress_argument,
     add_shards_argument,
     error,
+    existing_output,
     help_description,
     print_json,
-    progress_enabled,
+    progress_reporter,
 )
 from onnx_ir_multidevice._errors import PlanError
 
@@ -91,6 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--name", help="model name in the metadata (default: the file name)")
     parser.add_argument("--json", action="store_true", help="print the metadata as JSON")
+    add_force_argument(parser)
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 
@@ -128,13 +131,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # PlanError included
         error(str(exc))
         return EXIT_USAGE
-    started = time.perf_counter()
-    show = progress_enabled(args)
-
-    def progress(message: str) -> None:
-        if show:
-            print(f"omny plan: {message} ({time.perf_counter() - started:.1f}s)", file=sys.stderr)
-
+    refusal = existing_output(args.output, args.force, source=args.input)
+    if refusal is not None:
+        error(refusal)
+        return EXIT_USAGE
+    progress = progress_reporter(args, "plan")
     progress(f"loading {args.input}")
     model = load(args.input)
     unknown = unknown_dim_names(model.graph, options.dims or {})
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"omny plan: warning: {caveat}", file=sys.stderr)
     omny.write(model, result.metadata)
     progress(f"writing {args.output}")
-    save(model, args.output)
+    save(model, args.output)  # refused above unless --force or in place
     if args.json:
         document = json.loads(result.metadata.to_json())
         document["plan"] = {
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         }
         print_json(document)
         return EXIT_OK
-    cuts = len(result.analysis.candidates)
+    cuts = len(result.metadata.cut_points)  # those the file holds, not the candidates
     print(
         f"{args.input} -> {args.output}: {plural(cuts, 'cut point')}, "
         f"{plural(len(result.partitions), 'configuration')}"

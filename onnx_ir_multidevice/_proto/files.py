@@ -268,8 +268,7 @@ def _v2_container(path: Path, data: bytes) -> Container | None:
 
 
 def _check_data_name(name: str, target: Path) -> str:
-    """Refuse a data file name that is absolute, holds a NUL byte, leaves the model's folder or
-    is the model's.
+    """Refuse a data file name that is absolute, has a NUL byte, leaves the folder, or is the model.
 
     Raises:
         OmnyIOError: ``name`` holds a NUL byte, is absolute, leads out of the folder (``..``,

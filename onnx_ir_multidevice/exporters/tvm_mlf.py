@@ -42,7 +42,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import ExportError
+from onnx_ir_multidevice._errors import ExportError, ExportUsageError
 from onnx_ir_multidevice._proto.atomic import (
     check_output_directory,
     check_output_file,
@@ -160,17 +160,17 @@ def _devices(value: Any, num_stages: int) -> list[Device]:
     try:
         devices = [parse_device(spec.strip() if isinstance(spec, str) else spec) for spec in specs]
     except ValueError as error:
-        raise ExportError(f"option providers: {error}") from None
+        raise ExportUsageError(f"option providers: {error}") from None
     if len(devices) == 1:
         devices = devices * num_stages
     if len(devices) != num_stages:
-        raise ExportError(
+        raise ExportUsageError(
             f"option providers: {len(devices)} devices for {num_stages} stages; give one for "
             "every stage (e.g. cpu,cuda:0) or one for all"
         )
     for device in devices:
         if device.kind not in _TVM_DEVICES:
-            raise ExportError(
+            raise ExportUsageError(
                 f"option providers: {device} has no TVM device type here; use one of "
                 f"{', '.join(_TVM_DEVICES)}"
             )
@@ -470,15 +470,31 @@ class TvmMlfExporter:
     ) -> ExportResult:
         """Write the archive (or, with ``per_stage``, the directory of archives)."""
         if shards is None:
-            raise ExportError("the mlf format needs the number of stages: pass shards=N")
+            raise ExportUsageError(
+                "the mlf format needs the number of stages: pass shards=N",
+                cli_message="the mlf format needs the number of stages: pass --shards N",
+            )
         per_stage = parse_flag(options.get("per_stage", False), "per_stage")
         moment = _export_datetime(options.get("export_datetime"))
         configuration = parse_configuration(options.get("configuration"))
         dims = parse_dims(options.get("dims"))
+        if not per_stage and destination.suffix != ".tar":  # `out/` is not a file name
+            where = "a directory" if destination.is_dir() else "not a .tar file name"
+            raise ExportUsageError(
+                f"{destination}: {where}; the mlf format writes one .tar archive: name it "
+                f"(e.g. {destination / 'model.tar'}), or pass per_stage=True for a directory "
+                "of .tar files, one per stage",
+                cli_message=f"{destination}: {where}; the mlf format writes one .tar archive: "
+                f"name it (e.g. {destination / 'model.tar'}), or pass --per-stage for a "
+                "directory of .tar files, one per stage",
+            )
         if per_stage and destination.suffix == ".tar":
-            raise ExportError(
+            raise ExportUsageError(
                 f"{destination}: with per_stage, OUT is a directory that receives one .tar per "
-                f"stage; pass a directory name such as {destination.with_suffix('')}"
+                f"stage; pass a directory name such as {destination.with_suffix('')}",
+                cli_message=f"{destination}: with --per-stage, OUT is a directory that receives "
+                f"one .tar per stage; pass a directory name such as "
+                f"{destination.with_suffix('')}",
             )
         holds = "with per_stage the output is a directory of .tar files"
         if per_stage:
