@@ -304,7 +304,7 @@ def _restore_value_info(g_proto: Any, graph: ir.Graph | ir.Function, rec: _Graph
         if value is None:
             out.append(kept[entry.index])
             continue
-        if names.get(value.name) is not value or id(value) in done:
+        if value.name is None or names.get(value.name) is not value or id(value) in done:
             continue  # the value left the graph (or is listed twice and written already)
         done.add(id(value))
         if entry.state == _state(value):
@@ -364,6 +364,7 @@ def _restore_graph(
     if g_rec is not None and g_rec.graph is graph:
         _restore_value_info(g_proto, graph, g_rec)
         if not is_function:
+            assert isinstance(graph, ir.Graph)  # only functions are not graphs
             if len(g_rec.protos.quantization_annotation):
                 _restore_quantization(g_proto, graph, g_rec.protos.quantization_annotation)
             _restore_io(g_proto.input, g_rec.protos.input, graph.inputs, g_rec.inputs)

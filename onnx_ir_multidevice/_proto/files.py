@@ -527,7 +527,7 @@ class _Staged:
     written: dict[ir.Value, ir.TensorProtocol]
     """Each initializer's tensor as written: an external tensor in the staged data file, or
     an in-memory copy of an external tensor that went into the model file."""
-    originals: dict[ir.Value, ir.TensorProtocol]
+    originals: dict[ir.Value, ir.TensorProtocol | None]
     """Each initializer's tensor before the save (what the model holds again afterwards)."""
     attributes: list[tuple[ir.Node, str, ir.Attr, ir.Attr]]
     """Tensor attributes read from external files: ``(node, name, original, in-memory)``."""
@@ -562,15 +562,18 @@ def _write_staged(
                         tensor.numpy().copy(), name=tensor.name, dtype=tensor.dtype
                     )
             else:
+                assert data_name is not None  # staged_data is None exactly when it is None
                 staged_data.parent.mkdir(parents=True, exist_ok=True)
                 ir.external_data.unload_from_model(
                     model, staging, data_name, size_threshold_bytes=size_threshold_bytes
                 )
-                written = {value: value.const_value for value in originals}  # type: ignore[misc]
+                written = {
+                    value: value.const_value for value in originals if value.const_value is not None
+                }
             proto = to_proto(model)
         finally:
-            for value, tensor in originals.items():
-                value.const_value = tensor
+            for value, original in originals.items():
+                value.const_value = original
     wrote_data = False
     if staged_data is not None and staged_data.exists():
         if staged_data.stat().st_size > 0:
@@ -729,7 +732,7 @@ def save(
             replaced = _model_references(target)  # what the model being replaced uses
             _list_replaced(staging, folder, replaced)
             if staged.data:
-                assert claimed is not None
+                assert claimed is not None and final is not None
                 os.replace(staging / final, claimed)
                 atomic.fsync_dir(claimed.parent)
             os.replace(staging / target.name, target)  # the commit

@@ -36,11 +36,11 @@ _ADVICE = {
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _message(target: object, error: OSError) -> str:
+def _message(target: str | os.PathLike, error: OSError) -> str:
     advice = _ADVICE.get(error.errno or 0)
     reason = error.strerror or str(error)
-    text = f"{os.fspath(target)}: writing failed ({reason}"  # type: ignore[arg-type]
-    if error.filename and os.fspath(error.filename) != os.fspath(target):  # type: ignore[arg-type]
+    text = f"{os.fspath(target)}: writing failed ({reason}"
+    if error.filename and os.fspath(error.filename) != os.fspath(target):
         text += f" at {error.filename}"
     text += "); the output was not written (nothing partial is left in its place)"
     return f"{text}; {advice}" if advice else text

@@ -69,7 +69,7 @@ __all__ = [
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -292,11 +292,7 @@ def example_dims(
             result[symbol] = DEFAULT_SEQUENCE - 1 if has_cache else DEFAULT_SEQUENCE
             continue
         image = next(
-            (
-                (name, axis)
-                for name, axis in places
-                if _is_image_axis(signature[name] or (), axis)  # type: ignore[arg-type]
-            ),
+            ((name, axis) for name, axis in places if _is_image_axis(signature[name] or (), axis)),
             None,
         )
         if image is not None:
@@ -556,7 +552,7 @@ class _LightGraph:
             node_proto.output.extend([keys[v] for v in node.outputs])
             for attr in node.attributes.values():
                 if not attr.is_ref():
-                    serialize_attribute_into(node_proto.attribute.add(), from_=attr)  # type: ignore[arg-type]
+                    serialize_attribute_into(node_proto.attribute.add(), from_=attr)
         for value in graph.outputs:
             info = g.output.add()
             info.name = keys.get(value, value.name or "")
@@ -620,11 +616,11 @@ class _LightGraph:
         keys = self.keys
         for value, array in folded.items():
             producer = value.producer()
-            position = self.node_position.get(producer)  # type: ignore[arg-type]
-            if position is None or array.size > _INJECT_ELEMENTS:
+            node_at = None if producer is None else self.node_position.get(producer)
+            if node_at is None or array.size > _INJECT_ELEMENTS:
                 continue
             key = keys[value]
-            outputs = graph.node[position].output
+            outputs = graph.node[node_at].output
             outputs[list(outputs).index(key)] = f"{key}__omny_folded"
             tensor = onnx.numpy_helper.from_array(np.array(array, order="C"), key)
             graph.initializer.append(tensor)
@@ -718,7 +714,7 @@ def _write_surrogate(g: onnx.GraphProto, node: ir.Node, keys: Mapping[ir.Value, 
     for name in kept:
         attr = node.attributes.get(name)
         if attr is not None and not attr.is_ref():
-            ir.serde.serialize_attribute_into(proto.attribute.add(), from_=attr)  # type: ignore[arg-type]
+            ir.serde.serialize_attribute_into(proto.attribute.add(), from_=attr)
     if dtype is not None:
         cast = g.node.add()
         cast.op_type = "Cast"
@@ -902,7 +898,7 @@ class ValueShapes:
                 continue
             if value.shape is None or value.dtype is None:
                 return None
-            duals = []
+            duals: list[int | tuple[int, int]] = []
             for dim in normalize_dims(value.name or "", value.shape):
                 if isinstance(dim, int):
                     duals.append(dim)
@@ -923,18 +919,20 @@ class ValueShapes:
                     continue
                 info = same.get(key)
                 if info is None:
-                    dtype, duals = key
-                    if all(type(d) is int for d in duals):
-                        info = _Info(dtype, len(duals), duals, duals, duals)
+                    dtype, key_duals = key
+                    if all(type(d) is int for d in key_duals):
+                        info = _Info(dtype, len(key_duals), key_duals, key_duals, key_duals)
                     else:
-                        probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
-                        scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
+                        probe_dims = tuple(d if type(d) is int else d[0] for d in key_duals)
+                        scaled_dims = tuple(d if type(d) is int else d[1] for d in key_duals)
                         info = classify(dtype, probe_dims, scaled_dims)
                     same[key] = info
                 cache[value] = info
         return fast
 
-    def _inferred(self, value: ir.Value, scale: int):
+    def _inferred(
+        self, value: ir.Value, scale: int
+    ) -> tuple[int, tuple[int | None, ...] | None] | None:
         run = self._run(scale)
         assert self._keys is not None
         key = self._keys.get(value)
@@ -977,13 +975,13 @@ class ValueShapes:
         if tensor is not None and dtype is not None:
             shape = value.shape
             if shape is not None:  # a typed initializer: its stated shape when static
-                dims = shape.dims
+                dims: tuple[Any, ...] = shape.dims  # here ints or symbols; below ints or None
                 key = (dtype, dims)
                 info = self._static.get(key)
                 if info is not None:
                     return info
                 if all(type(d) is int and d >= 0 for d in dims):
-                    info = self._static[key] = _Info(dtype, len(dims), dims, dims, dims)  # type: ignore[arg-type]
+                    info = self._static[key] = _Info(dtype, len(dims), dims, dims, dims)
                     return info
         producer = value.producer()
         if tensor is None and producer is not None and producer.op_type == "Constant":
@@ -994,7 +992,7 @@ class ValueShapes:
             dtype = tensor.dtype
         if tensor is not None and value.shape is None:
             dims = tuple(tensor.shape.dims)
-            return _Info(dtype, len(dims), dims, dims, dims)  # type: ignore[arg-type]
+            return _Info(dtype, len(dims), dims, dims, dims)
         stated: _Stated | None
         if value.is_graph_input() and not value.is_initializer():
             shape = value.shape
@@ -1014,6 +1012,7 @@ class ValueShapes:
             entry = fast.get(value)
             if entry is not None:
                 fast_dtype, duals = entry
+                probe_dims: tuple[int | None, ...] | None
                 probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
                 scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
                 if stated is not None:
@@ -1041,7 +1040,7 @@ class ValueShapes:
                 return _Info(dtype or body_dtype, len(dims), None, None, dims)
             return self._declared_only(value, dtype)
         if not self.symbols:
-            estimate = None if None in probe_dims else probe_dims
+            estimate = None if None in probe_dims else cast("tuple[int, ...]", probe_dims)
             return _Info(dtype, len(probe_dims), estimate, estimate, probe_dims)
         scaled = self._inferred(value, _SCALE)
         return self._classify(dtype, probe_dims, scaled[1] if scaled is not None else None)
@@ -1053,7 +1052,7 @@ class ValueShapes:
         scaled_dims: tuple[int | None, ...] | None,
     ) -> _Info:
         """What the dims at the probe and doubled bindings say (see the module docstring)."""
-        estimate = None if None in probe_dims else probe_dims
+        estimate = None if None in probe_dims else cast("tuple[int, ...]", probe_dims)
         symbolic: list[int | str | None] = []
         known = True
         for axis, size in enumerate(probe_dims):
@@ -1091,10 +1090,7 @@ class ValueShapes:
         shape = value.shape
         if shape is None:
             return _Info(dtype, None, None, None, None)
-        symbolic = tuple(
-            d if type(d) is int and d >= 0 else None
-            for d in shape.dims  # type: ignore[misc]
-        )
+        symbolic = tuple(d if type(d) is int and d >= 0 else None for d in shape.dims)
         return _Info(dtype, len(symbolic), None, None, symbolic)
 
     def dtype(self, value: ir.Value) -> ir.DataType | None:

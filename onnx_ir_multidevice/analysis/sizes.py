@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import onnx_ir as ir
@@ -47,7 +47,7 @@ large): :class:`ValueSizes` refuses it, and ``check`` reports a graph input or o
 a shape (``OMNY123``) and a cut tensor (``OMNY122``)."""
 
 
-def _shape_text(shape: object) -> str:
+def _shape_text(shape: Iterable[object] | None) -> str:
     return "?" if shape is None else str([d if isinstance(d, int) else str(d) for d in shape])
 
 
@@ -224,13 +224,18 @@ class ValueSizes:
         return result
 
     def _too_large(
-        self, value: ir.Value, shape: object, dtype: ir.DataType | None, nbytes: int
+        self,
+        value: ir.Value,
+        shape: Iterable[object] | None,
+        dtype: ir.DataType | None,
+        nbytes: int,
     ) -> PlanError:
         """The error for a value no device can hold, naming where its size comes from."""
         where = f"{value.name!r} (shape {_shape_text(shape)}, {dtype_name(dtype)})"
         oversized = oversized_io(self._graph)
         if oversized:
             kind, io, axis, _ = oversized[0]
+            assert io.shape is not None  # oversized_io reads stated shapes only
             cause = (
                 f"graph {kind} {io.name!r} states dim {axis} = {io.shape[axis]}: write its real "
                 "size in the model (or a symbolic dim, sized with --dim NAME=N)"

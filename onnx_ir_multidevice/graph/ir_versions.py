@@ -30,6 +30,7 @@ __all__ = [
 
 import contextlib
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import onnx
 import onnx_ir as ir
@@ -61,7 +62,7 @@ for _name, _version in (
     ("FLOAT6E3M2", 14),
 ):
     if hasattr(_D, _name):
-        _TYPE_IR_VERSION[_D[_name]] = _version
+        _TYPE_IR_VERSION[_D.__members__[_name]] = _version
 
 _CAST_OPS = frozenset({"Cast"})
 _FUNCTION_IR_VERSION = 8
@@ -86,7 +87,7 @@ def _type_version(type_: ir.TypeProtocol | None) -> int:
         version = max(version, _TYPE_IR_VERSION.get(type_.dtype, 0))
         if type(type_) not in _NESTED_TYPES:
             break
-        type_ = type_.elem_type
+        type_ = cast("ir.TypeProtocol", type_.elem_type)  # a nested type's element is a type
     return version
 
 
