@@ -196,9 +196,10 @@ def _plan_stages(
             )
         for value in (*plan.inputs, *plan.outputs):
             if not value.name:
+                producer = value.producer()
                 raise SplitError(
                     f"A value crossing into or out of stage {stage} has no name (produced by "
-                    f"{_node_label(value.producer()) if value.producer() else 'nobody'}); "
+                    f"{_node_label(producer) if producer else 'nobody'}); "
                     "name every value (onnx_ir.passes.common.NameFixPass) before splitting."
                 )
     return plans
@@ -346,6 +347,7 @@ def _build_stage_model(
     graph = model.graph
     value_map: dict[ir.Value, ir.Value | None] = {}
     inputs: list[ir.Value] = []
+    new: ir.Value | None
     for value in plan.inputs:
         new = _copy_value(value, const=value in plan.initializers, typed=typed)
         value_map[value] = new

@@ -72,13 +72,15 @@ def build_manifest(
     initializers = model.graph.initializers
     graph_inputs = [v.name for v in model.graph.inputs if v.name not in initializers]
     graph_outputs = [v.name for v in model.graph.outputs]
-    produced_by: dict[str, int | str] = dict.fromkeys((v.name for v in model.graph.inputs), "input")
+    produced_by: dict[str | None, int | str] = dict.fromkeys(
+        (v.name for v in model.graph.inputs), "input"
+    )
     consumers: dict[tuple[int, str], list[int | str]] = {}
-    entries = []
+    entries: list[dict[str, Any]] = []
     for i, stage in enumerate(stages):
         inputs = []
         for value in stage.graph.inputs:
-            source = produced_by.get(value.name)  # type: ignore[arg-type]
+            source = produced_by.get(value.name)
             if source is None:
                 raise SplitError(
                     f"Stage {i} reads {value.name!r}, which is neither a graph input nor an "

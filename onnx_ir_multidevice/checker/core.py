@@ -371,6 +371,7 @@ def _load_path(
     if not os.path.exists(path):
         raise OmnyIOError(f"{path}: no such file; give the path of a .onnx or .omny model")
     require_regular(path)  # a FIFO or a device: refused before anything is read
+    model: ir.Model | None
     try:
         model = _io.load(path)
     except ExternalDataError as error:  # OMNY108 / OMNY109: one diagnostic per tensor or file

@@ -300,7 +300,7 @@ DEFAULT_MAX_PER_CODE = 20
 by default; the rest are counted and summed up in one diagnostic."""
 
 
-class DiagnosticCollector(list):  # type: ignore[type-arg]
+class DiagnosticCollector(list):
     """A list of diagnostics that keeps at most ``limit`` of each code and severity.
 
     The rules append to it as to a list; past the limit a diagnostic is only counted

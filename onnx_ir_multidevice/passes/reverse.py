@@ -52,7 +52,7 @@ from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import stages_from_annotations
-from onnx_ir_multidevice.analysis.tensor_classes import classify_values
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
 from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
 from onnx_ir_multidevice.graph.index import graph_uses, node_subgraphs, topological_order
 from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY
@@ -214,7 +214,7 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
         self,
         graph: ir.Graph,
         configuration: ir.ModelConfiguration,
-        classes: Mapping[ir.Value, object],
+        classes: Mapping[ir.Value, TensorClass],
         sizes: ValueSizes,
     ) -> _Derived | None:
 
@@ -250,7 +250,7 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
             graph,
             staged,
             classes=classes,
-            num_stages=num_stages,  # type: ignore[arg-type]
+            num_stages=num_stages,
         ):
             activations = boundary.activations
             if not activations:

@@ -220,7 +220,7 @@ def _after_node(value: ir.Value) -> str:
 def _cut_ids(values: Iterable[ir.Value], existing: OmnyMetadata | None) -> dict[ir.Value, str]:
     """Ids of the listed cut values: kept from ``existing`` when the cut is the same."""
     values = list(values)
-    old = (
+    old: dict[tuple[str | None, str], str] = (
         {}
         if existing is None
         else {(c.tensor_name, c.after_node): c.id for c in existing.cut_points}

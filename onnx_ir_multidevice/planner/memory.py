@@ -85,7 +85,7 @@ import bisect
 import dataclasses
 import math
 import operator
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from fractions import Fraction
 from itertools import chain, compress, repeat
 
@@ -531,12 +531,12 @@ class MemoryModel:
             self._shared_bytes = np.array([n for n, _, _ in self._shared], dtype=np.int64)
             self._shared_weight = np.array([w for _, w, _ in self._shared], dtype=bool)
         # Graph outputs are held by the stage producing them until the pipeline ends.
-        position = self._position
+        position_of = self._position
         for value in graph.outputs:
             producer = value.producer()
-            if producer is None or producer not in position:
+            if producer is None or producer not in position_of:
                 continue
-            s = int(self._segment_of[position[producer]])
+            s = int(self._segment_of[position_of[producer]])
             n = self._nbytes(value)
             if n is None:
                 self._unknown[s][value.name or "<unnamed>"] = None
@@ -718,7 +718,7 @@ class MemoryModel:
             if value not in tables:
                 continue
             tensor = value.const_value
-            shape = tensor.shape.numpy() if tensor is not None else ()
+            shape: tuple[int, ...] = tensor.shape.numpy() if tensor is not None else ()
             if tensor is None or len(shape) < 1 or shape[0] < 1:
                 continue
             uses = value.uses()
@@ -925,13 +925,15 @@ _FLOAT16_CPU_OPS = frozenset(
 computing with it); for every other op it inserts casts to and from float32."""
 
 
-def _generates(producer: ir.Node, value: ir.Value, nbytes) -> bool:
+def _generates(
+    producer: ir.Node, value: ir.Value, nbytes: Callable[[ir.Value], int | None]
+) -> bool:
     """Whether ``value`` is larger than all of ``producer``'s inputs together."""
     n = nbytes(value)
     if n is None:
         return False
     sizes = [0 if v is None else nbytes(v) for v in producer.inputs]
-    return None not in sizes and n > sum(sizes)
+    return None not in sizes and n > sum(s or 0 for s in sizes)
 
 
 def _plain(mapping: Mapping) -> Mapping:

@@ -205,7 +205,7 @@ def _is_fraction(x: object) -> bool:
 
 def _is_count(n: object) -> bool:
     """Whether ``n`` is an integer (Python or NumPy, not a bool) of at least 1."""
-    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and int(n) >= 1
 
 
 def _shard_counts(shards: int | Iterable[int] | None) -> tuple[int, ...] | None:
