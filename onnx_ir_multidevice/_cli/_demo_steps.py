@@ -220,12 +220,17 @@ def _step_rename(ctx: DemoContext) -> None:
     # Work on a fresh copy so later steps see the file as it is.
     model = load(ctx.path)
     metadata = omny.read(model)
+    if metadata is None:
+        raise RuntimeError("the planned file has no plan")
     plan = bind(model, metadata)
     cut = next(c for c in plan.cut_points if c.resolved and c.value is not None)
-    old = cut.value.name  # type: ignore[union-attr]
+    assert cut.value is not None  # chosen so
+    old = cut.value.name
     new = f"hidden_states_{cut.id}"
-    cut.value.name = new  # type: ignore[union-attr]
+    cut.value.name = new
     renamed = plan.to_metadata().cut_point(cut.id)
+    if renamed is None:
+        raise RuntimeError("the cut point is gone after the rename")
     ctx.say(f"renamed value {old!r} -> {new!r} in the graph")
     ctx.say(f"cut point {cut.id}: tensor_name is now {renamed.tensor_name!r}")
     if renamed.tensor_name != new:
@@ -540,7 +545,7 @@ def _step_pipeline(ctx: DemoContext) -> None:
         f"({PIPELINE_REQUESTS / whole_s:.0f} requests/s)"
     )
     rtol, atol = default_tolerance(model)  # verify's tolerance rule
-    per_output = {}
+    per_output: dict[str, dict[str, Any]] = {}
     for name in names:
         # verify's comparison, request by request; the worst figures over all requests.
         comparisons = [

@@ -202,13 +202,13 @@ def _params_pieces(initializers: Sequence[ir.Value]) -> tuple[list[bytes | ir.Va
         head.append(struct.pack("<Q", len(encoded)) + encoded)
     head.append(struct.pack("<Q", len(initializers)))
     pieces.append(b"".join(head))
-    size = len(pieces[0])
+    size = sum(map(len, head))
     for value in initializers:
         tensor = value.const_value
         if tensor is None:
             raise ExportError(f"initializer {value.name!r} has no data to write")
         code, bits, _ = _tvm_dtype(value)
-        shape = [int(d) for d in tensor.shape]
+        shape = list(tensor.shape.numpy())
         numel = 1
         for dim in shape:
             numel *= dim
@@ -229,8 +229,8 @@ def _tensor_bytes(value: ir.Value) -> bytes:
     data = tensor.tobytes()
     _, bits, _ = _tvm_dtype(value)
     numel = 1
-    for dim in tensor.shape:
-        numel *= int(dim)
+    for dim in tensor.shape.numpy():
+        numel *= dim
     if len(data) != numel * ((bits + 7) // 8):
         raise ExportError(
             f"initializer {value.name!r}: {len(data)} bytes of data for {numel} elements of "
@@ -314,18 +314,23 @@ def _module_metadata(
     """The ``modules[<module>]`` entry of stage ``k`` and the initializers for its ``.params``."""
     stage = stages.stages[k]
     entry = stages.manifest["stages"][k]
-    memory = stages.memory[k]  # type: ignore[index]
+    memory = stages.memory[k]  # type: ignore[index]  # export_mlf measured it (measure_memory)
     initializers = list(stage.graph.initializers.values())
     params = {v.name for v in initializers}
+    # split names every stage input and output (SplitError otherwise)
     inputs = {
-        v.name: _tensor_entry(stages, v.name) for v in stage.graph.inputs if v.name not in params
+        v.name: _tensor_entry(stages, v.name)  # type: ignore[arg-type]
+        for v in stage.graph.inputs
+        if v.name not in params
     }
-    outputs = {v.name: _tensor_entry(stages, v.name) for v in stage.graph.outputs}
+    outputs = {v.name: _tensor_entry(stages, v.name) for v in stage.graph.outputs}  # type: ignore[arg-type]
     io_size = sum(e["size"] for e in inputs.values()) + sum(e["size"] for e in outputs.values())
     _, params_size = _params_pieces(initializers)
     params_data = sum(
-        tensor_nbytes(v.const_value.shape, v.const_value.dtype) or 0 for v in initializers
-    )  # type: ignore[union-attr]
+        tensor_nbytes(t.shape.numpy(), t.dtype) or 0
+        for t in (v.const_value for v in initializers)
+        if t is not None  # _params_pieces refused an initializer without data
+    )
     device_type, target = _TVM_DEVICES[device.kind]
     extra: dict[str, Any] = {
         "note": _NOTE,

@@ -438,7 +438,7 @@ class OaaxRuntime:
         only the inputs'); an output the manifest names and no stage declares is refused too,
         since ``receive_output`` could not describe it.
         """
-        declared: dict[str, int] = {}
+        declared: dict[str | None, ir.DataType | None] = {}
         for stage in pipeline.chain.stages:
             source = stage.source
             if isinstance(source, ir.Model):

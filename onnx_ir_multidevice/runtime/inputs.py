@@ -237,7 +237,7 @@ def _dims_used(normalized: tuple[object, ...], bindings: Mapping[str, int]) -> l
 def _check_cost(planned: list[tuple[TensorSpec, tuple[int, ...], list[str]]], limit: int) -> None:
     """Refuse, before allocating, arrays that would take more than ``limit`` bytes together."""
     costs = [
-        (spec, shape, used, int(np.prod(shape, dtype=object)) * spec.dtype.itemsize)
+        (spec, shape, used, int(np.prod(shape, dtype=object)) * spec.dtype.itemsize)  # type: ignore[union-attr]  # planned: typed
         for spec, shape, used in planned
     ]  # fmt: skip  (Python ints: no overflow)
     total = sum(cost for *_, cost in costs)
@@ -314,8 +314,8 @@ def generate_inputs(
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     for spec, shape, _ in planned:
+        assert spec.dtype is not None  # checked while planning
         name, dtype = spec.name, spec.dtype
-        assert dtype is not None
         if "mask" in name.lower():
             array = np.ones(shape, dtype=dtype)
         elif dtype.kind == "b":

@@ -186,7 +186,7 @@ class _Book:
                 return
             if request in self.waiting:
                 self.results[request] = result
-            if failed and result.fatal and self.broken is None:
+            if isinstance(result, StageFailure) and result.fatal and self.broken is None:
                 self.broken = (request, result)
             self.cond.notify_all()
         self.recorder.done(request, failed=failed)
@@ -761,7 +761,9 @@ class Pipeline:
             raise refusal
         return self._map(iter(requests), timeout)
 
-    def _map(self, requests: Iterator[Mapping[str, Any]], timeout: float | None):
+    def _map(
+        self, requests: Iterator[Mapping[str, Any]], timeout: float | None
+    ) -> Iterator[Outputs]:
         mine: collections.deque[int] = collections.deque()
         book = self._book
         try:

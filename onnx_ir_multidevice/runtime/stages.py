@@ -298,7 +298,13 @@ def _chain_from_model(model: ir.Model, shards: int, outputs: Sequence[str] | Non
     # The whole model's specs: its Gather analysis sees every use of an input, whichever
     # stage it lands in, and gives the bounds `verify` uses.
     specs = input_specs(model)
-    return _chain_from_stages(stages, graph_outputs, list(specs), specs, _recorded_dims(model))
+    return _chain_from_stages(
+        stages,
+        graph_outputs,  # type: ignore[arg-type]  # onnx-ir types names Optional; outputs are named
+        list(specs),
+        specs,
+        _recorded_dims(model),
+    )
 
 
 def load_stages(
