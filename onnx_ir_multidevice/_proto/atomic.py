@@ -86,7 +86,7 @@ from onnx_ir_multidevice._errors import OmnyIOError
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not on Windows: commits are then not serialised
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # no fcntl on Windows
 
 STAGING_PATTERN = re.compile(r"^\.(?P<name>.+)\.omny-(?P<pid>\d+)-[0-9a-f]{8}\.(?:tmp|old)$")
 """Names of temporary files and folders: ``.<name>.omny-<pid>-<8 hex digits>.<tmp|old>``."""

@@ -539,7 +539,7 @@ def _stamp(entry: dict[str, Any]) -> tuple[int, int] | None:
     """``(mtime_ns, inode)`` of a version 2 entry, or ``None``."""
     mtime, inode = entry.get("mtime_ns"), entry.get("inode")
     if all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (mtime, inode)):
-        return mtime, inode  # type: ignore[return-value]
+        return mtime, inode  # type: ignore[return-value]  # both checked ints just above
     return None
 
 

@@ -83,6 +83,6 @@ def writes_to(argument: str) -> Callable[[F], F]:
             with typed_write_errors(target):
                 return function(*args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # functools.wraps keeps F's signature
 
     return decorate

@@ -87,7 +87,7 @@ def build_manifest(
                     "output of an earlier stage."
                 )
             if isinstance(source, int):
-                consumers[(source, value.name)].append(i)  # type: ignore[index]
+                consumers[(source, value.name)].append(i)  # type: ignore[index]  # stage values are named
             inputs.append({"name": value.name, "from": source})
         outputs = []
         for value in stage.graph.outputs:

@@ -187,7 +187,7 @@ def boundary_crossings(
         node_outputs = node.outputs
         for value in node_outputs:
             if get_class is None:
-                value_class = by_slot[p]  # type: ignore[index]
+                value_class = by_slot[p]  # type: ignore[index]  # set when get_class is None
             else:
                 value_class = get_class(value, activation)
             if last_read[p] > produced_at:
@@ -264,7 +264,7 @@ def edge_violations(
             if producer is None:
                 continue
             producer_stage = stages.get(producer)
-            if producer_stage is not None and consumer_stage < producer_stage:  # type: ignore[operator]
+            if producer_stage is not None and consumer_stage < producer_stage:  # type: ignore[operator]  # found: staged nodes only
                 yield producer, consumer, value
 
 

@@ -252,7 +252,7 @@ class _Schemas:
             except onnx.defs.SchemaError:
                 found = None
             self._cache[key] = found
-        return found  # type: ignore[return-value]
+        return found  # type: ignore[return-value]  # not _UNSET any more
 
 
 _SCHEMAS = _Schemas()

@@ -296,7 +296,7 @@ def example_dims(
             None,
         )
         if image is not None:
-            dim = signature[image[0]][image[1]]  # type: ignore[index]
+            dim = signature[image[0]][image[1]]  # type: ignore[index]  # the image axis exists
             assert isinstance(dim, DimExpression)
             if dim.is_symbol:
                 result[symbol] = DEFAULT_IMAGE_SIZE
@@ -355,7 +355,7 @@ def _stated(value: ir.Value, symbols: Mapping[str, Any]) -> _Stated | None:
     if shape is None:
         tensor = value.const_value
         if tensor is not None:
-            return _Stated(tuple(tensor.shape.dims), frozenset())  # type: ignore[arg-type]
+            return _Stated(tuple(tensor.shape.dims), frozenset())  # type: ignore[arg-type]  # a tensor's dims are ints
         return None
     dims: list[Dim] = []
     names: set[str] = set()
@@ -365,7 +365,7 @@ def _stated(value: ir.Value, symbols: Mapping[str, Any]) -> _Stated | None:
                 return None
             dims.append(dim)
             continue
-        text = dim.value  # type: ignore[union-attr]
+        text = dim.value  # type: ignore[union-attr]  # not an int: a SymbolicDim
         parsed = parse_dim(text) if text else None
         if parsed is None or not parsed.names <= symbols.keys():
             return None
@@ -468,7 +468,7 @@ class _Run:
                     for d in tensor_type.shape.dim
                 )
             result = (tensor_type.elem_type, shape)
-        self.parsed[key] = result  # type: ignore[assignment]
+        self.parsed[key] = result  # type: ignore[assignment]  # None is cached too
         return result
 
 
@@ -520,7 +520,7 @@ class _LightGraph:
             else:
                 info = g.input.add()
                 info.name = keys[value]
-                _set_shape(info, tensor.dtype, tuple(tensor.shape.dims))  # type: ignore[arg-type]
+                _set_shape(info, tensor.dtype, tuple(tensor.shape.dims))  # type: ignore[arg-type]  # a tensor's dims are ints
         serialize_attribute_into = ir.serde.serialize_attribute_into
         self.node_position: dict[ir.Node, int] = {}
         self.cone = shape_cone(index.nodes)
@@ -593,7 +593,7 @@ class _LightGraph:
                 entry = None if key is None else result.get(key)
                 if entry is None or entry[1] is None or None in entry[1]:
                     return None
-                return entry[1]  # type: ignore[return-value]
+                return entry[1]  # type: ignore[return-value]  # None ruled out above
 
             more = evaluate_cone(self.cone, after, known=folded)
             if len(more) <= len(folded):
@@ -875,7 +875,7 @@ class ValueShapes:
     def _stated_at(self, value: ir.Value, bindings: Mapping[str, int]) -> tuple[int, ...] | None:
         tensor = value.const_value
         if tensor is not None:
-            return tuple(tensor.shape.dims)  # type: ignore[arg-type]
+            return tuple(tensor.shape.dims)  # type: ignore[arg-type]  # a tensor's dims are ints
         stated = _stated(value, self.symbols)
         return None if stated is None else evaluate_dims(stated.dims, bindings)
 

@@ -514,7 +514,7 @@ def slot_classes(index: GraphIndex) -> list[TensorClass]:
             flags = index.slot_flags = slot_flags(index, judge)
         by_flags = _CLASS_BY_FLAGS
         cached = index.slot_classes = [by_flags[f] for f in flags[: len(index.nodes)]]
-    return cached  # type: ignore[return-value]
+    return cached  # type: ignore[return-value]  # the slot holds TensorClass values
 
 
 #: Cone flags occupy the low 4 bits; callers' marks (see :func:`propagate_marks`) go above.

@@ -111,7 +111,7 @@ def run_device_rules(
     if not has_bodies:
         # Main-graph nodes by distinct entry tuple (annotate() shares them), then functions.
         annotated_nodes = len(main) - entries_list.count(())
-        if annotated_nodes and entries_list.count([]) + entries_list.count(None):  # type: ignore[arg-type]
+        if annotated_nodes and entries_list.count([]) + entries_list.count(None):  # type: ignore[arg-type]  # entries set by hand
             annotated_nodes = sum(map(bool, entries_list))
         if annotated_nodes:
             distinct = dict(zip(map(id, entries_list), entries_list))

@@ -271,7 +271,7 @@ class _PipelineRules:
         ):
             # The plan's stages (keyed in topological = graph order), as annotate() writes
             # them: the same dict serves.
-            stages: dict[ir.Node, int | None] = plan_stages  # type: ignore[assignment]
+            stages: dict[ir.Node, int | None] = plan_stages  # type: ignore[assignment]  # dict is invariant
         else:
             stages = dict(zip(nodes, stage_list))
         if stages is plan_stages:
@@ -279,10 +279,10 @@ class _PipelineRules:
         elif (
             not has_none
             and stage_list
-            and min(stage_list) >= 0  # type: ignore[type-var, operator]
-            and max(stage_list) <= MAX_STAGE  # type: ignore[type-var, operator]
+            and min(stage_list) >= 0  # type: ignore[type-var, operator]  # no None (has_none)
+            and max(stage_list) <= MAX_STAGE  # type: ignore[type-var, operator]  # no None (has_none)
         ):
-            staged = stages  # type: ignore[assignment]
+            staged = stages  # type: ignore[assignment]  # no None (has_none)
         else:
             staged = {n: s for n, s in stages.items() if s is not None and 0 <= s <= MAX_STAGE}
         if self.bodies:

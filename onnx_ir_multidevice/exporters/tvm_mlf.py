@@ -319,11 +319,11 @@ def _module_metadata(
     params = {v.name for v in initializers}
     # split names every stage input and output (SplitError otherwise)
     inputs = {
-        v.name: _tensor_entry(stages, v.name)  # type: ignore[arg-type]
+        v.name: _tensor_entry(stages, v.name)  # type: ignore[arg-type]  # named by split
         for v in stage.graph.inputs
         if v.name not in params
     }
-    outputs = {v.name: _tensor_entry(stages, v.name) for v in stage.graph.outputs}  # type: ignore[arg-type]
+    outputs = {v.name: _tensor_entry(stages, v.name) for v in stage.graph.outputs}  # type: ignore[arg-type]  # named by split
     io_size = sum(e["size"] for e in inputs.values()) + sum(e["size"] for e in outputs.values())
     _, params_size = _params_pieces(initializers)
     params_data = sum(

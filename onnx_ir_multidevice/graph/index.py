@@ -676,7 +676,7 @@ class GraphIndex:
 
     def slot_of(self, value: ir.Value) -> int | None:
         """The slot of ``value`` (see the class), or ``None`` when no node reads or makes it."""
-        slot = self.position.get(value.producer())  # type: ignore[arg-type]
+        slot = self.position.get(value.producer())  # type: ignore[arg-type]  # no producer: get gives None
         return slot if slot is not None else self.external_slot.get(value)
 
     @property
@@ -839,7 +839,7 @@ class GraphIndex:
             found = {}
             nodes = self.graph_nodes
             for node in compress(nodes, map(wanted.__contains__, map(_NAME_OF, nodes))):
-                found.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
+                found.setdefault(node.name, []).append(node)  # type: ignore[arg-type]  # a wanted name: a str
             self._nodes_named[wanted] = found
         return {name: list(nodes) for name, nodes in found.items()}
 
@@ -863,7 +863,7 @@ class GraphIndex:
         candidates.extend(compress(outputs, map(wanted.__contains__, map(_NAME_OF, outputs))))
         found: dict[str, list[ir.Value]] = {}
         for value in candidates:
-            same = found.setdefault(value.name, [])  # type: ignore[arg-type]
+            same = found.setdefault(value.name, [])  # type: ignore[arg-type]  # a wanted name: a str
             if value not in same:
                 same.append(value)
         return found

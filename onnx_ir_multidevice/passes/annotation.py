@@ -162,7 +162,7 @@ def ensure_configuration(
     existing = next((c for c in model.device_configurations if c.name == name), None)
     if device_names is None:
         keep = existing is not None and len(existing.device_names) == num_devices
-        device_names = existing.device_names if keep else ()  # type: ignore[union-attr]
+        device_names = existing.device_names if keep else ()  # type: ignore[union-attr]  # keep: existing is set
     if (
         existing is not None
         and existing.num_devices == num_devices

@@ -291,7 +291,7 @@ def _cut_bytes(graph: ir.Graph, derived: Sequence[_Derived]) -> dict[ir.Value, i
     position = {node: i for i, node in enumerate(topological_order(graph))}
     listed = sorted(
         {value for item in derived for value in item.cuts},
-        key=lambda v: position[v.producer()],  # type: ignore[index]
+        key=lambda v: position[v.producer()],  # type: ignore[index]  # a cut value is a node output
     )
     index = {value: k for k, value in enumerate(listed)}
     segments: dict[ir.Node, int] = dict.fromkeys(position, 0)

@@ -693,7 +693,7 @@ class MemoryModel:
             if None in sizes:
                 continue
             s = int(segment_of[position])
-            workspace[s] = max(workspace[s], sum(sizes))  # type: ignore[arg-type]
+            workspace[s] = max(workspace[s], sum(sizes))  # type: ignore[arg-type]  # None in sizes: skipped above
         return workspace
 
     def _count_mapped(self) -> np.ndarray:

@@ -195,7 +195,7 @@ def plan_model(
 
 
 def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], None]) -> PlanResult:
-    capacities: tuple[int, ...] | None = options.devices  # type: ignore[assignment]
+    capacities: tuple[int, ...] | None = options.devices  # type: ignore[assignment]  # normalised to byte capacities
     counts = options.shard_counts
     if options.assign_names:
         NameFixPass()(model)

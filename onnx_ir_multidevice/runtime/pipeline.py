@@ -616,7 +616,7 @@ class Pipeline:
         """Hand an admitted request to the engine (or run it in this thread, ``inline``)."""
         try:
             if inline:
-                self._engine.run_inline(request, env)  # type: ignore[attr-defined]
+                self._engine.run_inline(request, env)  # type: ignore[attr-defined]  # inline: an InlineEngine
             else:
                 self._engine.submit(request, env)
         except Exception as exc:  # e.g. Ray refused the call: the failure keeps its turn
