@@ -20,12 +20,12 @@ import pytest
 from test_io import _arrays, _weights_model
 from test_split import _annotate
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import ExternalDataError, OmnyError, OmnyIOError
 from onnx_ir_multidevice._proto.files import DATA_RECORD_KEY, load, save
 from onnx_ir_multidevice._split import save_split, split
 from onnx_ir_multidevice.checker.core import check
+from onnx_ir_multidevice.testing import zoo
 
 Mutation = Callable[[onnx.TensorProto, dict[str, onnx.StringStringEntryProto], Path], None]
 

@@ -27,11 +27,12 @@ import pytest
 from test_io import _arrays, _weights_model
 from test_split import _annotate
 
-from onnx_ir_multidevice import OmnyError, OmnyIOError, Pipeline, read_manifest, zoo
+from onnx_ir_multidevice import OmnyError, OmnyIOError, Pipeline, read_manifest
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._proto import atomic
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice._split import save_split
+from onnx_ir_multidevice.testing import zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import SplitError, VerifyError
 from onnx_ir_multidevice._proto.files import save
@@ -22,6 +22,7 @@ from onnx_ir_multidevice.runtime.verification import (
     verify,
     verify_stages,
 )
+from onnx_ir_multidevice.testing import zoo
 
 FLOAT = ir.DataType.FLOAT
 

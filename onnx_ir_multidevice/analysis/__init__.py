@@ -54,6 +54,8 @@ __all__ = [
     "example_dims",
     "input_symbols",
     "parse_dim",
+    # sizes
+    "ValueSizes",
 ]
 
 from onnx_ir_multidevice._util import set_public_module
@@ -79,6 +81,7 @@ from onnx_ir_multidevice.analysis.precision import (
     default_tolerance,
 )
 from onnx_ir_multidevice.analysis.shapes import ValueShapes, example_dims, input_symbols
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import (
     StageAssignmentError,
     assign_stages,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_HEADROOM",
+    "MIB",
     "MemoryModel",
     "Partition",
     "PlanOptions",
@@ -30,6 +31,7 @@ __all__ = [
     "StagedConfiguration",
     "StageMemory",
     "build_metadata",
+    "describe",
     "parse_devices",
     "parse_dims",
     "parse_memory_sizes",
@@ -51,6 +53,7 @@ from onnx_ir_multidevice.planner.devices import (
 )
 from onnx_ir_multidevice.planner.memory import (
     DEFAULT_HEADROOM,
+    MIB,
     RUNTIME_NODE_BYTES,
     RUNTIME_OP_TYPE_BYTES,
     RUNTIME_OVERHEAD_BYTES,
@@ -59,7 +62,13 @@ from onnx_ir_multidevice.planner.memory import (
 )
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
-from onnx_ir_multidevice.planner.planning import PlanResult, plan, plan_model, plan_summary
+from onnx_ir_multidevice.planner.planning import (
+    PlanResult,
+    describe,
+    plan,
+    plan_model,
+    plan_summary,
+)
 from onnx_ir_multidevice.planner.static_dims import pin_dims
 
 set_public_module(globals(), root={"PlanOptions", "plan"})

@@ -136,7 +136,7 @@ def plan(model: ir.Model, options: PlanOptions | None = None, **keywords: Any) -
     or an ``onnx.ModelProto`` raises ``TypeError``).
 
     Example:
-        >>> from onnx_ir_multidevice import zoo
+        >>> from onnx_ir_multidevice.testing import zoo
         >>> meta = plan(zoo.resnet(), shards=[2])
         >>> meta.sharding.configurations[0].cut_point_ids
         ('cut_1',)
