@@ -6,8 +6,9 @@
 * :mod:`~onnx_ir_multidevice.planner.partition` -- exactly optimal cuts for N devices;
 * :mod:`~onnx_ir_multidevice.planner.planning` -- :func:`plan`: the ``.omny`` metadata;
 * :mod:`~onnx_ir_multidevice.planner.options` -- :class:`PlanOptions`: what to plan for;
-* :mod:`~onnx_ir_multidevice.planner.builder` -- the one ``.omny`` document builder, shared
-  with :class:`~onnx_ir_multidevice.passes.StagesToOmnyPass`;
+* :func:`build_metadata` -- the one ``.omny`` document builder, shared with
+  :class:`~onnx_ir_multidevice.passes.StagesToOmnyPass` (it lives in the analysis layer:
+  :mod:`~onnx_ir_multidevice.analysis.omny_document`);
 * :mod:`~onnx_ir_multidevice.planner.static_dims` -- :func:`pin_dims`: symbolic dims pinned
   to numbers (``omny plan --static``);
 * :mod:`~onnx_ir_multidevice.planner.devices` -- parsing ``24GiB`` and ``seq=512``
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 from onnx_ir_multidevice._util import set_public_module
-from onnx_ir_multidevice.planner.builder import StagedConfiguration, build_metadata
+from onnx_ir_multidevice.analysis.omny_document import StagedConfiguration, build_metadata
 from onnx_ir_multidevice.planner.devices import (
     parse_devices,
     parse_dims,
