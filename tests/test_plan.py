@@ -256,6 +256,7 @@ def test_cli_plan(tmp_path, capsys):
 def test_docs_figure_is_drawn(tmp_path):
     import runpy
 
+    pytest.importorskip("matplotlib", reason="the figure script draws with matplotlib")
     figure = runpy.run_path(str(Path(__file__).parent.parent / "docs" / "planning_figure.py"))
     result = figure["example"]()
     assert [p.num_stages for p in result.partitions] == [2, 3, 4]
