@@ -233,6 +233,7 @@ _SUBMODULES = frozenset(
         "analysis",
         "binding",
         "checker",
+        "cli",
         "examples",
         "exporters",
         "graph",

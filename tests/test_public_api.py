@@ -398,3 +398,64 @@ def test_the_private_import_finder_finds_private_imports():
     )
     assert private_imports(public) == []
     assert _code_blocks(DOCS / "api.md")  # the page's exec_code block is found
+
+
+# ---------------------------------------------------------------------------------------------
+# names the docs need, the command line as functions, the deprecated zoo location
+
+
+@pytest.mark.parametrize(
+    ("public", "name", "home"),
+    [
+        (ROOT, "ManifestStage", f"{ROOT}._split.manifest"),
+        (f"{ROOT}.planner", "describe", f"{ROOT}.planner.planning"),
+        (f"{ROOT}.planner", "MIB", f"{ROOT}.analysis.memory_units"),
+        (f"{ROOT}.runtime", "StatsRecorder", f"{ROOT}.runtime.stats"),
+        (f"{ROOT}.analysis", "ValueSizes", f"{ROOT}.analysis.sizes"),
+        (f"{ROOT}.analysis", "build_metadata", f"{ROOT}.analysis.omny_document"),
+        (f"{ROOT}.passes", "stage_weight_bytes", f"{ROOT}.passes.reverse"),
+    ],
+)
+def test_names_the_docs_need_have_a_public_path(public, name, home):
+    module = importlib.import_module(public)
+    assert name in module.__all__
+    assert getattr(module, name) is getattr(importlib.import_module(home), name)
+
+
+def test_the_command_lines_run_as_functions(capsys):
+    from onnx_ir_multidevice import __version__, cli
+    from onnx_ir_multidevice._cli import build_parser
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"omny {__version__}"
+    assert cli.main(["check"]) == 2  # bad usage: a file is required
+    assert cli.oaax_toolchain(["only-one-argument"]) == 2
+    assert "exactly two arguments" in capsys.readouterr().err
+    assert cli.oaax_toolchain(["--version"]) == 0
+    choices = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert cli.subcommands() == list(choices)
+    assert {"plan", "check", "split", "oaax-convert"} <= set(cli.subcommands())
+
+
+def test_python_m_cli_runs_omny():
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", f"{ROOT}.cli", "--version"], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("omny ")
+
+
+def test_the_deprecated_zoo_location_warns_and_gives_the_same_builders():
+    from onnx_ir_multidevice import zoo as old
+    from onnx_ir_multidevice.testing import zoo
+
+    with pytest.warns(DeprecationWarning, match=r"onnx_ir_multidevice\.testing\.zoo\.bert"):
+        assert old.bert is zoo.bert
+    assert old.__all__ == zoo.__all__
+    with pytest.raises(AttributeError, match="no_such_model"):
+        old.no_such_model  # noqa: B018
+    for name in ("runtime.ray_backend", "analysis.uses"):  # gone, not shimmed
+        assert importlib.util.find_spec(f"{ROOT}.{name}") is None
