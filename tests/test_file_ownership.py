@@ -48,7 +48,13 @@ _HOLDER = textwrap.dedent(
 
 @contextlib.contextmanager
 def held_by_another_process(path: Path):
-    """A second process holds the lock of ``path`` (a live writer's) for the block."""
+    """A second process holds the lock of ``path`` (a live writer's) for the block.
+
+    A temporary file is locked itself, a temporary folder through its lock file.
+    """
+    if path.is_dir():
+        path = atomic.lock_file_of(path)
+        path.touch()
     process = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(path)],
         stdin=subprocess.PIPE,
