@@ -542,3 +542,36 @@ def test_a_shared_data_file_changed_later_is_detected(tmp_path):
     data.write_bytes(bytes(content))  # e.g. the model re-exported in place
     with pytest.raises(ExternalDataError, match="CRC-32"):
         load(tmp_path / "model.omny")
+
+
+def test_saving_in_place_unchanged_keeps_the_data_and_its_ownership(tmp_path):
+    path = tmp_path / "m.onnx"
+    model = _weights_model(1)
+    save(model, path, external_data=True, size_threshold_bytes=0)
+    data = tmp_path / "m.onnx.data"
+    inode = data.stat().st_ino
+    save(load(path), path, size_threshold_bytes=0)  # metadata only: no data written
+    assert _files(tmp_path) == ["m.onnx", "m.onnx.data"] and data.stat().st_ino == inode
+    changed = load(path)
+    changed.graph.initializers["W1"].const_value = ir_tensor(
+        changed.graph.initializers["W1"].const_value.numpy() * 2, "W1"
+    )
+    save(changed, path, size_threshold_bytes=0)
+    # The model still owned its data file: replaced, it is removed (no copy left behind).
+    files = _files(tmp_path)
+    assert len(files) == 2 and "m.onnx.data" not in files
+    np.testing.assert_array_equal(
+        load(path).graph.initializers["W1"].const_value.numpy(),
+        _arrays(model)["W1"] * 2,
+    )
+
+
+def test_a_data_file_another_model_owns_is_copied_not_borrowed(tmp_path):
+    """b.onnx borrowing a.onnx's data would lose it at a.onnx's next save."""
+    first = _weights_model(1)
+    save(first, tmp_path / "a.onnx", external_data=True, size_threshold_bytes=0)
+    save(load(tmp_path / "a.onnx"), tmp_path / "b.onnx", size_threshold_bytes=0)
+    assert _files(tmp_path) == ["a.onnx", "a.onnx.data", "b.onnx", "b.onnx.data"]
+    save(_weights_model(2), tmp_path / "a.onnx", external_data=True, size_threshold_bytes=0)
+    for name, array in _arrays(first).items():
+        np.testing.assert_array_equal(_arrays(load(tmp_path / "b.onnx"))[name], array)

@@ -312,12 +312,19 @@ def set_base_dir(model: ir.Model, folder: str) -> None:
 class _DataFile:
     """A data file opened once at load, shared by the tensors read from it."""
 
-    __slots__ = ("fd", "location", "path", "stamp")
+    __slots__ = ("fd", "location", "owner", "path", "stamp")
 
-    def __init__(self, path: str, location: str, stamp: tuple[int, int, int, int] | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        location: str,
+        stamp: tuple[int, int, int, int] | None,
+        owner: str | None = None,
+    ) -> None:
         self.path = path
         self.location = location
         self.stamp = stamp  # (size, crc32, mtime_ns, inode) of the model's record (checked)
+        self.owner = owner  # the model file whose record owns this data file, if it does
         self.fd = os.open(path, os.O_RDONLY)
 
     def crc_if_unchanged(self) -> tuple[int, int] | None:
@@ -373,6 +380,12 @@ class PinnedExternalTensor(ir.ExternalTensor):
         """The data file opened at load (shared by the tensors read from it)."""
         return self._file
 
+    def tobytes(self) -> bytes:
+        """The tensor's bytes (read from the data file opened at load)."""
+        if self.size == 0:
+            return b""
+        return super().tobytes()
+
     def _load(self) -> None:
         self._check_validity()
         dtype = np.dtype(self.dtype.numpy()).newbyteorder("<")
@@ -401,7 +414,11 @@ class PinnedExternalTensor(ir.ExternalTensor):
 
 
 def pin_external(
-    model: ir.Model, stamps: Mapping[str, tuple[int, int, int, int]] | None = None
+    model: ir.Model,
+    stamps: Mapping[str, tuple[int, int, int, int]] | None = None,
+    *,
+    owned: Collection[str] = (),
+    model_file: str | None = None,
 ) -> None:
     """Open the data file of every external initializer now (nothing is read until first use).
 
@@ -414,6 +431,8 @@ def pin_external(
     Args:
         model: The model just loaded.
         stamps: :func:`record_stamps` of the model's record (checked by the caller).
+        owned: Real paths of the data files the model's record owns (:func:`owned_files`).
+        model_file: Real path of the model file (the owner of ``owned``).
     """
     files: dict[str, _DataFile] = {}
     for graph in model.graphs():
@@ -434,7 +453,10 @@ def pin_external(
             if file is None:
                 try:
                     file = files[path] = _DataFile(
-                        path, os.fspath(tensor.location), (stamps or {}).get(path)
+                        path,
+                        os.fspath(tensor.location),
+                        (stamps or {}).get(path),
+                        model_file if path in owned else None,
                     )
                 except OSError:  # out of descriptors: stay lazy
                     return

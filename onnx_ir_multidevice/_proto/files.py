@@ -63,13 +63,14 @@ External data rules of :func:`save` (``external_data=None``, the default):
 * **in place**: if the model is saved into the folder it was loaded from, and every
   initializer of ``size_threshold_bytes`` or more is still read from a data file of that
   folder that :func:`load` opened (the weights were not replaced in memory, and the file was
-  not replaced on disk since), the saved model refers to those data files where they are
-  (same names, same offsets) and no data is written: ``omny plan model.onnx -o model.omny``
-  adds its metadata without a second copy of the weights. The record lists these files as
-  *not owned* (``"owned": false``): no later save over the saved model removes them, and
-  the saved model depends on them (keep them next to it; a change to them is reported by
-  :func:`load`). Their CRC-32 is taken from the record they were loaded with while they are
-  unchanged, else read once;
+  not replaced on disk since), and no *other* model of ours owns those files, the saved
+  model refers to them where they are (same names, same offsets) and no data is written:
+  ``omny plan model.onnx -o model.omny`` adds its metadata without a second copy of the
+  weights. The record lists borrowed files as *not owned* (``"owned": false``): no later
+  save over the saved model removes them, and the saved model depends on them (keep them
+  next to it; a change to them is reported by :func:`load`). Saved over the model that owns
+  them, the new model owns them in turn. Their CRC-32 is taken from the record they were
+  loaded with while they are unchanged, else read once;
 * otherwise, if any initializer of the model lives in an external file (the model was loaded
   with external data), or the initializers total 2 GiB or more (the protobuf limit), all
   initializers of ``size_threshold_bytes`` or more are written to a data file next to the
@@ -93,7 +94,7 @@ import dataclasses
 import os
 import secrets
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 import onnx
@@ -268,7 +269,16 @@ def _load_locked(path: Path, folder: str, verify_data: bool = False) -> ir.Model
     if container is not None:
         model.meta[CONTAINER_META_KEY] = container
     set_base_dir(model, folder)
-    pin_external(model, record_stamps(record, folder) if record is not None else None)
+    if record is None:
+        pin_external(model)
+    else:
+        owned = {os.path.realpath(os.path.join(folder, name)) for name in owned_files(record)}
+        pin_external(
+            model,
+            record_stamps(record, folder),
+            owned=owned,
+            model_file=os.path.realpath(path),
+        )
     return model
 
 
@@ -568,12 +578,13 @@ def _write_staged(
     data_name: str | None,
     size_threshold_bytes: int,
     mode: int | None,
-    shared: Mapping[str, _DataFile] | None = None,
+    shared: tuple[Mapping[str, _DataFile], set[str]] | None = None,
 ) -> _Staged:
     """Write the model (and its data file) into the staging folder, flushed to disk.
 
-    With ``shared`` (``{location: data file}``, see :func:`_shared_data`), the external
-    initializers keep referring to those files in place and no data file is written.
+    With ``shared`` (``({location: data file}, owned locations)``, see :func:`_shared_data`),
+    the external initializers keep referring to those files in place and no data file is
+    written.
     """
     originals = {
         value: value.const_value for graph in graphs for value in graph.initializers.values()
@@ -610,8 +621,10 @@ def _write_staged(
             staged_data.unlink()
     record = None
     if shared:
+        files, owned = shared
         record = make_record(
-            {location: _shared_record(file) for location, file in shared.items()}, shared=shared
+            {location: _shared_record(file) for location, file in files.items()},
+            shared=set(files) - owned,
         )
     elif wrote_data:
         assert staged_data is not None and data_name is not None
@@ -648,23 +661,48 @@ def _shared_record(file: _DataFile) -> tuple[int, int, os.stat_result]:
     return size, crc, info
 
 
+def _check_unchanged(files: Iterable[_DataFile], path: Path) -> None:
+    """Refuse to commit a model referring to a data file replaced while it was saved.
+
+    Raises:
+        OmnyIOError: A data file is no longer the one opened at load (another writer
+            replaced or removed it meanwhile).
+    """
+    for file in files:
+        try:
+            same = os.stat(file.path).st_ino == os.fstat(file.fd).st_ino
+        except OSError:
+            same = False
+        if not same:
+            raise OmnyIOError(
+                f"{path}: the data file {file.path} was replaced or removed while the model "
+                "was being saved; load the model again and save it (the destination is "
+                "unchanged)"
+            )
+
+
 def _shared_data(
     graphs: Sequence[ir.Graph], target: Path, size_threshold_bytes: int
-) -> dict[str, _DataFile] | None:
+) -> tuple[dict[str, _DataFile], set[str]] | None:
     """The data files the model can keep referring to in place when saved as ``target``.
 
     Possible when every initializer of ``size_threshold_bytes`` or more is read from a data
     file opened by :func:`load` (a :class:`PinnedExternalTensor`) in ``target``'s folder,
-    still the file at that name (not replaced since), and not ``target`` itself. Then the
-    save writes only the model file, whose record lists those files as not owned (``"owned":
-    false``): no save over it removes them.
+    still the file at that name (not replaced since), not ``target`` itself, and either owned
+    by no model of ours (an exporter's file, or one a model only borrows) or owned by the
+    model file at ``target`` (a save in place: the ownership passes to the new model). A
+    file another model owns is never borrowed: that model's next save may remove it. The
+    save then writes only the model file, whose record lists the borrowed files as not owned
+    (``"owned": false``): no save over it removes them.
 
     Returns:
-        ``{location: data file}``, or ``None`` when the data must be written.
+        ``({location: data file}, locations the new model owns)``, or ``None`` when the data
+        must be written.
     """
     folder = os.path.realpath(target.parent)
     target_real = os.path.realpath(target)
     shared: dict[str, _DataFile] = {}
+    owned: set[str] = set()
     for graph in graphs:
         for value in graph.initializers.values():
             tensor = value.const_value
@@ -684,6 +722,7 @@ def _shared_data(
                 or location.startswith("..")
                 or os.path.realpath(os.path.join(folder, location)) != file.path
                 or file.path == target_real
+                or file.owner not in (None, target_real)
             ):
                 return None
             try:
@@ -697,7 +736,9 @@ def _shared_data(
             ):
                 return None  # replaced or changed since it was loaded
             shared[location] = file
-    return shared or None
+            if file.owner is not None:
+                owned.add(location)
+    return (shared, owned) if shared else None
 
 
 def _repoint(staged: _Staged, removed: set[str], folder: Path, location: str | None) -> None:
@@ -831,6 +872,8 @@ def save(
         with atomic.folder_lock(folder):  # commits into one folder happen one at a time
             # What the model being replaced owns (its data files written by a save).
             replaced = _model_references(target, owned_only=True)
+            if shared:
+                _check_unchanged(shared[0].values(), path)
             _list_replaced(staging, folder, replaced)
             if staged.data:
                 assert claimed is not None
@@ -840,7 +883,7 @@ def save(
             atomic.fsync_dir(folder)
             keep = {os.path.realpath(claimed)} if staged.data and claimed is not None else set()
             keep.add(os.path.realpath(target))
-            keep.update(file.path for file in (shared or {}).values())
+            keep.update(file.path for file in (shared[0].values() if shared else ()))
             removed = _remove_replaced(replaced, keep)
     except OSError as error:
         raise OmnyIOError(
