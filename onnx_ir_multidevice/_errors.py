@@ -11,6 +11,7 @@ __all__ = [
     "BindingError",
     "CheckError",
     "ExportError",
+    "ExportUsageError",
     "ExternalDataError",
     "ExternalDataProblem",
     "OmnyError",
@@ -155,6 +156,22 @@ class SplitError(OmnyError, ValueError):
 
 class ExportError(OmnyError, ValueError):
     """A model cannot be exported as asked: unknown format or option, or content it cannot hold."""
+
+
+class ExportUsageError(ExportError):
+    """An export was asked for wrongly (a shard count or an option value).
+
+    A missing shard count, an option value that does not parse, one device too many:
+    ``omny export`` reports it as a usage error (exit status 2).
+
+    Attributes:
+        cli_message: The message in command-line words (``--shards N`` for ``shards=N``),
+            when they differ; ``omny export`` prints it.
+    """
+
+    def __init__(self, message: str, *, cli_message: str | None = None) -> None:
+        self.cli_message = cli_message
+        super().__init__(message)
 
 
 class PlanningDimsError(ExportError):

@@ -83,6 +83,12 @@ def chain(n: int = 6, *, side: bool = False) -> ir.Model:
     return ir.Model(graph, ir_version=11)
 
 
+def _huge_input(model: ir.Model) -> ir.Model:
+    """``model`` with its graph input's batch dim stated as 2**62 (issue 18 item 17)."""
+    model.graph.inputs[0].shape = ir.Shape([2**62, 8])
+    return model
+
+
 def _dims(value: ir.Value) -> tuple[int, ...]:
     return tuple(d if isinstance(d, int) else -1 for d in value.shape)
 
@@ -551,6 +557,7 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY120": _cut("shard_memory_mb", 0),
     "OMNY121": _cut("shard_memory_mb", 100),
     "OMNY122": _cut("shape", [-1, 2**62]),
+    "OMNY123": lambda: _huge_input(chain(2)),
     "OMNY130": _sharding("configurations", []),
     "OMNY131": _configuration("cut_point_ids", ["cut_h2"]),
     "OMNY132": _configuration("cut_point_ids", ["cut_h2", "cut_3"]),

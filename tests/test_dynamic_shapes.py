@@ -213,7 +213,7 @@ def test_verify_and_run_use_the_planning_dims(capsys, tmp_path):
     assert code == 0, err
     code, stdout, _ = _run(capsys, "run", out, "--shards", 2, "--requests", 1, "--json")
     assert code == 0
-    assert json.loads(stdout)["input_shapes"]["x"] == [1, 3, 96, 128]
+    assert json.loads(stdout)["result"]["input_shapes"]["x"] == [1, 3, 96, 128]
     model = load(out)
     assert make_inputs(model)["x"].shape == (1, 3, 96, 128)
     omny.write_planning_dims(model, None)  # nothing recorded: images of 224 x 224

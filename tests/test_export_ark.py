@@ -441,7 +441,7 @@ def test_command_line(tmp_path, capsys):
     code, stdout, err = _run(capsys, "export", "ark", str(GPT_TINY), str(out), "--shards", "2",
                              "--layout", "seed", "--json")  # fmt: skip
     assert code == 0, err
-    document = json.loads(stdout)
+    document = json.loads(stdout)["result"]
     assert document["format"] == "ark" and document["details"]["layout"] == "seed"
     assert document["details"]["world_size"] == 2
     index, files = read_export(out)

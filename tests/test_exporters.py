@@ -112,7 +112,7 @@ def test_an_exporter_defined_outside_works_from_the_command_line(stage_list, tmp
         "--json",
     )  # fmt: skip
     assert code == 0, err
-    document = json.loads(stdout)
+    document = json.loads(stdout)["result"]
     assert document["format"] == "stage-list"
     assert document["files"] == [str(out.absolute())]
     assert document["manifest"]["num_stages"] == 2
@@ -122,7 +122,7 @@ def test_an_exporter_defined_outside_works_from_the_command_line(stage_list, tmp
     assert code == 0
     assert "stage-list" in stdout and "--option indent=" in stdout and "split" in stdout
     code, stdout, _ = _run(capsys, "export", "--list-formats", "--json")
-    listed = {entry["name"]: entry for entry in json.loads(stdout)}
+    listed = {entry["name"]: entry for entry in json.loads(stdout)["result"]}
     assert listed["stage-list"]["options"] == {"indent": "JSON indentation (default: none)"}
     assert list(listed)[0] == "split"
     code, stdout, _ = _run(capsys, "export", "--help")

@@ -120,7 +120,17 @@ def test_devices_and_tied_weights():
     with pytest.raises(PlanError, match="4 shards need 4 devices"):
         plan(model, relaxed=True, devices=["4MiB", "2MiB", "2MiB"], shards=[4])
     with pytest.raises(PlanError, match="no unit"):
-        plan(model, devices=["8"])
+        plan(model, devices=["8.5"])
+    with pytest.raises(PlanError, match="needs .* but device .* has 8 B"):
+        plan(model, devices=["8", "8"])  # digits only: a byte count
+
+
+def test_a_device_size_of_digits_only_is_a_byte_count():
+    """Issue 18 item 24: "1073741824" was refused although the docs say byte counts work."""
+    from onnx_ir_multidevice.planner.devices import parse_memory_sizes, parse_size
+
+    assert parse_size("1073741824") == 2**30 == parse_size("1GiB")
+    assert parse_memory_sizes("1073741824, 512MiB") == (2**30, 2**29)
 
 
 def test_automatic_shard_counts_and_limits():
@@ -208,7 +218,7 @@ def test_parse_sizes_and_dims():
     assert parse_size("1.5 mib") == 1572864
     assert parse_memory_sizes("24GiB, 8GiB,8GiB") == (24 * 1024**3, 8 * 1024**3, 8 * 1024**3)
     assert parse_dims(["seq=512", "batch=2"]) == {"seq": 512, "batch": 2}
-    for bad in ("8", "8XB", "-1GB", "GB", "0MiB"):
+    for bad in ("8.5", "0", "8XB", "-1GB", "GB", "0MiB"):
         with pytest.raises(ValueError):
             parse_size(bad)
     with pytest.raises(ValueError, match="NAME=POSITIVE_INT"):
@@ -231,10 +241,10 @@ def test_cli_plan(tmp_path, capsys):
     assert "2 shards: cuts cut_" in text and "stage 2:" in text
     meta = omny.read(ir.load(out))
     assert meta is not None and meta.sharding.allowed_shards == (2, 3)
-    assert main(["plan", str(source), "-o", str(out), "--shards", "2", "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    assert main(["plan", str(source), "-o", str(out), "--shards", "2", "--json", "--force"]) == 0
+    document = json.loads(capsys.readouterr().out)["result"]
     assert document["sharding"]["allowed_shards"] == [2]
-    assert main(["plan", str(source), "-o", str(out), "--devices", "1KiB,1KiB"]) == 1
+    assert main(["plan", str(source), "-o", str(out), "--devices", "1KiB,1KiB", "--force"]) == 1
     assert "device 0 has 1.0 KiB" in capsys.readouterr().err
     assert main(["plan", str(source), "-o", str(out), "--devices", "1Q"]) == 2
     assert main(["plan", str(source), "-o", str(out), "--shards", "x"]) == 2

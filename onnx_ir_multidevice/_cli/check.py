@@ -116,7 +116,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if report.model is None:
         if not args.json:
-            error(f"{args.file}: cannot be read as an ONNX model")
+            refused = any(d.code == "OMNY106" for d in report.diagnostics)  # valid ONNX
+            error(
+                f"{args.file}: "
+                + (
+                    "cannot be loaded (see the errors above)"
+                    if refused
+                    else "cannot be read as an ONNX model"
+                )
+            )
         return EXIT_USAGE
     if report.unreadable:
         if not args.json:

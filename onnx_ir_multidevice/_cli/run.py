@@ -24,14 +24,19 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_progress_argument,
     add_shards_argument,
     check_dim_names,
     dim_argument,
     error,
     help_description,
     print_json,
+    progress_reporter,
 )
 from onnx_ir_multidevice._errors import PipelineError, SplitError
+
+_PROGRESS_EVERY = 100
+"""Timed requests between two progress lines of ``--progress``."""
 
 
 def _threads(text: str) -> list[int] | int:
@@ -95,11 +100,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-in-flight", type=int, metavar="M", help="requests inside the stages at once"
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_progress_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``args.input`` as a pipeline and print its timing."""
+    from onnx_ir_multidevice._util import plural
     from onnx_ir_multidevice.runtime.engines import get_engine  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.inputs import dim_names  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.pipeline import Pipeline  # lazy: `omny --help` stays fast
@@ -119,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
         error(str(exc))
         return EXIT_USAGE
     dims = dict(args.dim)
+    progress = progress_reporter(args, "run")
+    progress(f"loading {args.input} and starting the stage sessions")
     try:
         pipeline = Pipeline(
             args.input,
@@ -138,11 +147,14 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         inputs = pipeline.example_inputs(dims, seed=args.seed)
         try:
+            progress(f"{plural(args.warmup, 'warm-up request')}")
             for _ in pipeline.map(itertools.repeat(inputs, args.warmup)):
                 pass
             pipeline.reset_stats()
-            for _ in pipeline.map(itertools.repeat(inputs, args.requests)):
-                pass
+            progress(f"timing {plural(args.requests, 'request')}")
+            for done, _ in enumerate(pipeline.map(itertools.repeat(inputs, args.requests)), 1):
+                if done % _PROGRESS_EVERY == 0:
+                    progress(f"{done}/{args.requests} requests")
         except PipelineError as exc:
             error(f"{args.input}: {exc}")
             return EXIT_FINDINGS

@@ -21,12 +21,14 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_progress_argument,
     add_shards_argument,
     check_dim_names,
     dim_argument,
     error,
     help_description,
     print_json,
+    progress_reporter,
     tolerance_argument,
 )
 from onnx_ir_multidevice._errors import SplitError, VerifyError
@@ -59,6 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    add_progress_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -82,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice.analysis.shapes import input_symbols
     from onnx_ir_multidevice.runtime.verification import verify
 
+    progress = progress_reporter(args, "verify")
+    progress(f"loading {args.file}")
     model = load(args.file)
     problem = check_dim_names(args.file, dict(args.dim), input_symbols(model.graph))
     if problem is not None:
@@ -98,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     failed: list[int] = []
     for shards in counts:
+        progress(f"splitting into {_stages(shards)} and running them against the whole model")
         try:
             report = verify(
                 model, shards, rtol=args.rtol, atol=args.atol, dims=dict(args.dim),

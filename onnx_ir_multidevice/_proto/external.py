@@ -5,8 +5,9 @@ its file with ``location`` and the bytes with ``offset`` and ``length``. The pac
 reference only when all of these hold (the rules of onnx-ir's and onnxruntime's loaders,
 checked up front, for every tensor at once, with the tensor named):
 
-* ``location`` is a non-empty *relative* path that stays inside the model's folder once
-  normalised (no ``..`` leading out) and once links are followed (no symlink leading out);
+* ``location`` is a non-empty *relative* path of a file, without a NUL byte or a ``..``
+  component (even one that normalises inside: the OS resolves ``sub/..`` through ``sub``),
+  that stays inside the model's folder once links are followed (no symlink leading out);
 * it names an existing *regular* file with a single hard link (onnx-ir refuses hard links:
   one could bring any file of the system into the folder);
 * ``offset`` and ``length``, when given, are non-negative integers; ``length`` equals the
@@ -132,6 +133,8 @@ class _Files:
     def _resolve(self, location: str) -> tuple[str | None, str, int]:
         if not location:
             return "has no location (the data file is not named)", "", 0
+        if "\x00" in location:
+            return "has a NUL byte in its location, which no file name holds", location, 0
         if self.folder and (os.path.isabs(location) or location.startswith(("/", "\\"))):
             return (
                 "is an absolute path; external data must be a relative path inside the "
@@ -145,6 +148,18 @@ class _Files:
             path = os.path.normpath(os.path.join(self.folder, location))
             if not _inside(path, self.folder):
                 return f"is outside the model's folder ({self.folder})", path, 0
+            parts = location.replace("\\", "/").split("/")
+            if ".." in parts:
+                # Refused even when it normalises inside: the OS resolves `sub/..` through
+                # `sub` (a link, or missing), so onnxruntime may open another file than checked.
+                return (
+                    "has a '..' component; write the data file's plain relative path (e.g. "
+                    "'weights.data' or 'sub/weights.data')",
+                    location,
+                    0,
+                )
+            if parts[-1] in ("", "."):
+                return "names a folder, not a data file", location, 0
             real = os.path.realpath(path)
             if not _inside(real, self.real_folder):
                 return f"leads to {real}, outside the model's folder ({self.folder})", path, 0

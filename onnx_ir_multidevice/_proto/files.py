@@ -120,6 +120,7 @@ from onnx_ir_multidevice._proto.external import (
     record_stamps,
     set_base_dir,
 )
+from onnx_ir_multidevice._regular_files import read_regular, require_regular
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.omny.container import (
     CONTAINER_META_KEY,
@@ -154,6 +155,7 @@ def _check_readable_file(path: Path) -> None:
         )
     if not path.exists():
         raise OmnyIOError(f"{path}: no such file; check the path (relative to {Path.cwd()})")
+    require_regular(path)  # a FIFO or a device: refused before the folder lock, before reading
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,7 +237,9 @@ def load(path: str | os.PathLike, *, verify_data: bool = False) -> ir.Model:
 
 def _load_locked(path: Path, folder: str, verify_data: bool = False) -> ir.Model:
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
+    except OmnyIOError:
+        raise
     except OSError as error:
         raise OmnyIOError(
             f"{path}: cannot be read ({error.strerror}); check permissions"
@@ -294,12 +298,15 @@ def _v2_container(path: Path, data: bytes) -> Container | None:
 
 
 def _check_data_name(name: str, target: Path) -> str:
-    """Refuse a data file name that is absolute, leaves the model's folder or is the model's.
+    """Refuse a data file name that is absolute, has a NUL byte, leaves the folder, or is the model.
 
     Raises:
-        OmnyIOError: ``name`` is absolute, leads out of the folder (``..``, or through a
-            subfolder that is a symbolic link leading out), or names the model file itself.
+        OmnyIOError: ``name`` holds a NUL byte, is absolute, leads out of the folder (``..``,
+            or through a subfolder that is a symbolic link leading out), or names the model
+            file itself.
     """
+    if "\x00" in name:
+        raise OmnyIOError(f"external_data={name!r} has a NUL byte; give a file name")
     if os.path.isabs(name) or name.startswith(("/", "\\")):
         raise OmnyIOError(f"external_data={name!r} must be relative to the model file's folder")
     normal = os.path.normpath(name)

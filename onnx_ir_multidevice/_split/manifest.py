@@ -29,6 +29,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError, SplitError
+from onnx_ir_multidevice._regular_files import read_regular
 
 MANIFEST_FORMAT = "onnx-ir-multidevice/split"
 """Value of the ``format`` key of ``manifest.json``."""
@@ -184,13 +185,13 @@ class Manifest:
 
 
 def _load_document(folder: pathlib.Path, file: pathlib.Path) -> Any:
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
+    if not os.path.lexists(file):
         raise OmnyIOError(
             f"{folder}: is a directory without {MANIFEST_NAME}; pass a directory written by "
             "`omny split`, or a model file"
-        ) from exc
+        )
+    try:
+        text = read_regular(file, "manifest").decode("utf-8")
     except OSError as exc:
         raise OmnyIOError(
             f"cannot read {file}: {exc}; expected a directory written by `omny split`"

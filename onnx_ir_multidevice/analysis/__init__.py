@@ -18,8 +18,10 @@ __all__ = [
     "topological_order",
     "value_consumers",
     # tensor classes
+    "DEFAULT_INDEX_TABLE_BYTES",
     "DEFAULT_LARGE_CONSTANT_BYTES",
     "HEAVY_OPS",
+    "INDEX_TABLE_DTYPES",
     "NONDETERMINISTIC_OPS",
     "TensorClass",
     "classify_values",
@@ -31,6 +33,7 @@ __all__ = [
     # boundaries
     "Boundary",
     "boundary_crossings",
+    "boundary_problem",
     "edge_violations",
     # cut points
     "DEFAULT_SIDE_LIMIT_BYTES",
@@ -39,6 +42,8 @@ __all__ = [
     "analyse_cut_points",
     "find_cut_points",
     "narrowest_crossing",
+    # element types
+    "element_types",
     # precision
     "TOLERANCES",
     "arithmetic_family",
@@ -55,6 +60,7 @@ from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.analysis.boundaries import (
     Boundary,
     boundary_crossings,
+    boundary_problem,
     edge_violations,
 )
 from onnx_ir_multidevice.analysis.cut_points import (
@@ -66,6 +72,7 @@ from onnx_ir_multidevice.analysis.cut_points import (
     narrowest_crossing,
 )
 from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
+from onnx_ir_multidevice.analysis.element_types import element_types
 from onnx_ir_multidevice.analysis.precision import (
     TOLERANCES,
     arithmetic_family,
@@ -78,8 +85,10 @@ from onnx_ir_multidevice.analysis.stages import (
     stages_from_annotations,
 )
 from onnx_ir_multidevice.analysis.tensor_classes import (
+    DEFAULT_INDEX_TABLE_BYTES,
     DEFAULT_LARGE_CONSTANT_BYTES,
     HEAVY_OPS,
+    INDEX_TABLE_DTYPES,
     NONDETERMINISTIC_OPS,
     TensorClass,
     classify_values,

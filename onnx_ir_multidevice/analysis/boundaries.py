@@ -11,6 +11,12 @@ output produced at stage ``<= k`` is listed in :attr:`Boundary.outputs_carried` 
 Each value's producer stage and latest consumer stage are computed once; the value is then
 appended to the boundaries of its span, so the cost is O(N + E + size of the result).
 
+Whether a boundary *can be written* where a value crosses is one predicate,
+:func:`boundary_problem`, used by the cut finder (so the planner only offers such cuts) and by
+the split (which refuses the others with its message): a stage input or output needs a
+dtype, stated in the file or inferred (element types do not depend on the planning dims:
+:mod:`~onnx_ir_multidevice.analysis.element_types`).
+
 .. versionadded:: 0.1
 """
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 __all__ = [
     "Boundary",
     "boundary_crossings",
+    "boundary_problem",
     "edge_violations",
 ]
 
@@ -28,6 +35,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.stages import StageAssignmentError
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, slot_classes
 from onnx_ir_multidevice.graph.index import GraphIndex, graph_uses
@@ -59,6 +67,36 @@ class Boundary:
     def is_strict(self) -> bool:
         """Whether exactly one activation crosses (what the ``.omny`` spec calls a valid cut)."""
         return len(self.activations) == 1
+
+
+def boundary_problem(value: ir.Value, shapes: ValueShapes) -> str | None:
+    """Why ``value`` cannot be written as a stage's input or output; ``None`` when it can.
+
+    The one test of "a stage boundary can be written here": the cut finder drops cuts whose
+    crossing values fail it, and the split raises with the reason it gives.
+
+    Args:
+        value: A value of the main graph that crosses a boundary (or a graph output).
+        shapes: The shape layer of the graph (its dtypes, stated or inferred).
+
+    Returns:
+        A sentence (starting lower case) saying what is missing, or ``None``.
+
+    .. versionadded:: 0.1
+    """
+    if value.type is not None or shapes.dtype(value) is not None:
+        return None
+    producer = value.producer()
+    what = (
+        f"a {producer.domain + '.' if producer.domain else ''}{producer.op_type} node"
+        if producer is not None
+        else "the graph"
+    )
+    return (
+        f"its dtype is neither in the file nor inferable (made by {what} whose output "
+        "types no ONNX schema or rule of this package tells); give the value a type in "
+        "the model"
+    )
 
 
 def _checked_stage(node: ir.Node, stages: Mapping[ir.Node, int | None]) -> int:

@@ -76,9 +76,10 @@ import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
+from onnx_ir_multidevice.analysis.element_types import element_types
 from onnx_ir_multidevice.analysis.shape_data import evaluate_cone, shape_cone
 from onnx_ir_multidevice.analysis.shape_propagation import propagate
-from onnx_ir_multidevice.graph.index import GraphIndex
+from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 
 DEFAULT_BATCH = 1
 """Planning value of a graph input's symbolic first (batch) dimension when none is given."""
@@ -699,7 +700,8 @@ def _surrogate_dtype(node: ir.Node) -> ir.DataType | None:
 def _write_surrogate(g: onnx.GraphProto, node: ir.Node, keys: Mapping[ir.Value, str]) -> bool:
     """Write ``node`` (com.microsoft) as the standard op it shapes like; ``False`` if none."""
     found = _SURROGATES.get(node.op_type)
-    if found is None or not node.outputs or node.attributes.get("channels_last"):
+    channels_last = node.attributes.get("channels_last")
+    if found is None or not node.outputs or (channels_last is not None and channels_last.value):
         return False
     op_type, slots, kept = found
     inputs = node.inputs
@@ -844,6 +846,7 @@ class ValueShapes:
         self._runs: dict[int, _Run] = {}
         self._checked: set[ir.Value] = set()
         self._fast: Any = _UNSET
+        self._dtypes: Mapping[ir.Value, ir.DataType] | None = None
         self._probe_values: dict[int, list[str]] = {}
         for symbol, value in self.probe_dims.items():
             self._probe_values.setdefault(value, []).append(symbol)
@@ -944,8 +947,29 @@ class ValueShapes:
             return self._cache[value]
         except KeyError:
             pass
-        info = self._cache[value] = self._compute(value)
+        info = self._compute(value)
+        if info.dtype is None:
+            # Dtypes do not depend on dims: where inference fails at the probe dims (a model
+            # invalid there), the element type still follows from the graph.
+            dtype = self._element_types().get(value)
+            if dtype is not None:
+                info = dataclasses.replace(info, dtype=dtype)
+        self._cache[value] = info
         return info
+
+    def _element_types(self) -> Mapping[ir.Value, ir.DataType]:
+        """:func:`~.element_types.element_types` of the graph, computed once."""
+        found = self._dtypes
+        if found is None:
+            index = self._index
+            try:
+                if index is None:
+                    index = self._index = GraphIndex.build(self.graph)
+                found = element_types(self.graph, index=index)
+            except AnalysisError:  # a cycle: no propagation
+                found = {}
+            self._dtypes = found
+        return found
 
     def _compute(self, value: ir.Value) -> _Info:
         dtype = value.dtype

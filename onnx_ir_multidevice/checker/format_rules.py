@@ -23,6 +23,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import OmnyFormatError
 from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
+from onnx_ir_multidevice.analysis.sizes import MAX_TENSOR_BYTES, oversized_io
 from onnx_ir_multidevice.binding.bind import BoundConfiguration, BoundPlan, bind
 from onnx_ir_multidevice.binding.naming import configuration_names
 from onnx_ir_multidevice.checker.diagnostics import Diagnostic, make, value_location
@@ -36,10 +37,6 @@ from onnx_ir_multidevice.omny._schema import (
     Sharding,
 )
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
-
-#: The largest cut tensor the checker accepts (``OMNY122``): 2**50 bytes (1 PiB), far above
-#: any device's memory and far below where sizes overflow a signed 64-bit integer.
-MAX_TENSOR_BYTES = 2**50
 
 
 def _bytes(nbytes: int) -> str:
@@ -96,6 +93,24 @@ def check_format(
     rules = _FormatRules(model, diagnostics, index)
     configurations = rules.run()
     return rules.plan, configurations
+
+
+def check_io_sizes(model: ir.Model, diagnostics: list[Diagnostic]) -> None:
+    """OMNY123: a graph input or output whose stated dims no device can hold (1 PiB).
+
+    Such a shape (a dim of 2**62 in a damaged or hand-edited file) cannot be planned, split
+    or run; it runs on plain models too, before any plan is read.
+    """
+    for kind, value, axis, nbytes in oversized_io(model.graph):
+        diagnostics.append(
+            make(
+                "OMNY123",
+                f"graph {kind} {value.name!r}: dim {axis} is {value.shape[axis]}, so the tensor "
+                f"takes at least {_bytes(nbytes)}, more than any device holds (the limit is "
+                f"{_bytes(MAX_TENSOR_BYTES)}); write its real size (or a symbolic dim)",
+                value_location(value),
+            )
+        )
 
 
 class _FormatRules:

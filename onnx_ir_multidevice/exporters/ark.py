@@ -39,7 +39,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import ExportError
+from onnx_ir_multidevice._errors import ExportError, ExportUsageError
 from onnx_ir_multidevice._proto.atomic import check_output_directory, staged_directory
 from onnx_ir_multidevice.exporters._options import (
     parse_choice,
@@ -656,7 +656,10 @@ class ArkExporter:
     ) -> ExportResult:
         """Write ``rank_<k>.json`` for every stage and ``index.json`` into ``destination``."""
         if shards is None:
-            raise ExportError("the ark format needs the number of stages: pass shards=N")
+            raise ExportUsageError(
+                "the ark format needs the number of stages: pass shards=N",
+                cli_message="the ark format needs the number of stages: pass --shards N",
+            )
         layout = parse_choice(options.get("layout", "main"), "layout", ("main", "seed"))
         ops = parse_choice(options.get("ops", "skeleton"), "ops", ("skeleton", "translate"))
         strict = parse_flag(options.get("strict_dtypes", False), "strict_dtypes")

@@ -42,7 +42,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import ExportError
+from onnx_ir_multidevice._errors import ExportError, ExportUsageError
 from onnx_ir_multidevice._proto.atomic import (
     check_output_directory,
     check_output_file,
@@ -72,8 +72,12 @@ _KDL_CPU = 1
 """``kDLCPU``: the device every saved array is stored for."""
 
 _D = ir.DataType
-# ONNX data type -> (DLDataType code, bits, TVM's name) as TVM v0.18 spells them. Data is one
-# element per ((bits + 7) // 8) bytes, as ONNX stores these types too.
+# ONNX data type -> (DLDataType code, bits, TVM's name). The codes and bits are those that
+# apache-tvm 0.27 (DLPack 1.1) writes with ``save_param_dict`` and reads back with
+# ``load_param_dict``: ``bool`` is ``kDLBool`` (6) of 8 bits, the float8 types have DLPack's codes
+# (10 and 12). TVM v0.18's spellings (``uint1`` for bool, 6 and 7 for float8) are misread by 0.27:
+# it sizes a 1-bit element as packed bits, so a large bool weight overflows its buffer. Data is
+# one element per ((bits + 7) // 8) bytes, as ONNX stores these types too.
 _TVM_DTYPES: dict[ir.DataType, tuple[int, int, str]] = {
     _D.INT8: (0, 8, "int8"),
     _D.INT16: (0, 16, "int16"),
@@ -83,13 +87,13 @@ _TVM_DTYPES: dict[ir.DataType, tuple[int, int, str]] = {
     _D.UINT16: (1, 16, "uint16"),
     _D.UINT32: (1, 32, "uint32"),
     _D.UINT64: (1, 64, "uint64"),
-    _D.BOOL: (1, 1, "bool"),
+    _D.BOOL: (6, 8, "bool"),
     _D.FLOAT16: (2, 16, "float16"),
     _D.FLOAT: (2, 32, "float32"),
     _D.DOUBLE: (2, 64, "float64"),
     _D.BFLOAT16: (4, 16, "bfloat16"),
-    _D.FLOAT8E4M3FN: (6, 8, "e4m3_float8"),
-    _D.FLOAT8E5M2: (7, 8, "e5m2_float8"),
+    _D.FLOAT8E4M3FN: (10, 8, "e4m3_float8"),
+    _D.FLOAT8E5M2: (12, 8, "e5m2_float8"),
 }
 
 # Device kind (``--providers``) -> (DLDevice type, TVM target kind).
@@ -156,17 +160,17 @@ def _devices(value: Any, num_stages: int) -> list[Device]:
     try:
         devices = [parse_device(spec.strip() if isinstance(spec, str) else spec) for spec in specs]
     except ValueError as error:
-        raise ExportError(f"option providers: {error}") from None
+        raise ExportUsageError(f"option providers: {error}") from None
     if len(devices) == 1:
         devices = devices * num_stages
     if len(devices) != num_stages:
-        raise ExportError(
+        raise ExportUsageError(
             f"option providers: {len(devices)} devices for {num_stages} stages; give one for "
             "every stage (e.g. cpu,cuda:0) or one for all"
         )
     for device in devices:
         if device.kind not in _TVM_DEVICES:
-            raise ExportError(
+            raise ExportUsageError(
                 f"option providers: {device} has no TVM device type here; use one of "
                 f"{', '.join(_TVM_DEVICES)}"
             )
@@ -466,15 +470,31 @@ class TvmMlfExporter:
     ) -> ExportResult:
         """Write the archive (or, with ``per_stage``, the directory of archives)."""
         if shards is None:
-            raise ExportError("the mlf format needs the number of stages: pass shards=N")
+            raise ExportUsageError(
+                "the mlf format needs the number of stages: pass shards=N",
+                cli_message="the mlf format needs the number of stages: pass --shards N",
+            )
         per_stage = parse_flag(options.get("per_stage", False), "per_stage")
         moment = _export_datetime(options.get("export_datetime"))
         configuration = parse_configuration(options.get("configuration"))
         dims = parse_dims(options.get("dims"))
+        if not per_stage and destination.suffix != ".tar":  # `out/` is not a file name
+            where = "a directory" if destination.is_dir() else "not a .tar file name"
+            raise ExportUsageError(
+                f"{destination}: {where}; the mlf format writes one .tar archive: name it "
+                f"(e.g. {destination / 'model.tar'}), or pass per_stage=True for a directory "
+                "of .tar files, one per stage",
+                cli_message=f"{destination}: {where}; the mlf format writes one .tar archive: "
+                f"name it (e.g. {destination / 'model.tar'}), or pass --per-stage for a "
+                "directory of .tar files, one per stage",
+            )
         if per_stage and destination.suffix == ".tar":
-            raise ExportError(
+            raise ExportUsageError(
                 f"{destination}: with per_stage, OUT is a directory that receives one .tar per "
-                f"stage; pass a directory name such as {destination.with_suffix('')}"
+                f"stage; pass a directory name such as {destination.with_suffix('')}",
+                cli_message=f"{destination}: with --per-stage, OUT is a directory that receives "
+                f"one .tar per stage; pass a directory name such as "
+                f"{destination.with_suffix('')}",
             )
         holds = "with per_stage the output is a directory of .tar files"
         if per_stage:

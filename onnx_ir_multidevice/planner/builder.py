@@ -50,6 +50,7 @@ __all__ = [
 import dataclasses
 import datetime
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
@@ -192,10 +193,18 @@ def model_info(
     )
 
 
+def _export_moment() -> datetime.datetime:
+    """``SOURCE_DATE_EPOCH`` when set to whole seconds (reproducible builds), else now (UTC)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch.isdigit():
+        return datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc)
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
 def export_info(model: ir.Model) -> ExportInfo:
-    """Who wrote the document and when: now, this package, from ONNX."""
+    """Who wrote the document and when: now (or ``SOURCE_DATE_EPOCH``), this package, from ONNX."""
     return ExportInfo(
-        exported_at=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        exported_at=_export_moment().strftime("%Y-%m-%dT%H:%M:%SZ"),
         exporter_version=__version__,
         source_framework="onnx",
         source_version=onnx.__version__,

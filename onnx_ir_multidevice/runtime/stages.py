@@ -43,6 +43,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError, PipelineError
 from onnx_ir_multidevice._proto.convert import from_proto
 from onnx_ir_multidevice._proto.files import load as load_model
+from onnx_ir_multidevice._regular_files import require_regular
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._split.manifest import ManifestError, read_manifest
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
@@ -186,6 +187,7 @@ def _stage_from_ir(
 
 def _stage_from_path(index: int, path: str | os.PathLike) -> _Stage:
     path = os.fspath(path)
+    require_regular(path, "stage model")
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as exc:  # onnx raises OSError, DecodeError or its own errors
