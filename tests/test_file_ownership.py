@@ -7,6 +7,9 @@ staging folder was removed when its pid meant nothing here (another PID namespac
 ``external_data`` through a symbolic link wrote outside the folder (5); a manifest could
 name stage files outside the split folder (6); a data file truncated after ``load()`` killed
 the process with SIGBUS (7); a killed ``oaax-convert`` left its extracted archive behind (8).
+Issue 17 §9: ``load()`` read every data file to check it (now a ``stat``, the CRC-32 on
+demand), and ``omny plan model.onnx -o model.omny`` wrote a second copy of the weights (now
+referred to in place when no other model owns them).
 The live writers here are real processes holding real locks; they are synchronised by
 pipes, never by sleeps.
 """
