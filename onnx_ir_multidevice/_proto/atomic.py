@@ -515,7 +515,7 @@ def check_output_file(target: Path, force: bool) -> None:
 def _renameat2() -> Callable[..., int] | None:
     try:
         function = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):  # not glibc >= 2.28, or not Linux
+    except (AttributeError, OSError, TypeError):  # not glibc >= 2.28, or not Linux
         return None
     path, directory = ctypes.c_char_p, ctypes.c_int
     function.argtypes = [directory, path, directory, path, ctypes.c_uint]
