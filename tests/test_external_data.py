@@ -326,7 +326,7 @@ def test_saving_in_place_alternates_data_names_and_keeps_the_model_valid(tmp_pat
     model = load(path)  # lazy: nothing read yet
     names = []
     for _ in range(3):
-        save(model, path)
+        save(model, path, external_data=True)  # written again (automatic: kept in place)
         files = sorted(p.name for p in path.parent.iterdir())
         assert len(files) == 2 and "m.onnx" in files  # the model and one data file
         names.append(next(f for f in files if f != "m.onnx"))

@@ -143,3 +143,23 @@ def test_onnxruntime_gets_an_annotated_model_without_its_multi_device_fields(tmp
         assert written.ir_version == 8 and not written.configuration
         feeds = {"input_ids": np.zeros((1, 16), np.int64)}
         assert owner.session.run(None, feeds)[0].shape == (1, 16, 100)
+
+
+def test_subgraph_content_counts_at_any_depth():
+    def branch(cond: ir.Value, dtype: ir.DataType, depth: int) -> ir.Graph:
+        if depth == 0:
+            value = ir.tensor(np.zeros(2, dtype.numpy()), dtype=dtype)
+            inner = ir.node("Constant", [], attributes={"value": value})
+        else:  # an If reading the main graph's condition, two levels further down
+            then_branch, else_branch = (branch(cond, dtype, depth - 1) for _ in range(2))
+            inner = ir.node("If", [cond], attributes={"then_branch": then_branch,
+                                                      "else_branch": else_branch})  # fmt: skip
+        return ir.Graph([], inner.outputs, nodes=[inner], name=f"b{depth}")
+
+    for dtype, needed in ((_D.FLOAT, 8), (_D.FLOAT8E5M2, 9), (_D.UINT4, 10)):
+        model = _tiny()
+        cond = ir.Value(name="cond", type=ir.TensorType(_D.BOOL), shape=ir.Shape([]))
+        model.graph.inputs.append(cond)
+        branches = {k: branch(cond, dtype, 2) for k in ("then_branch", "else_branch")}
+        model.graph.append(ir.node("If", [cond], attributes=branches))
+        assert required_ir_version(model) == needed, dtype

@@ -317,5 +317,5 @@ def test_cli_verify_says_when_outputs_are_all_near_zero(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "OK" in out and "note: every value of y (largest |value|" in out
     assert main(["verify", str(path), "--shards", "2", "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     assert document["results"][0]["outputs"][0]["near_zero"] is True

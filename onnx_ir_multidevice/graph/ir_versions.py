@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice.graph.index import node_subgraphs
+from onnx_ir_multidevice.graph.index import holds_subgraphs, node_subgraphs
 
 MULTI_DEVICE_IR_VERSION = 11
 """The IR version that introduced the multi-device fields."""
@@ -69,13 +69,22 @@ _FUNCTION_DEFAULT_ATTRIBUTE_IR_VERSION = 9
 _METADATA_IR_VERSION = 10
 
 
+_TENSOR_TYPE = ir.TensorType
+_NESTED_TYPES = (ir.SequenceType, ir.OptionalType)
+
+
 def _type_version(type_: ir.TypeProtocol | None) -> int:
+    # exact class tests: the types are Protocol subclasses, whose isinstance is slow
+    if type_ is None:
+        return 0
+    if type(type_) is _TENSOR_TYPE:  # the common case
+        return _TYPE_IR_VERSION.get(type_.dtype, 0)
     version = 0
     while type_ is not None:
-        if isinstance(type_, (ir.OptionalType, ir.SparseTensorType)):
+        if type(type_) in (ir.OptionalType, ir.SparseTensorType):
             version = max(version, 8)
         version = max(version, _TYPE_IR_VERSION.get(type_.dtype, 0))
-        if not isinstance(type_, (ir.SequenceType, ir.OptionalType)):
+        if type(type_) not in _NESTED_TYPES:
             break
         type_ = type_.elem_type
     return version
@@ -113,8 +122,10 @@ def _node_version(node: ir.Node, kept: Callable[[ir.NodeDeviceConfiguration], bo
         version = _METADATA_IR_VERSION
     if node.device_configurations and any(map(kept, node.device_configurations)):
         return MULTI_DEVICE_IR_VERSION if version < MULTI_DEVICE_IR_VERSION else version
-    for attribute in node.attributes.values():
-        version = max(version, _attribute_version(attribute))
+    attributes = node.attributes
+    if attributes:
+        for attribute in attributes.values():
+            version = max(version, _attribute_version(attribute))
     if node.op_type in _CAST_OPS and node.domain in ("", "ai.onnx"):
         to = node.attributes.get("to")
         if to is not None and not to.is_ref() and to.type == ir.AttributeType.INT:
@@ -122,8 +133,6 @@ def _node_version(node: ir.Node, kept: Callable[[ir.NodeDeviceConfiguration], bo
                 version = max(version, _TYPE_IR_VERSION.get(ir.DataType(to.as_int()), 0))
     for output in node.outputs:
         version = max(version, _value_version(output))
-    for graph in node_subgraphs(node):
-        version = max(version, _graph_version(graph))
     return version
 
 
@@ -186,11 +195,16 @@ def required_ir_version(
         if any(a.value is not None for a in function.attributes.values()):
             version = max(version, _FUNCTION_DEFAULT_ATTRIBUTE_IR_VERSION)
         scopes.append(function)
-    for scope in scopes:
-        for node in _with_subgraph_nodes(scope):
+    pending = scopes  # node sequences still to read: scopes, then subgraphs at any depth
+    while pending:
+        for node in pending.pop():
             version = max(version, _node_version(node, kept))
             if version >= ceiling:
                 return version
+            if holds_subgraphs(node):
+                for graph in node_subgraphs(node):
+                    version = max(version, _graph_version(graph))
+                    pending.append(graph)
     return version
 
 
@@ -224,11 +238,3 @@ def lowest_ir_version(
         model, nodes, kept=kept, configurations=configurations, at_most=model.ir_version
     )
     return min(model.ir_version, max(MIN_WRITTEN_IR_VERSION, needed))
-
-
-def _with_subgraph_nodes(nodes: Iterable[ir.Node]) -> Iterable[ir.Node]:
-    """``nodes`` and the nodes of their subgraphs, at any depth."""
-    for node in nodes:
-        yield node
-        for graph in node_subgraphs(node):
-            yield from graph.all_nodes()
