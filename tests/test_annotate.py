@@ -9,11 +9,12 @@ import onnx_ir as ir
 import pytest
 from test_check import DATA, chain, configuration, node, plan
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import BindingError, CheckError, OmnyIOError
 from onnx_ir_multidevice._proto.files import save
 from onnx_ir_multidevice.passes.api import annotate
 from onnx_ir_multidevice.runtime.sessions import ModelSession
+from onnx_ir_multidevice.testing import zoo
 
 
 def _planned() -> ir.Model:

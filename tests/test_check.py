@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import CheckError, OmnyIOError
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice.checker.core import check, check_device_configurations, run_check
@@ -32,6 +32,7 @@ from onnx_ir_multidevice.omny._schema import (
     TensorInfo,
 )
 from onnx_ir_multidevice.passes.api import annotate
+from onnx_ir_multidevice.testing import zoo
 
 DATA = Path(__file__).parent / "data"
 F32 = ir.DataType.FLOAT

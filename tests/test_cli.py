@@ -11,11 +11,12 @@ from pathlib import Path
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import _cli, zoo
+from onnx_ir_multidevice import _cli
 from onnx_ir_multidevice._cli import _demo_steps as demo_cli
 from onnx_ir_multidevice._cli import _inspect_report as inspect_cli
 from onnx_ir_multidevice._proto.files import load
 from onnx_ir_multidevice.examples import EXAMPLE, GPT_TINY
+from onnx_ir_multidevice.testing import zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,6 +7,9 @@ staging folder was removed when its pid meant nothing here (another PID namespac
 ``external_data`` through a symbolic link wrote outside the folder (5); a manifest could
 name stage files outside the split folder (6); a data file truncated after ``load()`` killed
 the process with SIGBUS (7); a killed ``oaax-convert`` left its extracted archive behind (8).
+Issue 17 §9: ``load()`` read every data file to check it (now a ``stat``, the CRC-32 on
+demand), and ``omny plan model.onnx -o model.omny`` wrote a second copy of the weights (now
+referred to in place when no other model owns them).
 The live writers here are real processes holding real locks; they are synchronised by
 pipes, never by sleeps.
 """
@@ -27,11 +30,12 @@ import pytest
 from test_io import _arrays, _weights_model
 from test_split import _annotate
 
-from onnx_ir_multidevice import OmnyError, OmnyIOError, Pipeline, read_manifest, zoo
+from onnx_ir_multidevice import OmnyError, OmnyIOError, Pipeline, read_manifest
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._proto import atomic
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice._split import save_split
+from onnx_ir_multidevice.testing import zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +52,13 @@ _HOLDER = textwrap.dedent(
 
 @contextlib.contextmanager
 def held_by_another_process(path: Path):
-    """A second process holds the lock of ``path`` (a live writer's) for the block."""
+    """A second process holds the lock of ``path`` (a live writer's) for the block.
+
+    A temporary file is locked itself, a temporary folder through its lock file.
+    """
+    if path.is_dir():
+        path = atomic.lock_file_of(path)
+        path.touch()
     process = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(path)],
         stdin=subprocess.PIPE,
@@ -410,3 +420,162 @@ def test_a_copied_folder_loads(tmp_path):
     save(_weights_model(), tmp_path / "a" / "m.onnx", external_data=True, size_threshold_bytes=0)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     load(tmp_path / "b" / "m.onnx")
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. A killed oaax-convert's extracted archive
+
+_CONVERT_AND_WAIT = textwrap.dedent(
+    """
+    import sys
+    from onnx_ir_multidevice.oaax import toolchain
+    original = toolchain._Conversion.step_read
+
+    def step_read(self, path, workdir):
+        result = original(self, path, workdir)
+        print(workdir, flush=True)
+        sys.stdin.read()  # until killed
+        return result
+
+    toolchain._Conversion.step_read = step_read
+    toolchain.convert(sys.argv[1], sys.argv[2], echo=lambda line: None)
+    """
+)
+
+
+def test_a_killed_conversion_leaves_an_extraction_the_next_run_removes(tmp_path):
+    import zipfile
+
+    from test_oaax_toolchain import _chain
+
+    from onnx_ir_multidevice.oaax import convert
+
+    archive = tmp_path / "chain.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.write(_chain(tmp_path / "chain.onnx"), "model/chain.onnx")
+    outdir = tmp_path / "out"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CONVERT_AND_WAIT, str(archive), str(outdir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": _python_path()},
+    )  # fmt: skip
+    try:
+        workdir = Path(child.stdout.readline().strip())
+        assert workdir.parent == outdir and (workdir / "model" / "chain.onnx").is_file()
+        # A second run while the first is alive: the first's extraction stays.
+        assert convert(archive, outdir, echo=lambda line: None).ok
+        assert (workdir / "model" / "chain.onnx").is_file()
+    finally:
+        child.kill()
+        child.wait(timeout=120)
+    assert workdir.is_dir()  # what the kill left
+    assert convert(archive, outdir, echo=lambda line: None).ok
+    assert not workdir.exists()
+    assert [p.name for p in outdir.iterdir() if p.name.startswith(".")] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# 17 §9: a model saved next to its data file refers to it in place (no second copy)
+
+
+def _exported(folder: Path) -> Path:
+    """A model as an exporter writes it: external data, no record of ours."""
+    import onnx_ir as ir
+
+    folder.mkdir(exist_ok=True)
+    model = zoo.gpt(layers=2)
+    path = folder / "model.onnx"
+    ir.save(model, path, external_data="model.onnx.data", size_threshold_bytes=0)
+    return path
+
+
+def test_plan_next_to_the_data_refers_to_it_in_place(tmp_path, capsys):
+    source = _exported(tmp_path)
+    data = tmp_path / "model.onnx.data"
+    before = data.stat()
+    assert main(["plan", str(source), "-o", str(tmp_path / "model.omny"), "--shards", "2"]) == 0
+    assert _files(tmp_path) == ["model.omny", "model.onnx", "model.onnx.data"]
+    assert data.stat().st_ino == before.st_ino and data.stat().st_mtime_ns == before.st_mtime_ns
+    planned, original = load(tmp_path / "model.omny"), load(source)
+    for name, value in original.graph.initializers.items():
+        np.testing.assert_array_equal(
+            planned.graph.initializers[name].const_value.numpy(), value.const_value.numpy()
+        )
+    # The data file is the exporter's: saving the .omny over itself with other weights writes
+    # the .omny's own data file and leaves model.onnx.data (and model.onnx) as they were.
+    for value in planned.graph.initializers.values():
+        array = value.const_value.numpy()
+        if array.dtype == np.float32:
+            value.const_value = ir_tensor(array + 1, value.name)
+    save(planned, tmp_path / "model.omny", external_data=True)
+    assert _files(tmp_path) == ["model.omny", "model.omny.data", "model.onnx", "model.onnx.data"]
+    load(source)
+    changed = load(tmp_path / "model.omny")
+    for name, value in original.graph.initializers.items():
+        array = value.const_value.numpy()
+        if array.dtype == np.float32:
+            np.testing.assert_array_equal(
+                changed.graph.initializers[name].const_value.numpy(), array + 1
+            )
+    # And the .omny's own data is removed when it is replaced by one referring in place again.
+    save(load(source), tmp_path / "model.omny")
+    assert _files(tmp_path) == ["model.omny", "model.onnx", "model.onnx.data"]
+
+
+def ir_tensor(array: np.ndarray, name: str):
+    import onnx_ir as ir
+
+    return ir.tensor(array, name=name)
+
+
+def test_a_save_into_another_folder_writes_the_data(tmp_path):
+    source = _exported(tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    save(load(source), tmp_path / "b" / "model.omny")
+    assert _files(tmp_path / "b") == ["model.omny", "model.omny.data"]
+
+
+def test_a_shared_data_file_changed_later_is_detected(tmp_path):
+    from onnx_ir_multidevice import ExternalDataError
+
+    source = _exported(tmp_path)
+    save(load(source), tmp_path / "model.omny")
+    data = tmp_path / "model.onnx.data"
+    content = bytearray(data.read_bytes())
+    content[-1] ^= 0xFF
+    data.write_bytes(bytes(content))  # e.g. the model re-exported in place
+    with pytest.raises(ExternalDataError, match="CRC-32"):
+        load(tmp_path / "model.omny")
+
+
+def test_saving_in_place_unchanged_keeps_the_data_and_its_ownership(tmp_path):
+    path = tmp_path / "m.onnx"
+    model = _weights_model(1)
+    save(model, path, external_data=True, size_threshold_bytes=0)
+    data = tmp_path / "m.onnx.data"
+    inode = data.stat().st_ino
+    save(load(path), path, size_threshold_bytes=0)  # metadata only: no data written
+    assert _files(tmp_path) == ["m.onnx", "m.onnx.data"] and data.stat().st_ino == inode
+    changed = load(path)
+    changed.graph.initializers["W1"].const_value = ir_tensor(
+        changed.graph.initializers["W1"].const_value.numpy() * 2, "W1"
+    )
+    save(changed, path, size_threshold_bytes=0)
+    # The model still owned its data file: replaced, it is removed (no copy left behind).
+    files = _files(tmp_path)
+    assert len(files) == 2 and "m.onnx.data" not in files
+    np.testing.assert_array_equal(
+        load(path).graph.initializers["W1"].const_value.numpy(),
+        _arrays(model)["W1"] * 2,
+    )
+
+
+def test_a_data_file_another_model_owns_is_copied_not_borrowed(tmp_path):
+    """b.onnx borrowing a.onnx's data would lose it at a.onnx's next save."""
+    first = _weights_model(1)
+    save(first, tmp_path / "a.onnx", external_data=True, size_threshold_bytes=0)
+    save(load(tmp_path / "a.onnx"), tmp_path / "b.onnx", size_threshold_bytes=0)
+    assert _files(tmp_path) == ["a.onnx", "a.onnx.data", "b.onnx", "b.onnx.data"]
+    save(_weights_model(2), tmp_path / "a.onnx", external_data=True, size_threshold_bytes=0)
+    for name, array in _arrays(first).items():
+        np.testing.assert_array_equal(_arrays(load(tmp_path / "b.onnx"))[name], array)

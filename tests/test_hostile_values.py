@@ -183,4 +183,6 @@ def test_a_producer_name_that_is_not_utf8_is_shown_escaped(tmp_path, capsys):
     status, text = _cli(capsys, "inspect", str(path))
     assert status == 0 and "producer  PRO\\xff\\xfeCERX" in text, text
     status, text = _cli(capsys, "inspect", "--json", str(path))
-    assert status == 0 and json.loads(text)["model"]["producer_name"] == "PRO\\xff\\xfeCERX"
+    assert (
+        status == 0 and json.loads(text)["result"]["model"]["producer_name"] == "PRO\\xff\\xfeCERX"
+    )

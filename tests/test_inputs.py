@@ -13,7 +13,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import PipelineError, VerifyError
 from onnx_ir_multidevice._proto.files import load, save
@@ -29,6 +29,7 @@ from onnx_ir_multidevice.runtime.inputs import (
 )
 from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failure_message
 from onnx_ir_multidevice.runtime.verification import make_inputs
+from onnx_ir_multidevice.testing import zoo
 
 VOCAB = 11
 

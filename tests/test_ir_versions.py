@@ -14,13 +14,14 @@ import onnx_ir as ir
 import pytest
 
 import onnx_ir_multidevice as omd
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._split import save_split, split
 from onnx_ir_multidevice.graph.ir_versions import lowest_ir_version, required_ir_version
 from onnx_ir_multidevice.passes import StripAnnotationsPass
 from onnx_ir_multidevice.planner import plan
 from onnx_ir_multidevice.runtime.sessions import ModelSession, session_source
+from onnx_ir_multidevice.testing import zoo
 
 _D = ir.DataType
 

@@ -306,7 +306,7 @@ def test_devices_are_checked_against_the_inputs_one_configuration(tmp_path):
     ("config", "fragment"),
     [
         (b'{"devices": ["4GiB", "lots"]}', "devices[1]: cannot read memory size 'lots'"),
-        (b'{"devices": ["4GiB", "4"]}', "devices[1]: memory size '4' has no unit"),
+        (b'{"devices": ["4GiB", "4.5"]}', "devices[1]: memory size '4.5' has no unit"),
         (b'{"devices": ["4GiB", "4GiB"], "shards": 3}', "2 memory sizes for 3 shards"),
     ],
 )

@@ -22,11 +22,12 @@ import pytest
 from test_io import _arrays, _weights_model
 from test_split import _annotate
 
-from onnx_ir_multidevice import omny, plan, zoo
+from onnx_ir_multidevice import omny, plan
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._proto.atomic import staged_file, write_bytes_atomic
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice._split import save_split
+from onnx_ir_multidevice.testing import zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._errors import OmnyIOError, SplitError
 from onnx_ir_multidevice._split import (
     MANIFEST_FORMAT,
@@ -29,6 +28,7 @@ from onnx_ir_multidevice._split import (
 from onnx_ir_multidevice.analysis import assign_stages
 from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 from onnx_ir_multidevice.runtime.sessions import ModelSession
+from onnx_ir_multidevice.testing import zoo
 
 FLOAT = ir.DataType.FLOAT
 

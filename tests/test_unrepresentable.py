@@ -94,7 +94,7 @@ def test_plan_cli_exits_2_with_the_message_and_writes_nothing(classifier_file, c
 
 def test_check_reports_it_once_without_calling_the_file_unreadable(classifier_file, capsys):
     assert main(["check", str(classifier_file), "--json"]) == 2
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     codes = [d["code"] for d in document["diagnostics"]]
     assert codes == ["OMNY106"], codes
     assert ZIPMAP_TYPE in document["diagnostics"][0]["message"]

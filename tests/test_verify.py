@@ -9,7 +9,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import SplitError, VerifyError
 from onnx_ir_multidevice._proto.files import save
@@ -22,6 +22,7 @@ from onnx_ir_multidevice.runtime.verification import (
     verify,
     verify_stages,
 )
+from onnx_ir_multidevice.testing import zoo
 
 FLOAT = ir.DataType.FLOAT
 
@@ -316,5 +317,5 @@ def test_cli_verify_says_when_outputs_are_all_near_zero(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "OK" in out and "note: every value of y (largest |value|" in out
     assert main(["verify", str(path), "--shards", "2", "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     assert document["results"][0]["outputs"][0]["near_zero"] is True

@@ -172,13 +172,3 @@ def run(args: argparse.Namespace) -> int:
     for n, why in result.skipped:
         print(f"{n} shards: not feasible ({why})")
     return EXIT_OK
-
-
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise ValueError(f"cannot read --shards {text!r}: expected e.g. 2,4") from None
-    if not counts or min(counts) < 1:
-        raise ValueError(f"--shards {text!r} must list positive shard counts, e.g. 2,4")
-    return counts

@@ -106,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``args.input`` as a pipeline and print its timing."""
-    from onnx_ir_multidevice._util import plural
+    from onnx_ir_multidevice._util import plural  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.engines import get_engine  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.inputs import dim_names  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.pipeline import Pipeline  # lazy: `omny --help` stays fast

@@ -19,11 +19,14 @@ writer follows:
 * **Names.** A temporary file or folder is ``.<destination name>.omny-<pid>-<8 hex>.<kind>``
   (``tmp``; ``old`` for a directory being replaced), so a leftover says which process made it;
   :data:`STAGING_PATTERN` matches exactly these names.
-* **Liveness.** A writer holds an exclusive ``flock`` on each temporary file or folder it
-  creates, from its creation (made under the folder's lock, so no other writer sees it
-  unlocked) until it is renamed or removed (:func:`release`). The lock is released by the
-  kernel when the process dies, whatever PID namespace it runs in: a pid alone does not prove
-  a writer dead (two containers sharing one volume see different pids), a lock does.
+* **Liveness.** A writer holds an exclusive ``flock`` on each temporary file it creates, and
+  on the lock file of each temporary folder (``.<name>.omny-<pid>-<8 hex>.lock``, created
+  before the folder, removed after it: a folder is not locked through itself, since a reader
+  may lock it to load a model from it), from the creation (under the folder's lock, so no
+  other writer sees it unlocked) until it is renamed or removed (:func:`release`). The kernel
+  releases the lock when the process dies, whatever PID namespace it runs in: a pid alone
+  does not prove a writer dead (two containers sharing one volume see different pids), a
+  lock does.
 * **Stale leftovers.** A writer killed with SIGKILL cannot remove its temporary files.
   :func:`remove_stale`, called by every writer on the folder it writes to, removes those of
   the folder that belong to this user and whose lock it can take (their writer is gone).
@@ -88,16 +91,20 @@ try:
 except ImportError:  # pragma: no cover - not on Windows: commits are then not serialised
     fcntl = None  # type: ignore[assignment]  # no fcntl on Windows
 
-STAGING_PATTERN = re.compile(r"^\.(?P<name>.+)\.omny-(?P<pid>\d+)-[0-9a-f]{8}\.(?:tmp|old)$")
-"""Names of temporary files and folders: ``.<name>.omny-<pid>-<8 hex digits>.<tmp|old>``."""
+STAGING_PATTERN = re.compile(
+    r"^\.(?P<name>.+)\.omny-(?P<pid>\d+)-[0-9a-f]{8}\.(?P<kind>tmp|old|lock)$"
+)
+"""Names of temporary files and folders: ``.<name>.omny-<pid>-<8 hex digits>.<tmp|old>``, and
+of the lock file of a temporary folder (``.lock``, same stem)."""
 
 ABANDONED_HOOKS: list[Callable[[Path], None]] = []
 """Called with each stale temporary folder before :func:`remove_stale` removes it (the folder's
 lock and the leftover's are held): a writer that put files *outside* its staging folder (the
 data names :func:`~onnx_ir_multidevice.save` claims) registers here what removes them."""
 
-_HELD: dict[str, int] = {}
-"""Temporary files and folders of this process: path -> descriptor holding its ``flock``."""
+_HELD: dict[str, tuple[int, Path | None]] = {}
+"""Temporary files and folders of this process: path -> (descriptor holding the ``flock``, the
+lock file to remove on release: a folder's sibling ``.lock``)."""
 _HELD_GUARD = threading.Lock()
 
 _USE_EXCHANGE = True
@@ -120,11 +127,22 @@ def staging_name(name: str, kind: str = "tmp") -> str:
     return f".{name}.omny-{os.getpid()}-{secrets.token_hex(4)}.{kind}"
 
 
+def lock_file_of(path: Path) -> Path:
+    """The sibling lock file of a temporary folder (``.<name>.omny-<pid>-<hex>.lock``).
+
+    A folder is locked through this file, not through itself: a reader may take the folder's
+    own lock (:func:`folder_lock`, e.g. :func:`~onnx_ir_multidevice.load` of a model
+    extracted into it) while its writer is alive.
+    """
+    return path.with_name(path.name.rpartition(".")[0] + ".lock")
+
+
 def make_staging(folder: Path, name: str, kind: str = "tmp") -> Path:
     """Create the staging folder ``folder/.<name>.omny-<pid>-<hex>.<kind>`` (umask's mode).
 
-    The folder is created and locked under ``folder``'s lock, so no :func:`remove_stale` sees
-    it unlocked; the caller calls :func:`release` once it is renamed or removed.
+    Its lock file (:func:`lock_file_of`) is created and locked first, under ``folder``'s lock,
+    so no :func:`remove_stale` sees the folder unlocked; the caller calls :func:`release` once
+    the folder is renamed or removed.
 
     Raises:
         OSError: The folder cannot be created.
@@ -132,12 +150,25 @@ def make_staging(folder: Path, name: str, kind: str = "tmp") -> Path:
     with folder_lock(folder):
         while True:
             path = folder / staging_name(name, kind)
+            if not _hold_folder(path):
+                continue
             try:
                 os.mkdir(path, 0o777)
-            except FileExistsError:
-                continue
-            _hold(path)
+            except BaseException:
+                release(path)
+                raise
             return path
+
+
+def _hold_folder(path: Path) -> bool:
+    """Create and lock the lock file of the (future) folder ``path``; ``False`` if taken."""
+    lock = lock_file_of(path)
+    try:
+        os.close(os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except FileExistsError:
+        return False
+    _hold(lock, key=path, remove=True)
+    return True
 
 
 def _create_file(folder: Path, name: str) -> Path:
@@ -171,24 +202,30 @@ def _try_lock(path: str | os.PathLike) -> int | None:
     return fd
 
 
-def _hold(path: Path) -> None:
-    """Lock a temporary file or folder of this process until :func:`release` (see module)."""
-    if fcntl is None:
-        return
-    try:
-        fd = _try_lock(path)
-    except OSError:  # flock not supported here: liveness falls back to the pid
-        return
-    if fd is not None:
-        with _HELD_GUARD:
-            _HELD[os.fspath(path)] = fd
+def _hold(path: Path, *, key: Path | None = None, remove: bool = False) -> None:
+    """Lock ``path`` (a temporary file, or a folder's lock file) until :func:`release`.
+
+    Args:
+        path: The file to lock.
+        key: What :func:`release` is called with (default ``path``).
+        remove: Remove ``path`` on release (a lock file).
+    """
+    fd = None
+    if fcntl is not None:
+        with contextlib.suppress(OSError):  # flock not supported: liveness by pid
+            fd = _try_lock(path)
+    with _HELD_GUARD:
+        _HELD[os.fspath(key or path)] = (-1 if fd is None else fd, path if remove else None)
 
 
 def release(path: Path) -> None:
     """Release the lock this process holds on its temporary ``path`` (renamed or removed)."""
     with _HELD_GUARD:
-        fd = _HELD.pop(os.fspath(path), None)
-    if fd is not None:
+        fd, lock = _HELD.pop(os.fspath(path), (-1, None))
+    if lock is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+    if fd >= 0:
         os.close(fd)
 
 
@@ -308,12 +345,14 @@ def _writer_gone(pid: int, modified: float) -> bool:
 def _abandoned(path: str, pid: int, modified: float) -> tuple[bool, int | None]:
     """``(whether the writer of a leftover is gone, descriptor holding its lock or None)``.
 
-    Its lock decides where ``flock`` works (a live writer holds it, in any PID namespace);
-    otherwise its pid (see the module docstring).
+    Its lock decides where ``flock`` works (a live writer holds it, in any PID namespace): a
+    file's own, a folder's lock file (:func:`lock_file_of`). Otherwise (no ``flock``, or a
+    folder without a lock file: a version before this one) its pid (see the module docstring).
     """
-    if fcntl is not None:
+    lock = lock_file_of(Path(path)) if os.path.isdir(path) else Path(path)
+    if fcntl is not None and os.path.lexists(lock):
         try:
-            fd = _try_lock(path)
+            fd = _try_lock(lock)
         except OSError:
             pass  # flock not supported on this file system: the pid decides
         else:
@@ -353,13 +392,24 @@ def remove_stale(folder: Path) -> list[str]:
         candidates.append((entry, match, kind, info))
     if not candidates:
         return removed
+    # Folders first: a folder's lock file goes with it; a lock file alone is what a writer
+    # killed before it created its folder (or while it removed it) left.
+    candidates.sort(key=lambda c: c[1]["kind"] == "lock")
     with folder_lock(folder):
         for entry, match, kind, info in candidates:
+            if not os.path.lexists(entry.path):  # a lock file removed with its folder
+                continue
+            lone_lock = match["kind"] == "lock"
+            if lone_lock and kind != stat.S_IFREG:
+                continue
             gone, fd = _abandoned(entry.path, int(match["pid"]), info.st_mtime)
             if not gone:
                 continue
             try:
                 _remove_leftover(Path(entry.path), match, kind)
+                if kind == stat.S_IFDIR and not os.path.lexists(entry.path):
+                    with contextlib.suppress(OSError):
+                        os.unlink(lock_file_of(Path(entry.path)))
             finally:
                 if fd is not None:
                     os.close(fd)
@@ -465,7 +515,7 @@ def check_output_file(target: Path, force: bool) -> None:
 def _renameat2() -> Callable[..., int] | None:
     try:
         function = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):  # not glibc >= 2.28, or not Linux
+    except (AttributeError, OSError, TypeError):  # not glibc >= 2.28, or not Linux
         return None
     path, directory = ctypes.c_char_p, ctypes.c_int
     function.argtypes = [directory, path, directory, path, ctypes.c_uint]
@@ -528,13 +578,15 @@ def replace_directory(source: Path, target: Path, *, force: bool = True) -> None
         if _exchange(source, target):
             shutil.rmtree(source, ignore_errors=True)  # now the old directory
             return
-        old = target.parent / staging_name(target.name, "old")
-        with folder_lock(target.parent):
-            _hold(target)
-            os.rename(target, old)
-        with _HELD_GUARD:  # the lock follows the directory to its new name
-            if os.fspath(target) in _HELD:
-                _HELD[os.fspath(old)] = _HELD.pop(os.fspath(target))
+        with folder_lock(target.parent):  # the set-aside name is locked before it exists
+            old = target.parent / staging_name(target.name, "old")
+            while not _hold_folder(old):
+                old = target.parent / staging_name(target.name, "old")
+            try:
+                os.rename(target, old)
+            except BaseException:
+                release(old)
+                raise
         try:
             try:
                 os.rename(source, target)

@@ -53,7 +53,9 @@ __all__ = [
     "external_attributes_embedded",
     "make_record",
     "model_problems",
+    "owned_files",
     "PinnedExternalTensor",
+    "record_stamps",
     "pin_external",
     "proto_problems",
     "proto_tensors",
@@ -68,7 +70,7 @@ import mmap
 import os
 import stat
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -325,12 +327,39 @@ def set_base_dir(model: ir.Model, folder: str) -> None:
 class _DataFile:
     """A data file opened once at load, shared by the tensors read from it."""
 
-    __slots__ = ("fd", "location", "path")
+    __slots__ = ("fd", "location", "owner", "path", "stamp")
 
-    def __init__(self, path: str, location: str) -> None:
+    def __init__(
+        self,
+        path: str,
+        location: str,
+        stamp: tuple[int, int, int, int] | None,
+        owner: str | None = None,
+    ) -> None:
         self.path = path
         self.location = location
+        self.stamp = stamp  # (size, crc32, mtime_ns, inode) of the model's record (checked)
+        self.owner = owner  # the model file whose record owns this data file, if it does
         self.fd = os.open(path, os.O_RDONLY)
+
+    def crc_if_unchanged(self) -> tuple[int, int] | None:
+        """``(size, crc32)`` from the record while the file is unchanged, else ``None``.
+
+        Unchanged: the file at :attr:`path` is the one opened, with the recorded inode, size
+        and modification time.
+        """
+        if self.stamp is None:
+            return None
+        try:
+            now, opened = os.stat(self.path), os.fstat(self.fd)
+        except OSError:
+            return None
+        size, crc, mtime, inode = self.stamp
+        if (now.st_ino, now.st_dev) != (opened.st_ino, opened.st_dev):
+            return None
+        if (now.st_size, now.st_mtime_ns, now.st_ino) != (size, mtime, inode):
+            return None
+        return size, crc
 
     def __del__(self) -> None:
         with contextlib.suppress(OSError, AttributeError):
@@ -361,6 +390,17 @@ class PinnedExternalTensor(ir.ExternalTensor):
         )
         self._file = file
 
+    @property
+    def data_file(self) -> _DataFile:
+        """The data file opened at load (shared by the tensors read from it)."""
+        return self._file
+
+    def tobytes(self) -> bytes:
+        """The tensor's bytes (read from the data file opened at load)."""
+        if self.size == 0:
+            return b""
+        return super().tobytes()
+
     def _load(self) -> None:
         self._check_validity()
         dtype = np.dtype(self.dtype.numpy()).newbyteorder("<")
@@ -388,7 +428,13 @@ class PinnedExternalTensor(ir.ExternalTensor):
         self._array = array.reshape(self.shape.numpy())
 
 
-def pin_external(model: ir.Model) -> None:
+def pin_external(
+    model: ir.Model,
+    stamps: Mapping[str, tuple[int, int, int, int]] | None = None,
+    *,
+    owned: Collection[str] = (),
+    model_file: str | None = None,
+) -> None:
     """Open the data file of every external initializer now (nothing is read until first use).
 
     The initializers become :class:`PinnedExternalTensor` s reading from files opened here
@@ -396,6 +442,12 @@ def pin_external(model: ir.Model) -> None:
     load, even after a later save replaces or removes it, and a file truncated in place is
     reported (an :class:`~onnx_ir_multidevice.ExternalDataError`) before anything is mapped.
     Tensors of sub-byte element types and tensor attributes stay onnx-ir's lazy tensors.
+
+    Args:
+        model: The model just loaded.
+        stamps: :func:`record_stamps` of the model's record (checked by the caller).
+        owned: Real paths of the data files the model's record owns (:func:`owned_files`).
+        model_file: Real path of the model file (the owner of ``owned``).
     """
     files: dict[str, _DataFile] = {}
     for graph in model.graphs():
@@ -415,7 +467,12 @@ def pin_external(model: ir.Model) -> None:
             file = files.get(path)
             if file is None:
                 try:
-                    file = files[path] = _DataFile(path, os.fspath(tensor.location))
+                    file = files[path] = _DataFile(
+                        path,
+                        os.fspath(tensor.location),
+                        (stamps or {}).get(path),
+                        model_file if path in owned else None,
+                    )
                 except OSError:  # out of descriptors: stay lazy
                     return
             value.const_value = PinnedExternalTensor(tensor, file)
@@ -518,21 +575,66 @@ def crc32_of(path: str | os.PathLike) -> tuple[int, int]:
     return size, crc
 
 
-def make_record(files: Mapping[str, tuple[int, int, os.stat_result]]) -> str:
-    """The record's JSON text for ``{location: (size, crc32, stat of the file)}``."""
-    document = {
-        "version": _RECORD_VERSION,
-        "files": {
-            name: {
-                "bytes": size,
-                "crc32": f"{crc:08x}",
-                "mtime_ns": info.st_mtime_ns,
-                "inode": info.st_ino,
-            }
-            for name, (size, crc, info) in files.items()
-        },
-    }
+def make_record(
+    files: Mapping[str, tuple[int, int, os.stat_result]], *, shared: Collection[str] = ()
+) -> str:
+    """The record's JSON text for ``{location: (size, crc32, stat of the file)}``.
+
+    Args:
+        files: Each data file the model references.
+        shared: Those the model references but does not own (another model's data file it
+            reads in place): ``"owned": false``; a later save over the model never removes
+            them.
+    """
+    entries: dict[str, dict[str, Any]] = {}
+    for name, (size, crc, info) in files.items():
+        entry: dict[str, Any] = {
+            "bytes": size,
+            "crc32": f"{crc:08x}",
+            "mtime_ns": info.st_mtime_ns,
+            "inode": info.st_ino,
+        }
+        if name in shared:
+            entry["owned"] = False
+        entries[name] = entry
+    document = {"version": _RECORD_VERSION, "files": entries}
     return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def owned_files(text: str) -> set[str]:
+    """The normalised locations a record says its model owns (``set()`` if malformed).
+
+    A file is owned when the save that wrote the model wrote it (no ``"owned": false``).
+    """
+    try:
+        files = json.loads(text).get("files")
+    except (ValueError, RecursionError, AttributeError):
+        return set()
+    if not isinstance(files, dict):
+        return set()
+    return {
+        os.path.normpath(name)
+        for name, entry in files.items()
+        if isinstance(entry, dict) and entry.get("owned", True) is not False
+    }
+
+
+def record_stamps(text: str, folder: str) -> dict[str, tuple[int, int, int, int]]:
+    """``{real path: (size, crc32, mtime_ns, inode)}`` of a record's version 2 entries.
+
+    What :func:`pin_external` keeps with each data file, so that a save referencing the file
+    in place reuses its CRC-32 while the file is unchanged instead of reading it again.
+    """
+    try:
+        parsed = _parse_record(text)
+    except OmnyFormatError:
+        return {}
+    stamps = {}
+    for name, (size, crc, stamp) in parsed.items():
+        if stamp is not None:
+            real = os.path.realpath(os.path.join(folder, name))
+            stamps[real] = (size, int(crc, 16), *stamp)
+    return stamps
 
 
 def _stamp(entry: dict[str, Any]) -> tuple[int, int] | None:

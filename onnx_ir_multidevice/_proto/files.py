@@ -25,19 +25,25 @@ time.
 
 **What a save deletes** (the ownership rule): only what it wrote itself (its staging folder,
 the data name it claimed when it fails) and, once committed, the data files *the model it
-replaced referenced* (read from that model file under the lock). Never the model file, never
-a data file of another model in the folder (two models may each be saved with
+replaced owned*: those that model file references and its data record lists as written by
+the save that wrote it (read from that model file under the lock). Never the model file,
+never a data file of another model in the folder (two models may each be saved with
 ``external_data="weights.data"``: the second gets ``weights.<8 hex>.data`` and the first
-keeps its weights), never a file it cannot tell is its own. A crash can leave the staging
-folder and the claimed data name; the next save into that folder removes them once the
-writer's lock on its staging folder is free (the writer is gone, in whatever PID namespace),
-except a claimed data file that the model file it was saved as now references (the writer
-died after its commit).
+keeps its weights), never a data file a model refers to in place (``"owned": false``), never
+the data of a model this package did not write (an exporter's ``model.onnx.data`` stays when
+``model.onnx`` is saved over with other weights: remove it by hand if nothing uses it).
+
+A crash can leave the staging folder and the claimed data name; the next save into that
+folder removes them once the writer's lock on its staging folder is free (the writer is
+gone, in whatever PID namespace), except a claimed data file that the model file it was
+saved as now references (the writer died after its commit).
 
 The data file's name is ``<model file name>.data`` (or the name passed as ``external_data``)
-when no such file exists; when one does (the model is saved over itself, or another model
-uses the name), the new data goes to ``<stem>.<8 hex digits><suffix>`` instead (e.g.
-``m.onnx.1f2e3d4c.data``). Saving a model in place therefore alternates between the two names.
+when no such file exists; when one does (the model is saved over itself with other weights,
+or another model uses the name), the new data goes to ``<stem>.<8 hex digits><suffix>``
+instead (e.g. ``m.onnx.1f2e3d4c.data``). Saving a model in place with changed weights
+therefore alternates between the two names; with unchanged weights it refers to its data
+file in place (below).
 
 The model records the size, CRC-32, modification time and inode of its data file (a
 ``metadata_props`` entry of ours,
@@ -54,13 +60,24 @@ next to the file pointed to.
 
 External data rules of :func:`save` (``external_data=None``, the default):
 
-* if any initializer of the model lives in an external file (the model was loaded with
-  external data), or the initializers total 2 GiB or more (the protobuf limit), all
+* **in place**: if the model is saved into the folder it was loaded from, and every
+  initializer of ``size_threshold_bytes`` or more is still read from a data file of that
+  folder that :func:`load` opened (the weights were not replaced in memory, and the file was
+  not replaced on disk since), and no *other* model of ours owns those files, the saved
+  model refers to them where they are (same names, same offsets) and no data is written:
+  ``omny plan model.onnx -o model.omny`` adds its metadata without a second copy of the
+  weights. The record lists borrowed files as *not owned* (``"owned": false``): no later
+  save over the saved model removes them, and the saved model depends on them (keep them
+  next to it; a change to them is reported by :func:`load`). Saved over the model that owns
+  them, the new model owns them in turn. Their CRC-32 is taken from the record they were
+  loaded with while they are unchanged, else read once;
+* otherwise, if any initializer of the model lives in an external file (the model was loaded
+  with external data), or the initializers total 2 GiB or more (the protobuf limit), all
   initializers of ``size_threshold_bytes`` or more are written to a data file next to the
-  saved model (named as above), and the model references it by that relative name. Data is
-  never referenced from the folder the model came from, so the saved model stays valid when
-  moved or when the source folder disappears (onnx-ir's ``ir.save`` would keep the old
-  relative path);
+  saved model (named as above; a copy, written from the mapped weights), and the model
+  references it by that relative name. Data is never referenced from another folder, so the
+  saved model stays valid when the source folder disappears (onnx-ir's ``ir.save`` would
+  keep the old relative path);
 * otherwise everything is embedded in the model file.
 
 Pass ``external_data="name.data"`` to always use an external file (relative to the model,
@@ -77,7 +94,7 @@ import dataclasses
 import os
 import secrets
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 import onnx
@@ -89,14 +106,18 @@ from onnx_ir_multidevice._proto import atomic
 from onnx_ir_multidevice._proto.convert import from_proto, to_proto
 from onnx_ir_multidevice._proto.external import (
     DATA_RECORD_KEY,
+    PinnedExternalTensor,
+    _DataFile,
     crc32_of,
     external_attributes_embedded,
     make_record,
     model_problems,
+    owned_files,
     pin_external,
     proto_problems,
     proto_tensors,
     record_problems,
+    record_stamps,
     set_base_dir,
 )
 from onnx_ir_multidevice._regular_files import read_regular, require_regular
@@ -252,7 +273,16 @@ def _load_locked(path: Path, folder: str, verify_data: bool = False) -> ir.Model
     if container is not None:
         model.meta[CONTAINER_META_KEY] = container
     set_base_dir(model, folder)
-    pin_external(model)
+    if record is None:
+        pin_external(model)
+    else:
+        owned = {os.path.realpath(os.path.join(folder, name)) for name in owned_files(record)}
+        pin_external(
+            model,
+            record_stamps(record, folder),
+            owned=owned,
+            model_file=os.path.realpath(path),
+        )
     return model
 
 
@@ -400,11 +430,13 @@ def _is_claim(path: Path, marker: bytes) -> bool:
         return False
 
 
-def _model_references(model_file: Path) -> set[str] | None:
+def _model_references(model_file: Path, *, owned_only: bool = False) -> set[str] | None:
     """The real paths of the data files ``model_file`` references, inside its folder.
 
-    ``set()`` when there is no such file; ``None`` when it cannot be read or parsed (then
-    nothing may be deleted on its behalf).
+    With ``owned_only``, only those its data record says it owns (written by the save that
+    wrote it; not another model's file it reads in place, not a file of a model this package
+    did not write). ``set()`` when there is no such file; ``None`` when it cannot be read or
+    parsed (then nothing may be deleted on its behalf, and nothing it may use either).
     """
     try:
         data = model_file.read_bytes()
@@ -421,9 +453,15 @@ def _model_references(model_file: Path) -> set[str] | None:
         return None
     folder = os.path.realpath(model_file.parent)
     inside = folder.rstrip(os.sep) + os.sep
+    owned = None
+    if owned_only:
+        record = next(
+            (p.value for p in reversed(proto.metadata_props) if p.key == DATA_RECORD_KEY), None
+        )
+        owned = owned_files(record) if record is not None else set()
     found = set()
     for location in _referenced_files(proto):
-        if os.path.isabs(location):
+        if os.path.isabs(location) or (owned is not None and location not in owned):
             continue
         real = os.path.realpath(os.path.join(folder, location))
         if real.startswith(inside):
@@ -547,8 +585,14 @@ def _write_staged(
     data_name: str | None,
     size_threshold_bytes: int,
     mode: int | None,
+    shared: tuple[Mapping[str, _DataFile], set[str]] | None = None,
 ) -> _Staged:
-    """Write the model (and its data file) into the staging folder, flushed to disk."""
+    """Write the model (and its data file) into the staging folder, flushed to disk.
+
+    With ``shared`` (``({location: data file}, owned locations)``, see :func:`_shared_data`),
+    the external initializers keep referring to those files in place and no data file is
+    written.
+    """
     originals = {
         value: value.const_value for graph in graphs for value in graph.initializers.values()
     }
@@ -556,7 +600,9 @@ def _write_staged(
     staged_data = staging / data_name if data_name is not None else None
     with external_attributes_embedded(model) as attributes:
         try:
-            if staged_data is None:  # embedded: read the external initializers into memory
+            if shared:  # the external initializers stay where they are
+                pass
+            elif staged_data is None:  # embedded: read the external initializers into memory
                 for value, tensor in list(_external_initializers(graphs)):
                     value.const_value = written[value] = ir.Tensor(
                         tensor.numpy().copy(), name=tensor.name, dtype=tensor.dtype
@@ -584,7 +630,13 @@ def _write_staged(
         else:
             staged_data.unlink()
     record = None
-    if wrote_data:
+    if shared:
+        files, owned = shared
+        record = make_record(
+            {location: _shared_record(file) for location, file in files.items()},
+            shared=set(files) - owned,
+        )
+    elif wrote_data:
         assert staged_data is not None and data_name is not None
         size, crc = crc32_of(staged_data)
         # A rename keeps the inode and modification time: load() compares these first.
@@ -605,6 +657,98 @@ def _write_staged(
     if mode is not None:
         os.chmod(staging / model_name, mode)
     return _Staged(wrote_data, written, originals, list(attributes))
+
+
+def _shared_record(file: _DataFile) -> tuple[int, int, os.stat_result]:
+    """``(size, crc32, stat)`` of a data file a model references in place.
+
+    The CRC-32 comes from the record the file was loaded with while the file is unchanged;
+    otherwise the file is read once (no copy is written).
+    """
+    info = os.stat(file.path)
+    known = file.crc_if_unchanged()
+    size, crc = known if known is not None else crc32_of(file.path)
+    return size, crc, info
+
+
+def _check_unchanged(files: Iterable[_DataFile], path: Path) -> None:
+    """Refuse to commit a model referring to a data file replaced while it was saved.
+
+    Raises:
+        OmnyIOError: A data file is no longer the one opened at load (another writer
+            replaced or removed it meanwhile).
+    """
+    for file in files:
+        try:
+            same = os.stat(file.path).st_ino == os.fstat(file.fd).st_ino
+        except OSError:
+            same = False
+        if not same:
+            raise OmnyIOError(
+                f"{path}: the data file {file.path} was replaced or removed while the model "
+                "was being saved; load the model again and save it (the destination is "
+                "unchanged)"
+            )
+
+
+def _shared_data(
+    graphs: Sequence[ir.Graph], target: Path, size_threshold_bytes: int
+) -> tuple[dict[str, _DataFile], set[str]] | None:
+    """The data files the model can keep referring to in place when saved as ``target``.
+
+    Possible when every initializer of ``size_threshold_bytes`` or more is read from a data
+    file opened by :func:`load` (a :class:`PinnedExternalTensor`) in ``target``'s folder,
+    still the file at that name (not replaced since), not ``target`` itself, and either owned
+    by no model of ours (an exporter's file, or one a model only borrows) or owned by the
+    model file at ``target`` (a save in place: the ownership passes to the new model). A
+    file another model owns is never borrowed: that model's next save may remove it. The
+    save then writes only the model file, whose record lists the borrowed files as not owned
+    (``"owned": false``): no save over it removes them.
+
+    Returns:
+        ``({location: data file}, locations the new model owns)``, or ``None`` when the data
+        must be written.
+    """
+    folder = os.path.realpath(target.parent)
+    target_real = os.path.realpath(target)
+    shared: dict[str, _DataFile] = {}
+    owned: set[str] = set()
+    for graph in graphs:
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if tensor is None:
+                continue
+            if not isinstance(tensor, ir.ExternalTensor):
+                if tensor.nbytes >= size_threshold_bytes:
+                    return None  # new or changed weights: written to a data file
+                continue
+            if not isinstance(tensor, PinnedExternalTensor):
+                return None
+            file = tensor.data_file
+            location = os.path.normpath(os.fspath(tensor.location))
+            if (
+                os.path.realpath(os.fspath(tensor.base_dir)) != folder
+                or os.path.isabs(location)
+                or location.startswith("..")
+                or os.path.realpath(os.path.join(folder, location)) != file.path
+                or file.path == target_real
+                or file.owner not in (None, target_real)
+            ):
+                return None
+            try:
+                now, opened = os.stat(file.path), os.fstat(file.fd)
+            except OSError:
+                return None
+            if (now.st_ino, now.st_dev, now.st_size) != (
+                opened.st_ino,
+                opened.st_dev,
+                opened.st_size,
+            ):
+                return None  # replaced or changed since it was loaded
+            shared[location] = file
+            if file.owner is not None:
+                owned.add(location)
+    return (shared, owned) if shared else None
 
 
 def _repoint(staged: _Staged, removed: set[str], folder: Path, location: str | None) -> None:
@@ -665,7 +809,9 @@ def save(
         path: The destination file. Its folder must exist. A symbolic link is written through:
             the file it points to is replaced.
         overwrite: When ``False``, refuse if the model file or its data file exists.
-        external_data: ``None`` (default): automatic, see the module docstring. A relative
+        external_data: ``None`` (default): automatic, see the module docstring (data files
+            of the model's own folder are referenced in place when the weights are unchanged,
+            otherwise written next to the model, or embedded). A relative
             file name inside the model's folder: write initializers of
             ``size_threshold_bytes`` or more to that file. ``True``: the same with the name
             ``<model file name>.data``. ``False``: embed every initializer.
@@ -698,6 +844,11 @@ def save(
     graphs = list(model.graphs())
     total = sum(_initializer_sizes(graphs))
     data_name = _choose_data_name(graphs, target, external_data, total)
+    shared = None
+    if external_data is None and data_name is not None:
+        shared = _shared_data(graphs, target, size_threshold_bytes)
+        if shared is not None:
+            data_name = None  # referenced in place: no data file to write
     if not overwrite:
         for existing in (target, folder / data_name if data_name is not None else None):
             if existing is not None and os.path.lexists(existing):
@@ -726,10 +877,13 @@ def save(
             claimed = folder / final
         with gc_paused():
             staged = _write_staged(
-                model, graphs, staging, target.name, final, size_threshold_bytes, mode
+                model, graphs, staging, target.name, final, size_threshold_bytes, mode, shared
             )
         with atomic.folder_lock(folder):  # commits into one folder happen one at a time
-            replaced = _model_references(target)  # what the model being replaced uses
+            # What the model being replaced owns (its data files written by a save).
+            replaced = _model_references(target, owned_only=True)
+            if shared:
+                _check_unchanged(shared[0].values(), path)
             _list_replaced(staging, folder, replaced)
             if staged.data:
                 assert claimed is not None and final is not None
@@ -739,6 +893,7 @@ def save(
             atomic.fsync_dir(folder)
             keep = {os.path.realpath(claimed)} if staged.data and claimed is not None else set()
             keep.add(os.path.realpath(target))
+            keep.update(file.path for file in (shared[0].values() if shared else ()))
             removed = _remove_replaced(replaced, keep)
     except OSError as error:
         raise OmnyIOError(

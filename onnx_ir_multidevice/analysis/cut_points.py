@@ -254,7 +254,7 @@ def find_cut_points(
         AnalysisError: If the graph has a cycle.
 
     Example:
-        >>> from onnx_ir_multidevice import zoo
+        >>> from onnx_ir_multidevice.testing import zoo
         >>> cuts = find_cut_points(zoo.resnet(depth_blocks=2).graph)
         >>> [c.value.name for c in cuts][-2:]
         ['pool', 'flatten']

@@ -69,10 +69,6 @@ class _T:
         self.key: Any = None
 
 
-def _dual(p: int, s: int) -> Dual:
-    return p if p == s else (p, s)
-
-
 def _lift(f: Callable[..., int], *args: Dual) -> Dual:
     for a in args:
         if type(a) is not int:

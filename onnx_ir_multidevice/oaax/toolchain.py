@@ -5,7 +5,9 @@
 
 1. **read** -- the input: a model file, or an archive with one model and a ``config.json``
    (:mod:`~onnx_ir_multidevice.oaax.inputs`); archives are extracted into a private folder
-   inside ``OUTDIR``, removed at the end;
+   inside ``OUTDIR`` (``.oaax-input.omny-<pid>-<hex>.tmp``, locked by this run), removed at
+   the end; one left by a killed run is removed by the next run into ``OUTDIR`` (any
+   writer's clean-up of the folder: :func:`~onnx_ir_multidevice._proto.atomic.remove_stale`);
 2. **load** -- the model (``.onnx``, v1 ``.omny`` or a v2 container);
 3. **validate** -- the ONNX checker, element types OAAX tensors can carry, and an
    onnxruntime session of the whole model (operator support);
@@ -57,7 +59,6 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 import warnings
@@ -76,6 +77,7 @@ from onnx_ir_multidevice._errors import (
     SplitError,
     VerifyError,
 )
+from onnx_ir_multidevice._proto import atomic
 from onnx_ir_multidevice._proto.files import EXTERNAL_DATA_TOTAL_BYTES, load, save
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._util import plural
@@ -541,6 +543,10 @@ def _echo(line: str) -> None:
     print(line, flush=True)
 
 
+_WORKDIR_NAME = "oaax-input"
+"""The extraction folder is ``OUTDIR/.oaax-input.omny-<pid>-<hex>.tmp`` (a staging name)."""
+
+
 def convert(
     input_path: str | os.PathLike,
     outdir: str | os.PathLike,
@@ -568,7 +574,8 @@ def convert(
     run = _Conversion(outdir, echo)
     try:
         outdir.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(dir=outdir, prefix=".oaax-input-"))
+        atomic.remove_stale(outdir)  # what killed runs (and other writers) left
+        workdir = atomic.make_staging(outdir, _WORKDIR_NAME)
     except OSError as error:
         message = f"{outdir}: the output directory cannot be created or written ({error})"
         print(f"{TOOLCHAIN_NAME}: error: OAAX101 (input): {message}", file=sys.stderr)
@@ -612,6 +619,7 @@ def convert(
         _failure(run.log, _internal(error, run.step))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        atomic.release(workdir)
     if error_code is not None:
         print(
             f"{TOOLCHAIN_NAME}: error: {error_code.code} ({error_code.category}): "

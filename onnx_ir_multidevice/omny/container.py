@@ -123,7 +123,6 @@ CONTAINER_META_KEY = "onnx_ir_multidevice.container"
 v1 whatever it holds."""
 
 METADATA_KEY = "omnynet_metadata"
-VERSION_KEY = "omnynet_version"
 MANIFEST_VERSION = "2.0"
 
 # magic, version u32, flags u64, model offset/size, reserved offset/size, manifest offset/size

@@ -86,23 +86,24 @@ import dataclasses
 import math
 import operator
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from fractions import Fraction
 from itertools import chain, compress, repeat
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
+from onnx_ir_multidevice.analysis.memory_units import (
+    DEFAULT_HEADROOM,
+    MIB,
+    required_bytes,
+    to_mib,
+    usable_bytes,
+)
+from onnx_ir_multidevice.analysis.memory_units import headroom_fraction as _fraction
 from onnx_ir_multidevice.analysis.ops import CONV_OPS, RECURRENT_OPS
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.graph.index import OP_TYPE_OF, node_subgraphs
 from onnx_ir_multidevice.planner.flops import node_flops, nodes_flops
-
-MIB = 1 << 20
-"""Bytes in a MiB (the unit of every ``*_mb`` field of ``.omny``)."""
-
-DEFAULT_HEADROOM = 0.2
-"""Share of a device's memory kept for the runtime (20 %, the spec's lower bound)."""
 
 PREPACKED_WEIGHT_INPUTS: Mapping[str, tuple[int, ...]] = {
     **dict.fromkeys(("MatMul", "FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat"), (1,)),
@@ -153,11 +154,6 @@ registration and the code and data it touches the first time it runs); see
 :data:`RUNTIME_NODE_BYTES`."""
 
 
-def to_mib(nbytes: int) -> int:
-    """Round a byte count up to whole MiB (never under-report)."""
-    return -(-nbytes // MIB)
-
-
 def format_bytes(nbytes: int) -> str:
     """Format a byte count for people: ``"312 B"``, ``"231.5 KiB"``, ``"1.2 GiB"``."""
     value = float(nbytes)
@@ -166,13 +162,6 @@ def format_bytes(nbytes: int) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
-
-
-def _fraction(headroom: float) -> Fraction:
-    value = Fraction(str(headroom))
-    if not 0 <= value < 1:
-        raise ValueError(f"headroom must be in [0, 1), got {headroom}")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,18 +248,6 @@ class StageMemory:
     def complete(self) -> bool:
         """Whether every size was known (the totals are exact, not lower bounds)."""
         return not self.unknown
-
-
-def required_bytes(total: int, headroom: float) -> int:
-    """Device bytes for a stage of ``total`` bytes keeping ``headroom`` for the runtime."""
-    h = _fraction(headroom)
-    return math.ceil(Fraction(total) / (1 - h))
-
-
-def usable_bytes(capacity: int, headroom: float) -> int:
-    """Largest stage total that fits a device of ``capacity`` bytes with ``headroom``."""
-    h = _fraction(headroom)
-    return math.floor(capacity * (1 - h))
 
 
 class _SparseMax:

@@ -5,7 +5,7 @@ Steps: find the cut points of the main graph
 (:class:`~onnx_ir_multidevice.planner.memory.MemoryModel`), choose an optimal partition for
 each requested shard count (:func:`~onnx_ir_multidevice.planner.partition.partition`) and
 fill every field of the ``.omny`` spec, and only those (the reference reader rejects other
-keys), with :func:`~onnx_ir_multidevice.planner.builder.build_metadata` (the builder the
+keys), with :func:`~onnx_ir_multidevice.analysis.omny_document.build_metadata` (the builder the
 reverse pass uses too). What to plan for is a
 :class:`~onnx_ir_multidevice.planner.options.PlanOptions`, checked before any analysis.
 
@@ -59,16 +59,16 @@ from onnx_ir.passes.common import NameFixPass
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._util import gc_paused, require_model
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis, analyse_cut_points
+from onnx_ir_multidevice.analysis.omny_document import (
+    StagedConfiguration,
+    build_metadata,
+    guess_architecture,
+)
 from onnx_ir_multidevice.analysis.shapes import input_symbols, unknown_dim_names
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
 from onnx_ir_multidevice.omny.planning_dims import write_planning_dims
-from onnx_ir_multidevice.planner.builder import (
-    StagedConfiguration,
-    build_metadata,
-    guess_architecture,
-)
 from onnx_ir_multidevice.planner.memory import MIB, MemoryModel, format_bytes
 from onnx_ir_multidevice.planner.options import DEFAULT_MAX_SHARDS, PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
@@ -136,7 +136,7 @@ def plan(model: ir.Model, options: PlanOptions | None = None, **keywords: Any) -
     or an ``onnx.ModelProto`` raises ``TypeError``).
 
     Example:
-        >>> from onnx_ir_multidevice import zoo
+        >>> from onnx_ir_multidevice.testing import zoo
         >>> meta = plan(zoo.resnet(), shards=[2])
         >>> meta.sharding.configurations[0].cut_point_ids
         ('cut_1',)
