@@ -28,12 +28,25 @@ a tensor, ``(elements * bits + 7) // 8`` in integer arithmetic (onnx-ir's
 ``DataType.itemsize`` is a float, ``0.5`` for the 4-bit types). ``STRING`` and ``UNDEFINED``
 have no fixed size.
 
+Kinds: :data:`INTEGER_DTYPES` are the whole-byte integer types, whose values stay integers
+through a ``Cast`` among them and through arithmetic; :data:`INTEGER_OR_BOOL_DTYPES` adds
+``BOOL``, for what only stores small values (a mask read by shape computations). ``BOOL`` is
+not in the first: ``Cast`` to ``BOOL`` maps every non-zero value to 1.
+
 .. versionadded:: 0.1
 """
 
 from __future__ import annotations
 
-__all__ = ["dtype_bits", "dtype_from_name", "dtype_name", "stored_nbytes", "tensor_nbytes"]
+__all__ = [
+    "INTEGER_DTYPES",
+    "INTEGER_OR_BOOL_DTYPES",
+    "dtype_bits",
+    "dtype_from_name",
+    "dtype_name",
+    "stored_nbytes",
+    "tensor_nbytes",
+]
 
 import math
 from collections.abc import Iterable
@@ -89,6 +102,16 @@ _LEGACY: dict[str, ir.DataType | None] = {
     "unknown": None,
 }
 """Spellings written by earlier versions (the planner, the reverse pass), accepted on reading."""
+
+INTEGER_DTYPES: frozenset[ir.DataType] = frozenset(
+    {_D.INT8, _D.INT16, _D.INT32, _D.INT64, _D.UINT8, _D.UINT16, _D.UINT32, _D.UINT64}
+)
+"""The whole-byte integer types (not ``BOOL``, not the packed 4- and 2-bit types): their
+values are integers that ``Cast`` among them and integer arithmetic keep."""
+
+INTEGER_OR_BOOL_DTYPES: frozenset[ir.DataType] = INTEGER_DTYPES | {_D.BOOL}
+""":data:`INTEGER_DTYPES` and ``BOOL``: the types whose small tensors the shape layer keeps as
+data (shape vectors, axes, masks)."""
 
 _NO_SIZE = frozenset({_D.UNDEFINED, _D.STRING})
 _BITS: dict[ir.DataType, int] = {d: d.bitwidth for d in _NAMES if d not in _NO_SIZE}
