@@ -91,6 +91,7 @@ from itertools import chain, compress, repeat
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice._util import format_bytes
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
 from onnx_ir_multidevice.analysis.memory_units import (
     DEFAULT_HEADROOM,
@@ -152,16 +153,6 @@ RUNTIME_OP_TYPE_BYTES = 64 * 1024
 """Resident memory onnxruntime adds per distinct op type of a stage (the kernel's
 registration and the code and data it touches the first time it runs); see
 :data:`RUNTIME_NODE_BYTES`."""
-
-
-def format_bytes(nbytes: int) -> str:
-    """Format a byte count for people: ``"312 B"``, ``"231.5 KiB"``, ``"1.2 GiB"``."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 @dataclasses.dataclass(frozen=True)
