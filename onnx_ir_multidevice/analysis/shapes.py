@@ -79,6 +79,7 @@ from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_di
 from onnx_ir_multidevice.analysis.element_types import element_types
 from onnx_ir_multidevice.analysis.shape_data import evaluate_cone, shape_cone
 from onnx_ir_multidevice.analysis.shape_propagation import propagate
+from onnx_ir_multidevice.graph.dtypes import INTEGER_OR_BOOL_DTYPES as _INTEGER_TYPES
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 
 DEFAULT_BATCH = 1
@@ -102,19 +103,6 @@ _MAX_RERUNS = 6  # inference reruns when computed shape tensors unlock more
 _SCALE = 2  # the second inference binding: every symbol times this
 _THIRD = 3  # the binding that confirms a static dim of an inferred type (see symbolic())
 _PAST_WORDS = ("past", "cache", "memory")
-_INTEGER_TYPES = frozenset(
-    {
-        ir.DataType.INT8,
-        ir.DataType.INT16,
-        ir.DataType.INT32,
-        ir.DataType.INT64,
-        ir.DataType.UINT8,
-        ir.DataType.UINT16,
-        ir.DataType.UINT32,
-        ir.DataType.UINT64,
-        ir.DataType.BOOL,
-    }
-)
 
 Dim = int | DimExpression
 """A normalized input dimension: a static size or an expression (possibly one symbol)."""

@@ -87,12 +87,10 @@ def _configuration_mb(
     metadata = omny.read(model)  # readable: the split read it already
     if metadata is None:
         return None
-    configurations = metadata.sharding.configurations
-    if isinstance(configuration, int):
-        chosen = configurations[configuration] if 0 <= configuration < len(configurations) else None
-    else:
-        chosen = next((c for c in configurations if c.num_shards == shards), None)
-    return None if chosen is None else tuple(chosen.memory_per_shard_mb)
+    position = metadata.sharding.configuration_index(shards, configuration)
+    if position is None:
+        return None
+    return tuple(metadata.sharding.configurations[position].memory_per_shard_mb)
 
 
 @dataclasses.dataclass(frozen=True)
