@@ -187,10 +187,9 @@ def make_inputs(
     * integer inputs are uniform in ``[0, n)`` where ``n`` is the smallest data dimension of
       the ``Gather`` nodes they index (through casts and reshapes), else ``[0, 4)``;
     * boolean inputs are random, floating-point inputs standard normal;
-    * the arrays take at most
-      :data:`~onnx_ir_multidevice.runtime.inputs.MAX_GENERATED_BYTES` together (or the
-      environment variable ``OMNY_MAX_INPUT_BYTES``): larger dims are refused before
-      anything is allocated, naming the dims used.
+    * the arrays take at most ``runtime.inputs.MAX_GENERATED_BYTES`` (64 MiB) together, or
+      what the environment variable ``OMNY_MAX_INPUT_BYTES`` says: larger dims are refused
+      before anything is allocated, naming the dims used.
 
     Initializers that are also graph inputs (overridable defaults) get no array.
 
