@@ -44,7 +44,6 @@ from collections.abc import Mapping
 import onnx
 import onnx_ir as ir
 
-from onnx_ir_multidevice import _regular_files
 from onnx_ir_multidevice._errors import (
     ExternalDataError,
     ExternalDataProblem,
@@ -54,6 +53,7 @@ from onnx_ir_multidevice._errors import (
 from onnx_ir_multidevice._proto import files as _io
 from onnx_ir_multidevice._proto.convert import from_proto
 from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY
+from onnx_ir_multidevice._regular_files import require_regular
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.binding.bind import BoundPlan
 from onnx_ir_multidevice.checker.container_rules import check_container
@@ -368,7 +368,7 @@ def _load_path(
         )
     if not os.path.exists(path):
         raise OmnyIOError(f"{path}: no such file; give the path of a .onnx or .omny model")
-    _regular_files.require_regular(path)  # a FIFO or a device: refused before reading
+    require_regular(path)  # a FIFO or a device: refused before anything is read
     try:
         model = _io.load(path)
     except ExternalDataError as error:  # OMNY108 / OMNY109: one diagnostic per tensor or file
