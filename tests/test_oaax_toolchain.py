@@ -271,6 +271,64 @@ def test_an_omny_with_several_configurations_needs_a_config(tmp_path):
     assert kept.sharding.configurations[0] == metadata.sharding.configurations[1]
 
 
+def test_devices_are_checked_against_the_inputs_one_configuration(tmp_path):
+    """Issue 18 item 13: ["1B", "1B"] reported "Successful Conversion"."""
+    model = (V2 / "tiny_v2_upgrade.omny").read_bytes()  # one 2-shard configuration, 1 MiB each
+
+    def run(name: str, config: dict) -> tuple[int, list[dict]]:
+        archive = _zip(
+            tmp_path / f"{name}.zip",
+            {"tiny.omny": model, "config.json": json.dumps(config).encode()},
+        )
+        result = convert(archive, tmp_path / name, echo=lambda line: None)
+        return result.exit_status, _log(tmp_path / name)
+
+    status, log = run("tiny-devices", {"devices": ["1B", "1B"]})
+    last = _failed(tmp_path / "tiny-devices", "OAAX301", 1, status)
+    assert "Successful Conversion" not in [e["Message"] for e in log]
+    assert "1B" in json.dumps(last) or "fit" in last["Error"], last
+    status, log = run("roomy", {"devices": ["1GiB", "1GiB"]})
+    assert status == 0, log[-1]
+    assert log[3]["Data"]["Source"] == "the input's configuration"  # it fits: kept
+    # The recorded 1 MiB (rounded up) + 20 % headroom exceeds a 1 MiB device: a plan is made
+    # for the devices instead (the tiny stages, measured in bytes, fit), and the log says why.
+    status, log = run("tight", {"devices": ["1GiB", "1MiB"]})
+    assert status == 0, log[-1]
+    source = log[3]["Data"]["Source"]
+    assert source.startswith("planned (the input's configuration does not fit: stage 1 needs")
+    assert "device 1 (1MiB) leaves" in source
+
+
+@pytest.mark.parametrize("batch", [2**22, 2**40])
+def test_huge_config_dims_are_a_clear_error_not_memory(tmp_path, batch):
+    """Issue 18 item 11: batch 2**22 allocated 2.4 GB; 2**40 was reported as an internal bug."""
+    archive = _zip(
+        tmp_path / "chain.zip",
+        {
+            "chain.onnx": _chain(tmp_path / "chain.onnx").read_bytes(),
+            "config.json": json.dumps({"dims": {"batch": batch}}).encode(),
+        },
+    )
+    result = convert(archive, tmp_path / "out", echo=lambda line: None)
+    last = _failed(tmp_path / "out", "OAAX404", 1, result.exit_status)
+    assert f"at batch={batch}" in last["Error"] and "over the bound" in last["Error"], last
+    assert not (tmp_path / "out" / "chain.omny").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        (b'{"devices": ["4GiB", "lots"]}', "devices[1]: cannot read memory size 'lots'"),
+        (b'{"devices": ["4GiB", "4"]}', "devices[1]: memory size '4' has no unit"),
+        (b'{"devices": ["4GiB", "4GiB"], "shards": 3}', "2 memory sizes for 3 shards"),
+    ],
+)
+def test_device_sizes_are_validated_when_read(config, fragment):
+    with pytest.raises(Exception, match=re.escape(fragment)) as caught:
+        parse_config(config, "config.json")
+    assert caught.value.code.code == "OAAX105"
+
+
 def test_cli_subcommand_and_console_script_agree(tmp_path, capsys):
     from onnx_ir_multidevice._cli import main
 
@@ -445,64 +503,6 @@ def test_config_values_are_checked():
         with pytest.raises(Exception, match="c:") as caught:
             parse_config(bad, "c")
         assert caught.value.code.code == "OAAX105"
-
-
-def test_devices_are_checked_against_the_inputs_one_configuration(tmp_path):
-    """Issue 18 item 13: ["1B", "1B"] reported "Successful Conversion"."""
-    model = (V2 / "tiny_v2_upgrade.omny").read_bytes()  # one 2-shard configuration, 1 MiB each
-
-    def run(name: str, config: dict) -> tuple[int, list[dict]]:
-        archive = _zip(
-            tmp_path / f"{name}.zip",
-            {"tiny.omny": model, "config.json": json.dumps(config).encode()},
-        )
-        result = convert(archive, tmp_path / name, echo=lambda line: None)
-        return result.exit_status, _log(tmp_path / name)
-
-    status, log = run("tiny-devices", {"devices": ["1B", "1B"]})
-    last = _failed(tmp_path / "tiny-devices", "OAAX301", 1, status)
-    assert "Successful Conversion" not in [e["Message"] for e in log]
-    assert "1B" in json.dumps(last) or "fit" in last["Error"], last
-    status, log = run("roomy", {"devices": ["1GiB", "1GiB"]})
-    assert status == 0, log[-1]
-    assert log[3]["Data"]["Source"] == "the input's configuration"  # it fits: kept
-    # The recorded 1 MiB (rounded up) + 20 % headroom exceeds a 1 MiB device: a plan is made
-    # for the devices instead (the tiny stages, measured in bytes, fit), and the log says why.
-    status, log = run("tight", {"devices": ["1GiB", "1MiB"]})
-    assert status == 0, log[-1]
-    source = log[3]["Data"]["Source"]
-    assert source.startswith("planned (the input's configuration does not fit: stage 1 needs")
-    assert "device 1 (1MiB) leaves" in source
-
-
-@pytest.mark.parametrize("batch", [2**22, 2**40])
-def test_huge_config_dims_are_a_clear_error_not_memory(tmp_path, batch):
-    """Issue 18 item 11: batch 2**22 allocated 2.4 GB; 2**40 was reported as an internal bug."""
-    archive = _zip(
-        tmp_path / "chain.zip",
-        {
-            "chain.onnx": _chain(tmp_path / "chain.onnx").read_bytes(),
-            "config.json": json.dumps({"dims": {"batch": batch}}).encode(),
-        },
-    )
-    result = convert(archive, tmp_path / "out", echo=lambda line: None)
-    last = _failed(tmp_path / "out", "OAAX404", 1, result.exit_status)
-    assert f"at batch={batch}" in last["Error"] and "over the bound" in last["Error"], last
-    assert not (tmp_path / "out" / "chain.omny").exists()
-
-
-@pytest.mark.parametrize(
-    ("config", "fragment"),
-    [
-        (b'{"devices": ["4GiB", "lots"]}', "devices[1]: cannot read memory size 'lots'"),
-        (b'{"devices": ["4GiB", "4"]}', "devices[1]: memory size '4' has no unit"),
-        (b'{"devices": ["4GiB", "4GiB"], "shards": 3}', "2 memory sizes for 3 shards"),
-    ],
-)
-def test_device_sizes_are_validated_when_read(config, fragment):
-    with pytest.raises(Exception, match=re.escape(fragment)) as caught:
-        parse_config(config, "config.json")
-    assert caught.value.code.code == "OAAX105"
 
 
 def test_unwritable_outdir_exits_2_without_a_log(tmp_path, capsys):

@@ -61,7 +61,6 @@ from onnx_ir_multidevice._regular_files import open_regular
 from onnx_ir_multidevice.analysis.sizes import check_dims
 from onnx_ir_multidevice.oaax.codes import ConversionError
 from onnx_ir_multidevice.planner.devices import parse_size
-from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM, format_bytes, usable_bytes
 
 CONFIG_NAME = "config.json"
 """Base name of the configuration member of an archive."""
@@ -96,27 +95,6 @@ class ToolchainConfig:
 
     relaxed: bool = False
     """Also cut where small side activations cross (relaxed cuts)."""
-
-    def misfit(self, configuration: Any) -> str | None:
-        """Why an ``.omny`` input's ``configuration`` does not fit :attr:`devices`, or ``None``.
-
-        Stage ``k`` fits device ``k`` when its ``memory_per_shard_mb`` plus the planner's
-        headroom is at most the device's memory, as the planner decides for its own plans.
-        The toolchain keeps a configuration that fits and plans for the devices otherwise.
-        """
-        if self.devices is None:
-            return None
-        n = configuration.num_shards
-        if len(self.devices) < n:
-            return f"its {n} stages need {n} devices and config.json gives {len(self.devices)}"
-        for k, (device, mib) in enumerate(zip(self.devices, configuration.memory_per_shard_mb)):
-            usable = usable_bytes(parse_size(device), DEFAULT_HEADROOM)
-            if mib * 2**20 > usable:
-                return (
-                    f"stage {k} needs {mib} MiB and device {k} ({device}) leaves "
-                    f"{format_bytes(usable)} after the {DEFAULT_HEADROOM:.0%} headroom"
-                )
-        return None
 
     def to_dict(self) -> dict[str, Any]:
         """The options as JSON (for the log)."""

@@ -10,7 +10,8 @@
 3. **validate** -- the ONNX checker, element types OAAX tensors can carry, and an
    onnxruntime session of the whole model (operator support);
 4. **plan** -- the configuration: the ``.omny`` input's one configuration (or the one with
-   the configured ``shards``), else a plan for ``shards`` (default 2) stages;
+   the configured ``shards``) when it fits the configured ``devices``, else a plan for
+   ``shards`` (default: one per device, else 2) stages on those devices;
 5. **check** -- the checker, with the plan in the model (no error allowed, except the spec
    departures of :data:`SPEC_DEPARTURES`, which run correctly here);
 6. **split** -- the stage models;
@@ -82,6 +83,8 @@ from onnx_ir_multidevice.oaax.log import LOG_FILE_NAMES, ConversionLog
 from onnx_ir_multidevice.oaax.tensors import oaax_data_type
 from onnx_ir_multidevice.omny import OmnyMetadata, read_planning_dims, write_planning_dims
 from onnx_ir_multidevice.omny.container import CONTAINER_META_KEY, Container
+from onnx_ir_multidevice.planner.devices import parse_size
+from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM, format_bytes, usable_bytes
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.runtime.sessions import ModelSession
@@ -291,7 +294,7 @@ class _Conversion:
             if not matching:
                 return None
             chosen = matching[0]
-        self.misfit = self.config.misfit(chosen)  # configured devices it does not fit
+        self.misfit = self._misfit(chosen)
         if self.misfit is not None:
             return None  # plan for the devices instead
         ids = set(chosen.cut_point_ids)
@@ -308,6 +311,28 @@ class _Conversion:
             cut_points=tuple(c for c in metadata.cut_points if c.id in ids),
             sharding=sharding,
         )
+
+    def _misfit(self, configuration: Any) -> str | None:
+        """Why the input's ``configuration`` does not fit the configured devices (or ``None``).
+
+        Stage ``k`` fits device ``k`` when its ``memory_per_shard_mb`` plus the planner's
+        headroom is at most the device's memory, as the planner decides for its own plans.
+        """
+        devices = self.config.devices
+        if devices is None:
+            return None
+        n = configuration.num_shards
+        if len(devices) < n:
+            return f"its {n} stages need {n} devices and config.json gives {len(devices)}"
+        memory = list(configuration.memory_per_shard_mb)
+        for k, (device, mib) in enumerate(zip(devices, memory)):
+            usable = usable_bytes(parse_size(device), DEFAULT_HEADROOM)
+            if mib * 2**20 > usable:
+                return (
+                    f"stage {k} needs {mib} MiB and device {k} ({device}) leaves "
+                    f"{format_bytes(usable)} after the {DEFAULT_HEADROOM:.0%} headroom"
+                )
+        return None
 
     def step_plan(self) -> dict[str, Any]:
         assert self.model is not None and self.input is not None

@@ -38,6 +38,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._proto.external import external_attributes_embedded, proto_tensors
+from onnx_ir_multidevice.graph.dtypes import stored_nbytes
 
 PROTO_LIMIT_BYTES = 1_800_000_000
 """Models whose weights or serialized proto reach this size go through a temporary file
@@ -106,10 +107,7 @@ def _needs_file(model: ir.Model) -> bool:
                 continue
             if isinstance(tensor, ir.ExternalTensor):
                 return True
-            try:
-                total += tensor.nbytes
-            except TypeError:  # an element type without a size (UNDEFINED): onnxruntime says why
-                continue
+            total += stored_nbytes(tensor) or 0  # no size (UNDEFINED): onnxruntime says why
     return total >= PROTO_LIMIT_BYTES
 
 
