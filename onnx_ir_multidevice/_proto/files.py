@@ -249,12 +249,12 @@ def _v2_container(path: Path, data: bytes) -> Container | None:
 
 
 def _check_data_name(name: str) -> str:
-    """Refuse a data file name that is absolute or leaves the model's folder."""
+    """Refuse a data file name that is absolute, holds a NUL byte or leaves the model's folder."""
+    if "\x00" in name:
+        raise OmnyIOError(f"external_data={name!r} has a NUL byte; give a file name")
     if os.path.isabs(name) or name.startswith(("/", "\\")):
         raise OmnyIOError(f"external_data={name!r} must be relative to the model file's folder")
     normal = os.path.normpath(name)
-    if "\x00" in normal:  # no file name holds one (the OS would raise a bare ValueError)
-        raise OmnyIOError(f"external_data={name!r} has a NUL byte; give a file name")
     if normal == "." or normal == ".." or normal.startswith(".." + os.sep):
         raise OmnyIOError(
             f"external_data={name!r} is outside the model's folder; name a file in the "
