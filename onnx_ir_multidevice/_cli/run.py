@@ -108,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
     """Run ``args.input`` as a pipeline and print its timing."""
     from onnx_ir_multidevice._util import plural  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.engines import get_engine  # lazy: `omny --help` stays fast
-    from onnx_ir_multidevice.runtime.inputs import dim_names  # lazy: `omny --help` stays fast
+    from onnx_ir_multidevice.runtime.inputs import (  # lazy: `omny --help` stays fast
+        dim_names,
+        generated_at,
+    )
     from onnx_ir_multidevice.runtime.pipeline import Pipeline  # lazy: `omny --help` stays fast
 
     if args.requests < 1 or args.warmup < 0:
@@ -156,7 +159,10 @@ def run(args: argparse.Namespace) -> int:
                 if done % _PROGRESS_EVERY == 0:
                     progress(f"{done}/{args.requests} requests")
         except PipelineError as exc:
-            error(f"{args.input}: {exc}")
+            # The requests are generated: name the dims they took (a model that runs at some
+            # sizes only fails inside onnxruntime with a message about a node, not the sizes).
+            note = generated_at(pipeline.inputs, {**pipeline.chain.planning_dims, **dims})
+            error(f"{args.input}: {exc}" + (f"; {note}" if note else ""))
             return EXIT_FINDINGS
         stats = pipeline.stats()
     if args.json:
