@@ -43,9 +43,11 @@ def _threads(text: str) -> list[int] | int:
     try:
         values = [int(part) for part in text.split(",")]
     except ValueError:
+        values = [0]
+    if min(values) < 1:
         raise argparse.ArgumentTypeError(
-            f"expected a thread count or one per stage (e.g. 1,2), got {text!r}"
-        ) from None
+            f"expected a positive thread count or one per stage (e.g. 1,2), got {text!r}"
+        )
     return values[0] if len(values) == 1 else values
 
 
@@ -106,7 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``args.input`` as a pipeline and print its timing."""
-    from onnx_ir_multidevice._util import plural
+    from onnx_ir_multidevice._util import plural  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.engines import get_engine  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.inputs import dim_names  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.pipeline import Pipeline  # lazy: `omny --help` stays fast
