@@ -245,7 +245,7 @@ CLI_CASES: list[Any] = [
     pytest.param("plan plain.onnx -o OUT/o.omny --dim seq", 2, ["'seq'"], id="plan-dim"),
     pytest.param("plan plain.onnx -o OUT/o.omny --dim seq=x", 2, ["seq=x"], id="plan-dim-x"),
     pytest.param("plan plain.onnx -o OUT/o.omny --headroom 2", 2, ["headroom"], id="headroom"),
-    pytest.param("plan plain.onnx -o OUT/o.omny --max-shard-mb 0", 2, ["max_shard"], id="mb0"),
+    pytest.param("plan plain.onnx -o OUT/o.omny --max-shard-mb 0", 2, ["--max-shard-mb"], id="mb0"),
     *[
         pytest.param(f"{cmd} --dim {dim}", 2, ["--dim", dim], id=f"{cmd.split()[0]}-dim-{dim}")
         for cmd in ("verify good.omny", "run good.omny --shards 2")
