@@ -219,10 +219,8 @@ def _baseline(args: argparse.Namespace, pipeline, inputs) -> dict[str, object]: 
     """
     import time
 
-    from onnx_ir_multidevice.runtime.sessions import (  # lazy: `omny --help` stays fast
-        ModelSession,
-        session_options,
-    )
+    from onnx_ir_multidevice._proto.files import load  # lazy: `omny --help` stays fast
+    from onnx_ir_multidevice.runtime.sessions import ModelSession, session_options
 
     count = min(args.requests, BASELINE_REQUESTS)
     threads = args.threads[0] if isinstance(args.threads, list) else args.threads
@@ -237,7 +235,8 @@ def _baseline(args: argparse.Namespace, pipeline, inputs) -> dict[str, object]: 
         what = "the whole model in one onnxruntime session"
         providers = pipeline.devices[0].ort_providers()
         options = session_options(intra_op_num_threads=threads)
-        with ModelSession(args.input, options, providers) as owner:
+        # loaded as verify loads it (external data checked, small tensors made inline)
+        with ModelSession(load(args.input), options, providers) as owner:
             owner.session.run(None, inputs)  # warm-up
             start = time.perf_counter()
             for _ in range(count):
