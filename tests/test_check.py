@@ -335,7 +335,7 @@ def position_table_model(rows: int = 256, width: int = 8) -> ir.Model:
     return ir.from_proto(proto)
 
 
-def _t123() -> ir.Model:
+def _t124() -> ir.Model:
     """Planned at seq=256, then the recorded planning dims say 512 (a file planned elsewhere)."""
     from onnx_ir_multidevice.omny.planning_dims import write_planning_dims
     from onnx_ir_multidevice.planner import plan_model
@@ -599,7 +599,7 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY120": _cut("shard_memory_mb", 0),
     "OMNY121": _cut("shard_memory_mb", 100),
     "OMNY122": _cut("shape", [-1, 2**62]),
-    "OMNY123": _t123,
+    "OMNY124": _t124,
     "OMNY130": _sharding("configurations", []),
     "OMNY131": _configuration("cut_point_ids", ["cut_h2"]),
     "OMNY132": _configuration("cut_point_ids", ["cut_h2", "cut_3"]),
@@ -1123,7 +1123,7 @@ def test_planning_dims_the_model_cannot_take_are_refused_by_plan_and_caught_by_c
         plan_model(position_table_model(256), shards=[2], dims={"seq": 512})
     # at sizes it takes: planned, checked clean, loaded by onnxruntime
     assert main(["plan", str(source), "-o", str(out), "--dim", "seq=256", "--static"]) == 0
-    assert "OMNY123" not in codes(check(out))
+    assert "OMNY124" not in codes(check(out))
     ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     # a file made elsewhere, pinned at 512: check reports it, and onnxruntime indeed refuses it
     model = position_table_model(256)
@@ -1132,7 +1132,7 @@ def test_planning_dims_the_model_cannot_take_are_refused_by_plan_and_caught_by_c
     model.graph.inputs[0].shape = ir.Shape([1, 512])
     pinned = tmp_path / "pinned.omny"
     save(model, pinned)
-    found = [d for d in check(pinned) if d.code == "OMNY123"]
+    found = [d for d in check(pinned) if d.code == "OMNY124"]
     assert len(found) == 1 and found[0].location == "node:add_pos" and found[0].is_error
     with pytest.raises(Exception, match="Incompatible dimensions"):
         ort.InferenceSession(str(pinned), providers=["CPUExecutionProvider"])

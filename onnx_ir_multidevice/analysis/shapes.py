@@ -860,7 +860,7 @@ class _Info:
 def dims_conflict_message(
     graph: ir.Graph, dims: Mapping[str, int], node_name: str, reason: str
 ) -> str:
-    """Say that the model cannot take the planning ``dims``: the planner's and ``OMNY123``'s words.
+    """Say that the model cannot take the planning ``dims``: the planner's and ``OMNY124``'s words.
 
     ``node_name`` and ``reason`` are what :meth:`ValueShapes.conflict` found.
     """

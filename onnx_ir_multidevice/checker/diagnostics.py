@@ -190,7 +190,7 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY120", _W, True, "A memory estimate is not positive."),
     ("OMNY121", _W, True, "Memory estimates are inconsistent with each other."),
     ("OMNY122", _E, True, "A cut tensor's shape is larger than any device holds (1 PiB)."),
-    ("OMNY123", _E, True, "The model cannot take its planning dims (shapes contradict)."),
+    ("OMNY124", _E, True, "The model cannot take its planning dims (shapes contradict)."),
     ("OMNY130", _E, True, "No shard configuration is defined."),
     ("OMNY131", _E, True, "A configuration does not list num_shards - 1 cut points."),
     ("OMNY132", _E, True, "A configuration names a cut point id that is not defined."),

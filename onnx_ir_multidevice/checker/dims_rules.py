@@ -1,4 +1,4 @@
-"""``OMNY123``: the planning dims must be sizes the model can take.
+"""``OMNY124``: the planning dims must be sizes the model can take.
 
 A plan is made at planning dims (``omny plan --dim seq=512``, recorded in the file, or pinned
 in the model by ``--static``). A model built for at most 256 positions (a 256-row position
@@ -30,7 +30,7 @@ _PLAN_KEYS = ("omnynet_metadata", PLANNING_DIMS_KEY)
 def check_planning_dims(
     model: ir.Model, diagnostics: list[Diagnostic], index: GraphIndex | None
 ) -> None:
-    """Append ``OMNY123`` when the model cannot take its planning dims.
+    """Append ``OMNY124`` when the model cannot take its planning dims.
 
     Args:
         model: The model (not modified).
@@ -51,7 +51,7 @@ def check_planning_dims(
     node = next((n for n in model.graph if name and n.name == name), None)
     diagnostics.append(
         make(
-            "OMNY123",
+            "OMNY124",
             dims_conflict_message(model.graph, dims, name, reason),
             f"node:{name}" if node is not None else "model",
         )

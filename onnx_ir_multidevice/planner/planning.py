@@ -231,7 +231,7 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
     index = GraphIndex.build(graph)
     sizes = ValueSizes(graph, options.dims, index=index)
     conflict = sizes.shapes.conflict()
-    if conflict is not None:  # onnxruntime would refuse the written plan (check: OMNY123)
+    if conflict is not None:  # onnxruntime would refuse the written plan (check: OMNY124)
         raise PlanError(dims_conflict_message(graph, sizes.dims, *conflict))
     analysis = analyse_cut_points(
         graph,
