@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
     from onnx_ir_multidevice._split import (
         Manifest,
         ManifestError,
+        ManifestStage,
         build_manifest,
         read_manifest,
         save_split,
@@ -135,6 +136,7 @@ __all__ = [
     "VerifyReport",
     "Manifest",
     "ManifestError",
+    "ManifestStage",
     "build_manifest",
     "plan",
     "read_manifest",
@@ -194,6 +196,7 @@ _HOMES: dict[str, str] = {
         (
             "Manifest",
             "ManifestError",
+            "ManifestStage",
             "build_manifest",
             "read_manifest",
             "save_split",
@@ -230,6 +233,7 @@ _SUBMODULES = frozenset(
         "analysis",
         "binding",
         "checker",
+        "cli",
         "examples",
         "exporters",
         "graph",

@@ -72,7 +72,7 @@ def set_public_module(namespace: Mapping[str, object], *, root: Collection[str] 
         ValueError: A name of ``root`` is not in the package's ``__all__``.
     """
     package = str(namespace["__name__"])
-    public = list(namespace["__all__"])  # type: ignore[call-overload]
+    public = list(namespace["__all__"])  # type: ignore[call-overload]  # a module's globals: values untyped
     unknown = set(root).difference(public)
     if unknown:
         raise ValueError(f"{package}: {sorted(unknown)} are not in __all__")

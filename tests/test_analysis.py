@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from onnx_ir_multidevice._errors import OmnyError
 from onnx_ir_multidevice.analysis import (
+    DEFAULT_INDEX_TABLE_BYTES,
     DEFAULT_LARGE_CONSTANT_BYTES,
     AnalysisError,
     Boundary,
@@ -171,16 +172,42 @@ def test_transformer_mask_class(from_activation):
     assert classes["q0"] is A
 
 
+def test_index_table_limits():
+    assert DEFAULT_LARGE_CONSTANT_BYTES == 1024
+    assert DEFAULT_INDEX_TABLE_BYTES == 4 << 20
+    b = _Builder()
+    x = _input("x")
+    shape = b.op("Shape", [x], "shape")
+    for name, array in (
+        ("ints", np.zeros(INDEX_TABLE_LARGE_ROWS - 1, np.int64)),  # 4 MiB - 8 bytes
+        ("too_many_ints", np.zeros(INDEX_TABLE_LARGE_ROWS, np.int64)),  # 4 MiB
+        ("mask", np.zeros(1 << 20, np.bool_)),  # 1 MiB: a causal mask of 1,024 positions
+        ("floats", np.zeros(256, np.float32)),  # 1 KiB of weights
+        ("bytes", np.zeros(1024, np.int8)),  # 1 KiB of quantised weights
+    ):
+        b.initializers.append(ir.Value(name=name, const_value=ir.tensor(array)))
+        b.op("Gather", [b.initializers[-1], shape], f"read_{name}")
+    graph = b.graph([x], [v for n in b.nodes for v in n.outputs])
+    classes = {v.name: c for v, c in classify_values(graph).items()}
+    assert classes["read_ints"] is R and classes["read_mask"] is R
+    assert classes["read_too_many_ints"] is A
+    assert classes["read_floats"] is A and classes["read_bytes"] is A
+
+
 def test_large_constant_threshold_and_heavy_ops_are_parameters():
     graph = _transformer(mask_from_activation=False)
     classes = {v.name: c for v, c in classify_values(graph, large_constant_bytes=1 << 20).items()}
     assert classes["embed"] is R  # the table is small under this threshold
     classes = {
         v.name: c
-        for v, c in classify_values(graph, heavy_ops={"Trilu"}, large_constant_bytes=1).items()
+        for v, c in classify_values(
+            graph, heavy_ops={"Trilu"}, large_constant_bytes=1, index_table_bytes=1
+        ).items()
     }
     assert classes["tri0"] is A  # a heavy op now
     assert classes["seq0"] is A  # reads the 8-byte Constant `one`, large under this threshold
+    classes = {v.name: c for v, c in classify_values(graph, large_constant_bytes=1).items()}
+    assert classes["seq0"] is R  # `one` is int64: an index table, under its own limit
     assert classes["shape0"] is R  # Shape(ids): no constant, no heavy op
 
 
@@ -527,16 +554,33 @@ class RandomGraph:
 OPS = ["Add", "Relu", "MatMul", "Split", "Constant", "If", "RandomNormal", "Neg"]
 
 
+INDEX_TABLE_LARGE_ROWS = DEFAULT_INDEX_TABLE_BYTES // 8
+"""Rows of an int64 table at the index-table limit (4 MiB)."""
+
+
+def _oracle_large(size: int, dtype) -> bool:
+    """The rule, restated: float constants are large from 1 KiB, index tables (int32, int64,
+    bool) from 4 MiB."""
+    nbytes = size * np.dtype(dtype).itemsize
+    if np.dtype(dtype) in (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.bool_)):
+        return nbytes >= DEFAULT_INDEX_TABLE_BYTES
+    return nbytes >= DEFAULT_LARGE_CONSTANT_BYTES
+
+
 @st.composite
 def random_graphs(draw) -> RandomGraph:
     inputs = [ir.val(f"in{i}", FLOAT, (2,)) for i in range(draw(st.integers(1, 3)))]
     initializers = []
     large = set()
     for i in range(draw(st.integers(0, 3))):
-        size = draw(st.sampled_from([1, 4, 255, 256, 3000]))  # float32: 1 KiB at 256
-        value = ir.Value(name=f"init{i}", const_value=ir.tensor(np.zeros(size, np.float32)))
+        dtype = draw(st.sampled_from([np.float32, np.int64]))
+        if dtype is np.float32:
+            size = draw(st.sampled_from([1, 4, 255, 256, 3000]))  # float32: 1 KiB at 256
+        else:  # an index table: large from 4 MiB (524,288 int64) only
+            size = draw(st.sampled_from([1, 128, 3000, INDEX_TABLE_LARGE_ROWS]))
+        value = ir.Value(name=f"init{i}", const_value=ir.tensor(np.zeros(size, dtype)))
         initializers.append(value)
-        if size * 4 >= DEFAULT_LARGE_CONSTANT_BYTES:
+        if _oracle_large(size, dtype):
             large.add(value)
     available = [*inputs, *initializers]
     nodes, reads, own_costly, own_pinned = [], {}, {}, {}
@@ -558,9 +602,10 @@ def random_graphs(draw) -> RandomGraph:
         attributes = None
         num_outputs = 1
         if op == "Constant":
-            size = draw(st.sampled_from([1, 255, 256]))
-            attributes = {"value": ir.tensor(np.zeros(size, np.float32))}
-            costly = size * 4 >= DEFAULT_LARGE_CONSTANT_BYTES
+            dtype = draw(st.sampled_from([np.float32, np.int64, np.bool_]))
+            size = draw(st.sampled_from([1, 255, 256, INDEX_TABLE_LARGE_ROWS]))
+            attributes = {"value": ir.tensor(np.zeros(size, dtype))}
+            costly = _oracle_large(size, dtype)
             inputs_ = []
         elif op == "RandomNormal":
             attributes = {"shape": [2]}
@@ -817,7 +862,6 @@ def test_analysis_scales_linearly():
 
 def test_graph_index_shared_results_match_unindexed() -> None:
     """Results with a shared GraphIndex equal the results computed from scratch."""
-    from onnx_ir_multidevice import zoo
     from onnx_ir_multidevice.analysis import (
         GraphIndex,
         assign_stages,
@@ -827,6 +871,7 @@ def test_graph_index_shared_results_match_unindexed() -> None:
         graph_uses,
         topological_order,
     )
+    from onnx_ir_multidevice.testing import zoo
 
     model = zoo.synthetic_chain(40)
     graph = model.graph
@@ -855,9 +900,9 @@ def test_graph_index_keeps_the_analyses_results_in_typed_slots() -> None:
     import subprocess
     import sys
 
-    from onnx_ir_multidevice import zoo
     from onnx_ir_multidevice.analysis import GraphIndex, assign_stages, default_classes
     from onnx_ir_multidevice.graph.index import CutListCache
+    from onnx_ir_multidevice.testing import zoo
 
     model = zoo.synthetic_chain(40)
     graph = model.graph
@@ -878,7 +923,7 @@ def test_graph_index_keeps_the_analyses_results_in_typed_slots() -> None:
     assert topological_order(graph, index=index) == list(index.nodes) == topological_order(graph)
     # graph sits below analysis: building and querying an index imports no analysis module.
     code = (
-        "import sys; from onnx_ir_multidevice import zoo; "
+        "import sys; from onnx_ir_multidevice.testing import zoo; "
         "from onnx_ir_multidevice.graph.index import GraphIndex, topological_order; "
         "m = zoo.synthetic_chain(8); i = GraphIndex.for_model(m); topological_order(m.graph); "
         "i.value_names; i.inner_node_names; "
@@ -889,7 +934,7 @@ def test_graph_index_keeps_the_analyses_results_in_typed_slots() -> None:
 
 
 def test_check_and_annotate_accept_a_shared_index() -> None:
-    from onnx_ir_multidevice import omny, zoo
+    from onnx_ir_multidevice import omny
     from onnx_ir_multidevice.analysis import GraphIndex
     from onnx_ir_multidevice.checker.core import check
     from onnx_ir_multidevice.omny._schema import (
@@ -899,6 +944,7 @@ def test_check_and_annotate_accept_a_shared_index() -> None:
         Sharding,
     )
     from onnx_ir_multidevice.passes.api import annotate
+    from onnx_ir_multidevice.testing import zoo
 
     def planned() -> ir.Model:
         model = zoo.synthetic_chain(24)

@@ -8,10 +8,11 @@ from pathlib import Path
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import PlanError, PlanOptions, load, zoo
+from onnx_ir_multidevice import PlanError, PlanOptions, load
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice.planner.flops import node_flops
 from onnx_ir_multidevice.planner.planning import describe, plan_model, plan_summary
+from onnx_ir_multidevice.testing import zoo
 
 CORPUS = Path(__file__).parent / "corpus"
 

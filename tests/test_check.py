@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import CheckError, OmnyIOError
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice.checker.core import check, check_device_configurations, run_check
@@ -32,6 +32,7 @@ from onnx_ir_multidevice.omny._schema import (
     TensorInfo,
 )
 from onnx_ir_multidevice.passes.api import annotate
+from onnx_ir_multidevice.testing import zoo
 
 DATA = Path(__file__).parent / "data"
 F32 = ir.DataType.FLOAT
@@ -81,6 +82,12 @@ def chain(n: int = 6, *, side: bool = False) -> ir.Model:
         [x], [h], nodes=nodes, initializers=inits, opset_imports={"": 18}, name="chain"
     )
     return ir.Model(graph, ir_version=11)
+
+
+def _huge_input(model: ir.Model) -> ir.Model:
+    """``model`` with its graph input's batch dim stated as 2**62 (issue 18 item 17)."""
+    model.graph.inputs[0].shape = ir.Shape([2**62, 8])
+    return model
 
 
 def _dims(value: ir.Value) -> tuple[int, ...]:
@@ -599,6 +606,7 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY120": _cut("shard_memory_mb", 0),
     "OMNY121": _cut("shard_memory_mb", 100),
     "OMNY122": _cut("shape", [-1, 2**62]),
+    "OMNY123": lambda: _huge_input(chain(2)),
     "OMNY124": _t124,
     "OMNY130": _sharding("configurations", []),
     "OMNY131": _configuration("cut_point_ids", ["cut_h2"]),

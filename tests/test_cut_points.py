@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onnx_ir_multidevice import zoo
+from onnx_ir_multidevice import split_at
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings
 from onnx_ir_multidevice.analysis.cut_points import (
     analyse_cut_points,
@@ -17,6 +18,7 @@ from onnx_ir_multidevice.analysis.cut_points import (
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import assign_stages
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
+from onnx_ir_multidevice.testing import zoo
 
 F32 = ir.DataType.FLOAT
 I64 = ir.DataType.INT64
@@ -27,7 +29,12 @@ I64 = ir.DataType.INT64
 
 
 def oracle(graph: ir.Graph, *, relaxed: bool, limit: int) -> dict[str, tuple[str, ...]]:
-    """Cut tensor name -> sorted side names, from assign_stages + boundary_crossings."""
+    """Cut tensor name -> sorted side names, from assign_stages + boundary_crossings.
+
+    A value whose dtype is unknown (the random graphs type every value but the outputs of
+    ``Opaque``, an op of an unknown domain) is no cut: no stage could take it as an input (as
+    a side activation its size is unknown too).
+    """
     classes = classify_values(graph)
     sizes = ValueSizes(graph)
     result = {}
@@ -41,6 +48,8 @@ def oracle(graph: ir.Graph, *, relaxed: bool, limit: int) -> dict[str, tuple[str
             (boundary,) = boundary_crossings(graph, stages, classes=classes, num_stages=2)
             crossing = boundary.activations
             if value not in crossing:
+                continue
+            if sizes.dtype(value) is None:  # a stage could not take it as an input
                 continue
             side = [v for v in crossing if v is not value]
             if side and not relaxed:
@@ -63,7 +72,7 @@ def found(graph: ir.Graph, *, relaxed: bool, limit: int) -> dict[str, tuple[str,
 
 OPS = (
     *("matmul", "relu", "add", "shape", "reshape") * 2,
-    *("split", "const", "tconst", "input_op"),
+    *("split", "const", "tconst", "input_op", "opaque"),
 )
 
 
@@ -127,6 +136,10 @@ def random_graphs(draw) -> ir.Graph:
             floats += emit("Transpose", [weight((8, 8))], shape=(8, 8))
         elif op == "input_op":
             floats += emit("Sigmoid", [draw(st.sampled_from([x, y]))])
+        elif op == "opaque":  # an op of an unknown domain: its output type is unknowable
+            out = ir.Value(name=fresh("v"))
+            nodes.append(ir.Node("example.custom", "Opaque", [pick(floats)], outputs=[out]))
+            floats.append(out)
     produced = [v for n in nodes for v in n.outputs]
     outputs = [produced[-1]] if produced else [x]
     extra = draw(st.lists(st.integers(0, max(0, len(produced) - 1)), max_size=2))
@@ -262,3 +275,74 @@ def test_index_of_another_graph_is_refused():
     other = GraphIndex.build(zoo.gpt(layers=1).graph)
     with pytest.raises(ValueError, match="GraphIndex"):
         analyse_cut_points(zoo.resnet(depth_blocks=2).graph, index=other)
+
+
+# ---------------------------------------------------------------------------------------
+# Index tables (the dynamo exporter's as_strided index) do not block cuts
+
+
+def _strided_index_model(entries: int, layers: int = 4) -> ir.Model:
+    """``Range(batch)`` read through an int64 table of ``entries`` rows at the top, used to
+    gather the rows of the last activation at the end: it crosses every boundary unless
+    each stage recomputes it."""
+    rng = np.random.default_rng(0)
+    x = ir.val("x", F32, ir.Shape(["batch", 8]))
+    zero = ir.Value(name="zero", const_value=ir.tensor(np.array(0, np.int64)))
+    one = ir.Value(name="one", const_value=ir.tensor(np.array(1, np.int64)))
+    table = ir.Value(name="table", const_value=ir.tensor(np.arange(entries, dtype=np.int64)))
+    initializers = [zero, one, table]
+    nodes = []
+
+    def op(op_type, inputs, name, **attributes):
+        node = ir.node(op_type, inputs, attributes=attributes or None, name=name)
+        node.outputs[0].name = name
+        nodes.append(node)
+        return node.outputs[0]
+
+    batch = op("Gather", [op("Shape", [x], "shape"), zero], "batch", axis=0)
+    index = op("Gather", [table, op("Range", [zero, batch, one], "rows")], "index", axis=0)
+    h = x
+    for i in range(layers):
+        w = ir.Value(
+            name=f"w{i}", const_value=ir.tensor(rng.standard_normal((8, 8)).astype(np.float32))
+        )
+        initializers.append(w)
+        h = op("Relu", [op("MatMul", [h, w], f"mm{i}")], f"relu{i}")
+    y = op("Gather", [h, index], "y", axis=0)
+    y.type, y.shape = ir.TensorType(F32), ir.Shape(["batch", 8])
+    graph = ir.Graph([x], [y], nodes=nodes, initializers=initializers, opset_imports={"": 18})
+    return ir.Model(graph, ir_version=10)
+
+
+@pytest.mark.parametrize("entries", [127, 128, 4096])
+def test_index_tables_do_not_block_cuts(entries):
+    # 128 int64 rows are 1 KiB: the table counted as a weight made `index` an activation
+    # crossing every boundary (0 cuts instead of 8).
+    model = _strided_index_model(entries)
+    classes = {v.name: c for v, c in classify_values(model.graph).items()}
+    assert classes["index"] is TensorClass.REPLICABLE
+    cuts = [c.value.name for c in find_cut_points(model.graph)]
+    assert cuts == [f"{kind}{i}" for i in range(4) for kind in ("mm", "relu")]
+    assert set(cuts) == set(oracle(model.graph, relaxed=False, limit=0))
+
+
+def test_split_at_an_index_table_cut_runs_like_the_whole_model():
+    model = _strided_index_model(128)
+    stages = split_at(model, ["relu1"])
+    # Each stage that reads `index` recomputes it from its own copy of the table.
+    assert "index" not in {v.name for v in stages[0].graph.outputs}
+    assert "table" in stages[1].graph.initializers
+    feeds = {"x": np.random.default_rng(3).standard_normal((5, 8)).astype(np.float32)}
+
+    def session(m):
+        return ort.InferenceSession(
+            ir.to_proto(m).SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+
+    (expected,) = session(model).run(None, feeds)
+    env = dict(feeds)
+    for stage in stages:
+        names = [i.name for i in stage.graph.inputs]
+        outputs = session(stage).run(None, {n: env[n] for n in names})
+        env.update(zip([o.name for o in stage.graph.outputs], outputs))
+    np.testing.assert_array_equal(env["y"], expected)

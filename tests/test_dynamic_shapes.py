@@ -14,12 +14,13 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import _cli, omny, zoo
+from onnx_ir_multidevice import _cli, omny
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._proto.files import load
 from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.planner.planning import plan, plan_model
 from onnx_ir_multidevice.runtime.verification import make_inputs, verify
+from onnx_ir_multidevice.testing import zoo
 
 CORPUS = Path(__file__).parent / "corpus"
 

@@ -20,12 +20,12 @@ import pytest
 from test_io import _arrays, _weights_model
 from test_split import _annotate
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import ExternalDataError, OmnyError, OmnyIOError
 from onnx_ir_multidevice._proto.files import DATA_RECORD_KEY, load, save
 from onnx_ir_multidevice._split import save_split, split
 from onnx_ir_multidevice.checker.core import check
+from onnx_ir_multidevice.testing import zoo
 
 Mutation = Callable[[onnx.TensorProto, dict[str, onnx.StringStringEntryProto], Path], None]
 
@@ -326,7 +326,7 @@ def test_saving_in_place_alternates_data_names_and_keeps_the_model_valid(tmp_pat
     model = load(path)  # lazy: nothing read yet
     names = []
     for _ in range(3):
-        save(model, path)
+        save(model, path, external_data=True)  # written again (automatic: kept in place)
         files = sorted(p.name for p in path.parent.iterdir())
         assert len(files) == 2 and "m.onnx" in files  # the model and one data file
         names.append(next(f for f in files if f != "m.onnx"))

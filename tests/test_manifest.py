@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError, PipelineError
 from onnx_ir_multidevice._split import save_split
 from onnx_ir_multidevice._split.manifest import (
@@ -19,6 +19,7 @@ from onnx_ir_multidevice._split.manifest import (
 )
 from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 from onnx_ir_multidevice.runtime import load_stages
+from onnx_ir_multidevice.testing import zoo
 
 
 @pytest.fixture

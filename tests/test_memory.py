@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from test_cut_points import random_graphs
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.planner.memory import (
@@ -20,6 +19,7 @@ from onnx_ir_multidevice.planner.memory import (
     to_mib,
     usable_bytes,
 )
+from onnx_ir_multidevice.testing import zoo
 
 F32 = ir.DataType.FLOAT
 

@@ -8,9 +8,9 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis import ops
+from onnx_ir_multidevice.analysis.omny_document import guess_architecture
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.tensor_classes import HEAVY_OPS
-from onnx_ir_multidevice.planner.builder import guess_architecture
 from onnx_ir_multidevice.planner.flops import node_flops
 
 FAMILIES = {name: getattr(ops, name) for name in ops.__all__}

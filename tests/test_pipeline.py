@@ -477,6 +477,76 @@ def test_timeouts_are_clear_and_lose_nothing():
         assert pipe.in_flight == 0
 
 
+def _when_waiting(pipe: Pipeline, release: threading.Lock) -> threading.Thread:
+    """A thread that releases ``release`` once a caller waits on the pipeline's condition."""
+
+    def watch() -> None:
+        seen = threading.Event()
+        deadline = time.monotonic() + 60
+        while not pipe._book.cond._waiters and time.monotonic() < deadline:
+            seen.wait(0.001)  # polls an event (the caller blocking), not a duration
+        release.release()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300, threading.TIMEOUT_MAX])
+def test_an_infinite_timeout_means_no_limit(timeout):
+    inputs = request(1)
+    with Pipeline(mlp_stages([2]), intra_op_num_threads=1, max_in_flight=1) as pipe:
+        lock = pipe._engine._stage_locks[0]
+        lock.acquire()  # stage 0 busy: the calls below must wait, with no time limit
+        pipe.send_input(inputs, timeout=timeout)
+        watcher = _when_waiting(pipe, lock)
+        assert_outputs(pipe.receive_output(timeout=timeout), inputs)  # no OverflowError
+        watcher.join()
+        lock.acquire()
+        pipe.send_input(inputs, timeout=timeout)
+        watcher = _when_waiting(pipe, lock)
+        assert_outputs(pipe.run(inputs, timeout=timeout), inputs)  # waits for room, then runs
+        watcher.join()
+        assert_outputs(pipe.receive_output(timeout=timeout), inputs)
+        assert [*pipe.map([inputs], timeout=timeout)][0].keys() == {"layer.0.out", "y"}
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), "10", True])
+def test_a_timeout_that_is_not_a_number_of_seconds_is_refused(timeout):
+    with Pipeline(mlp_stages([2]), intra_op_num_threads=1) as pipe:
+        for call in (
+            lambda: pipe.send_input(request(0), timeout=timeout),
+            lambda: pipe.receive_output(timeout=timeout),
+            lambda: pipe.run(request(0), timeout=timeout),
+            lambda: pipe.map([request(0)], timeout=timeout),
+        ):
+            with pytest.raises(PipelineError, match="timeout"):
+                call()
+        assert pipe.in_flight == 0  # nothing was sent
+        assert_outputs(pipe.run(request(0)), request(0))
+
+
+@pytest.mark.parametrize(
+    ("inputs", "fragment"),
+    [
+        ({"x": [[1.0, 2.0], [3.0]], "scale": np.ones(WIDTH, np.float32)}, "'x': not an array"),
+        ({"x": np.ones((3, WIDTH), np.float32), 1: np.ones(3)}, "must be input names"),
+        ({("x",): 1, "scale": 2}, "must be input names"),
+    ],
+)
+def test_ragged_lists_and_non_string_keys_are_refused_by_name(inputs, fragment):
+    with Pipeline(mlp_stages([2]), intra_op_num_threads=1) as pipe:
+        for call in (
+            lambda: pipe.send_input(inputs),
+            lambda: pipe.run(inputs),
+            lambda: next(pipe.map([inputs])),
+        ):
+            with pytest.raises(PipelineError, match=fragment):
+                call()
+        assert pipe.in_flight == 0
+        assert_outputs(pipe.run(request(0)), request(0))  # still usable
+
+
 def test_close_with_requests_in_flight_is_prompt_and_wakes_receivers():
     # ~8 x 4 runs of a 1 GFLOP layer: seconds of work, which close() must cancel.
     stages = mlp_stages([1, 2, 3], width=800)

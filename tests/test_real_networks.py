@@ -15,13 +15,14 @@ import onnx
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._proto.files import save
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
 from onnx_ir_multidevice.planner.planning import plan
 from onnx_ir_multidevice.runtime.verification import verify
+from onnx_ir_multidevice.testing import zoo
 
 SHARDS = (2, 3, 4)
 

@@ -11,7 +11,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 
-from onnx_ir_multidevice import zoo
+from onnx_ir_multidevice.testing import zoo
 
 BATCH = 3
 

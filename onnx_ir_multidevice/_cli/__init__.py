@@ -334,7 +334,13 @@ def shard_counts(text: str) -> list[int]:
 class _ShardCounts(argparse.Action):
     """Collect ``--shards`` values, written ``--shards 2 4``, ``--shards 2,4`` or repeated."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[no-untyped-def]
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         counts = list(getattr(namespace, self.dest, None) or [])
         for value in values if self.nargs == "+" else [values]:
             counts.extend(value)

@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
                 stage = entry.pipeline_stage
                 in_range = stage is not None and 0 <= stage < len(counts)
                 if entry.configuration is configuration and in_range:
+                    assert stage is not None  # in_range
                     counts[stage] += 1
         summary.append(
             {

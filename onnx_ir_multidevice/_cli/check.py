@@ -126,7 +126,15 @@ def run(args: argparse.Namespace) -> int:
             f"{_plural(counts['warning'], 'warning')}, {_plural(counts['info'], 'info')}{hidden}"
         )
     if report.model is None:
-        error(f"{args.file}: cannot be read as an ONNX model")
+        refused = any(d.code == "OMNY106" for d in report.diagnostics)  # valid ONNX
+        error(
+            f"{args.file}: "
+            + (
+                "cannot be loaded (see the errors above)"
+                if refused
+                else "cannot be read as an ONNX model"
+            )
+        )
         return EXIT_USAGE
     if report.unreadable:
         error(f"{args.file}: its model or .omny plan cannot be read (see the errors above)")

@@ -155,7 +155,6 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     for caveat in unknown_sizes_message(result.unbound_dims, result.unknown_values, flag="--dim"):
         print(f"omny plan: warning: {caveat}", file=sys.stderr)
-    _type_cut_tensors(result)
     omny.write(model, result.metadata)
     progress(f"writing {args.output}")
     save(model, args.output)  # refused above unless --force or in place
@@ -177,39 +176,3 @@ def run(args: argparse.Namespace) -> int:
     for n, why in result.skipped:
         print(f"{plural(n, 'shard')}: not feasible ({why})")
     return EXIT_OK
-
-
-def _type_cut_tensors(result) -> None:
-    """Make the written file describe itself: typed cut tensors and outputs, nodes sorted.
-
-    A model without ``value_info`` leaves its cut tensors untyped (and some converters its
-    graph outputs): they get the dtype and shape the metadata states, so that ``check``
-    compares them without inferring the graph's shapes and ``onnx.checker`` accepts the
-    outputs. A graph whose nodes are not in topological order (onnxruntime's fp16 converter
-    appends Casts at the end) is written sorted, as ``onnx.checker`` requires.
-    """
-    # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
-    import onnx_ir as ir
-
-    analysis = result.analysis
-    shapes = analysis.sizes.shapes
-    values = [cut.value for found in result.partitions for cut in found.cuts]
-    for value in (*values, *analysis.graph.outputs):
-        if value.type is None:
-            dtype = shapes.dtype(value)
-            if dtype is not None:
-                value.type = ir.TensorType(dtype)
-        if value.shape is None:
-            value.shape = shapes.onnx_shape(value)
-    if analysis.index is not None and not analysis.index.in_graph_order:
-        analysis.graph.sort()
-
-
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise ValueError(f"cannot read --shards {text!r}: expected e.g. 2,4") from None
-    if not counts or min(counts) < 1:
-        raise ValueError(f"--shards {text!r} must list positive shard counts, e.g. 2,4")
-    return counts

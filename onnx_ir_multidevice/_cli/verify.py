@@ -16,6 +16,7 @@ __all__ = ["register", "run"]
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
@@ -32,6 +33,9 @@ from onnx_ir_multidevice._cli import (
     tolerance_argument,
 )
 from onnx_ir_multidevice._errors import SplitError, VerifyError
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -65,16 +69,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _shard_counts(model: object) -> list[int]:
+def _shard_counts(model: ir.Model) -> list[int]:
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._split import pipeline_configurations
     from onnx_ir_multidevice.omny import read
 
     counts: set[int] = set()
-    metadata = read(model)  # type: ignore[arg-type]
+    metadata = read(model)
     if metadata is not None:
         counts.update(c.num_shards for c in metadata.sharding.configurations)
-    counts.update(c.num_devices for c in pipeline_configurations(model.graph))  # type: ignore[attr-defined]
+    counts.update(c.num_devices for c in pipeline_configurations(model.graph))
     return sorted(counts)
 
 

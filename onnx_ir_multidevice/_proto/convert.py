@@ -58,6 +58,8 @@ import onnx_ir as ir
 from google.protobuf import message as _message
 
 from onnx_ir_multidevice._errors import OmnyFormatError
+from onnx_ir_multidevice._proto import fidelity
+from onnx_ir_multidevice._proto.unrepresentable import check_representable
 from onnx_ir_multidevice._util import gc_paused
 
 _MULTI_DEVICE_IR_VERSION = 11
@@ -329,6 +331,7 @@ def _check_supported(proto: onnx.ModelProto) -> None:
             "onnx-ir does not keep sparse initializers, so the model cannot be loaded without "
             "losing them; convert them to dense initializers first",
         )
+    check_representable(proto)  # map types, sparse tensor attributes: named, with what to do
 
 
 def _not_utf8(path: str) -> OmnyFormatError:
@@ -591,6 +594,7 @@ def _from_proto(proto: onnx.ModelProto) -> ir.Model:
     except _SERDE_ERRORS as error:
         raise _unreadable(error) from error
     model.meta[PRESENCE_META_KEY] = record
+    model.meta[fidelity.FIDELITY_META_KEY] = fidelity.record(proto, model)
     return model
 
 
@@ -658,6 +662,8 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
             "string of the model may not be valid UTF-8 (a damaged file), or a value may not "
             "fit its proto field; fix it in the IR, or re-export the model",
         ) from error
+    kept = model.meta.get(fidelity.FIDELITY_META_KEY)
+    fidelity.restore(proto, model, kept if isinstance(kept, fidelity.FidelityRecord) else None)
     record = model.meta.get(PRESENCE_META_KEY)
     if not isinstance(record, _PresenceRecord):
         record = None

@@ -57,6 +57,7 @@ set_public_module(
     root={
         "Manifest",
         "ManifestError",
+        "ManifestStage",
         "build_manifest",
         "read_manifest",
         "save_split",

@@ -29,6 +29,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError, SplitError
+from onnx_ir_multidevice._regular_files import read_regular
 
 MANIFEST_FORMAT = "onnx-ir-multidevice/split"
 """Value of the ``format`` key of ``manifest.json``."""
@@ -71,20 +72,22 @@ def build_manifest(
     initializers = model.graph.initializers
     graph_inputs = [v.name for v in model.graph.inputs if v.name not in initializers]
     graph_outputs = [v.name for v in model.graph.outputs]
-    produced_by: dict[str, int | str] = dict.fromkeys((v.name for v in model.graph.inputs), "input")
+    produced_by: dict[str | None, int | str] = dict.fromkeys(
+        (v.name for v in model.graph.inputs), "input"
+    )
     consumers: dict[tuple[int, str], list[int | str]] = {}
-    entries = []
+    entries: list[dict[str, Any]] = []
     for i, stage in enumerate(stages):
         inputs = []
         for value in stage.graph.inputs:
-            source = produced_by.get(value.name)  # type: ignore[arg-type]
+            source = produced_by.get(value.name)
             if source is None:
                 raise SplitError(
                     f"Stage {i} reads {value.name!r}, which is neither a graph input nor an "
                     "output of an earlier stage."
                 )
             if isinstance(source, int):
-                consumers[(source, value.name)].append(i)  # type: ignore[index]
+                consumers[(source, value.name)].append(i)  # type: ignore[index]  # stage values are named
             inputs.append({"name": value.name, "from": source})
         outputs = []
         for value in stage.graph.outputs:
@@ -184,13 +187,13 @@ class Manifest:
 
 
 def _load_document(folder: pathlib.Path, file: pathlib.Path) -> Any:
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
+    if not os.path.lexists(file):
         raise OmnyIOError(
             f"{folder}: is a directory without {MANIFEST_NAME}; pass a directory written by "
             "`omny split`, or a model file"
-        ) from exc
+        )
+    try:
+        text = read_regular(file, "manifest").decode("utf-8")
     except OSError as exc:
         raise OmnyIOError(
             f"cannot read {file}: {exc}; expected a directory written by `omny split`"
@@ -217,6 +220,41 @@ def _names(file: pathlib.Path, container: dict[str, Any], key: str, where: str) 
     return result
 
 
+def inside_folder(file: pathlib.Path, where: str, name: str) -> pathlib.Path:
+    """The path of ``name``, a file the manifest ``file`` names, refused outside its folder.
+
+    The one check of every file name a manifest gives (stage models, their data files): a
+    relative path that stays inside the split folder once normalised and once symbolic links
+    are followed.
+
+    Raises:
+        ManifestError: ``name`` is empty, absolute, holds a NUL byte, or leads out of the
+            folder (``..``, a link); ``where`` names the entry.
+    """
+    folder = file.parent
+    if not name or "\0" in name:
+        raise ManifestError(
+            file, where, f"expected a file name inside the split folder, got {name!r}"
+        )
+    if os.path.isabs(name) or name.startswith(("/", "\\")) or pathlib.PureWindowsPath(name).drive:
+        raise ManifestError(
+            file,
+            where,
+            f"{name!r} is an absolute path, outside the split folder; a manifest names its "
+            "files relative to its own folder (rewrite it, or split the model again)",
+        )
+    real_folder = os.path.realpath(folder)
+    real = os.path.realpath(folder / name)
+    if real != real_folder and not real.startswith(real_folder.rstrip(os.sep) + os.sep):
+        raise ManifestError(
+            file,
+            where,
+            f"{name!r} leads to {real}, outside the split folder ({real_folder}); a manifest "
+            "names files inside its own folder (rewrite it, or split the model again)",
+        )
+    return folder / name
+
+
 def _stage(file: pathlib.Path, i: int, entry: Any) -> ManifestStage:
     where = f"stages[{i}]"
     if not isinstance(entry, dict):
@@ -226,12 +264,14 @@ def _stage(file: pathlib.Path, i: int, entry: Any) -> ManifestStage:
     name = entry.get("file")
     if not isinstance(name, str) or not name:
         raise ManifestError(file, f"{where}.file", "expected the stage model's file name")
-    path = file.parent / name
+    path = inside_folder(file, f"{where}.file", name)
     if not path.is_file():
         raise OmnyIOError(f"{file}: {where}.file: {path} does not exist")
     external = entry.get("external_data", [])
     if not isinstance(external, list) or not all(isinstance(x, str) for x in external):
         raise ManifestError(file, f"{where}.external_data", "expected a list of file names")
+    for k, data in enumerate(external):
+        inside_folder(file, f"{where}.external_data[{k}]", data)
     return ManifestStage(
         index=i,
         file=name,
@@ -254,9 +294,11 @@ def read_manifest(folder: str | os.PathLike) -> Manifest:
     Raises:
         OmnyIOError: The directory has no manifest, it cannot be read, or a stage file it
             names does not exist.
-        ManifestError: The manifest is not valid JSON, is of another format or version, or
-            an entry is malformed (an :class:`~onnx_ir_multidevice.OmnyFormatError` whose
-            ``path`` names the entry, e.g. ``stages[1].file``).
+        ManifestError: The manifest is not valid JSON, is of another format or version, an
+            entry is malformed, or a file it names is outside the split folder (an absolute
+            path, ``..``, a symbolic link leading out) (an
+            :class:`~onnx_ir_multidevice.OmnyFormatError` whose ``path`` names the entry,
+            e.g. ``stages[1].file``).
     """
     folder = pathlib.Path(folder)
     file = folder / MANIFEST_NAME

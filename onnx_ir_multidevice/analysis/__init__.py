@@ -3,6 +3,9 @@
 Functions here take an :class:`onnx_ir.Graph` and return plain data; they do no I/O and never
 modify the graph.
 
+:func:`build_metadata` writes the ``.omny`` document of a graph's stages: the one builder, used
+by the planner and by :class:`~onnx_ir_multidevice.passes.StagesToOmnyPass`.
+
 .. versionadded:: 0.1
 """
 
@@ -18,8 +21,10 @@ __all__ = [
     "topological_order",
     "value_consumers",
     # tensor classes
+    "DEFAULT_INDEX_TABLE_BYTES",
     "DEFAULT_LARGE_CONSTANT_BYTES",
     "HEAVY_OPS",
+    "INDEX_TABLE_DTYPES",
     "NONDETERMINISTIC_OPS",
     "TensorClass",
     "classify_values",
@@ -31,6 +36,7 @@ __all__ = [
     # boundaries
     "Boundary",
     "boundary_crossings",
+    "boundary_problem",
     "edge_violations",
     # cut points
     "DEFAULT_SIDE_LIMIT_BYTES",
@@ -39,6 +45,8 @@ __all__ = [
     "analyse_cut_points",
     "find_cut_points",
     "narrowest_crossing",
+    # element types
+    "element_types",
     # precision
     "TOLERANCES",
     "arithmetic_family",
@@ -49,12 +57,18 @@ __all__ = [
     "example_dims",
     "input_symbols",
     "parse_dim",
+    # sizes
+    "ValueSizes",
+    # .omny documents
+    "StagedConfiguration",
+    "build_metadata",
 ]
 
 from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.analysis.boundaries import (
     Boundary,
     boundary_crossings,
+    boundary_problem,
     edge_violations,
 )
 from onnx_ir_multidevice.analysis.cut_points import (
@@ -66,20 +80,25 @@ from onnx_ir_multidevice.analysis.cut_points import (
     narrowest_crossing,
 )
 from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
+from onnx_ir_multidevice.analysis.element_types import element_types
+from onnx_ir_multidevice.analysis.omny_document import StagedConfiguration, build_metadata
 from onnx_ir_multidevice.analysis.precision import (
     TOLERANCES,
     arithmetic_family,
     default_tolerance,
 )
 from onnx_ir_multidevice.analysis.shapes import ValueShapes, example_dims, input_symbols
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import (
     StageAssignmentError,
     assign_stages,
     stages_from_annotations,
 )
 from onnx_ir_multidevice.analysis.tensor_classes import (
+    DEFAULT_INDEX_TABLE_BYTES,
     DEFAULT_LARGE_CONSTANT_BYTES,
     HEAVY_OPS,
+    INDEX_TABLE_DTYPES,
     NONDETERMINISTIC_OPS,
     TensorClass,
     classify_values,

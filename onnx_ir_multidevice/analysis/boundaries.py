@@ -11,6 +11,12 @@ output produced at stage ``<= k`` is listed in :attr:`Boundary.outputs_carried` 
 Each value's producer stage and latest consumer stage are computed once; the value is then
 appended to the boundaries of its span, so the cost is O(N + E + size of the result).
 
+Whether a boundary *can be written* where a value crosses is one predicate,
+:func:`boundary_problem`, used by the cut finder (so the planner only offers such cuts) and by
+the split (which refuses the others with its message): a stage input or output needs a
+dtype, stated in the file or inferred (element types do not depend on the planning dims:
+:mod:`~onnx_ir_multidevice.analysis.element_types`).
+
 .. versionadded:: 0.1
 """
 
@@ -19,15 +25,18 @@ from __future__ import annotations
 __all__ = [
     "Boundary",
     "boundary_crossings",
+    "boundary_problem",
     "edge_violations",
 ]
 
 import dataclasses
 from collections.abc import Iterator, Mapping
+from typing import cast
 
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.stages import StageAssignmentError
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, slot_classes
 from onnx_ir_multidevice.graph.index import GraphIndex, graph_uses
@@ -59,6 +68,36 @@ class Boundary:
     def is_strict(self) -> bool:
         """Whether exactly one activation crosses (what the ``.omny`` spec calls a valid cut)."""
         return len(self.activations) == 1
+
+
+def boundary_problem(value: ir.Value, shapes: ValueShapes) -> str | None:
+    """Why ``value`` cannot be written as a stage's input or output; ``None`` when it can.
+
+    The one test of "a stage boundary can be written here": the cut finder drops cuts whose
+    crossing values fail it, and the split raises with the reason it gives.
+
+    Args:
+        value: A value of the main graph that crosses a boundary (or a graph output).
+        shapes: The shape layer of the graph (its dtypes, stated or inferred).
+
+    Returns:
+        A sentence (starting lower case) saying what is missing, or ``None``.
+
+    .. versionadded:: 0.1
+    """
+    if value.type is not None or shapes.dtype(value) is not None:
+        return None
+    producer = value.producer()
+    what = (
+        f"a {producer.domain + '.' if producer.domain else ''}{producer.op_type} node"
+        if producer is not None
+        else "the graph"
+    )
+    return (
+        f"its dtype is neither in the file nor inferable (made by {what} whose output "
+        "types no ONNX schema or rule of this package tells); give the value a type in "
+        "the model"
+    )
 
 
 def _checked_stage(node: ir.Node, stages: Mapping[ir.Node, int | None]) -> int:
@@ -109,14 +148,15 @@ def boundary_crossings(
         index.check_graph(graph)
     nodes = index.nodes
     n = len(nodes)
-    node_stage = list(map(stages.get, nodes))
-    if None in node_stage or (node_stage and min(node_stage) < 0):  # type: ignore[type-var]
+    # A missing (None) or negative stage raises in _checked_stage just below.
+    node_stage = cast("list[int]", list(map(stages.get, nodes)))
+    if None in node_stage or (node_stage and min(node_stage) < 0):
         for node in nodes:
             _checked_stage(node, stages)
-    largest = max(node_stage, default=0)  # type: ignore[type-var]
+    largest = max(node_stage, default=0)
     if num_stages is None:
-        num_stages = largest + 1  # type: ignore[operator]
-    elif num_stages <= largest:  # type: ignore[operator]
+        num_stages = largest + 1
+    elif num_stages <= largest:
         raise StageAssignmentError(
             f"num_stages={num_stages} but a node is at stage {largest}; "
             "pass num_stages greater than every stage"
@@ -143,11 +183,11 @@ def boundary_crossings(
     crossing = np.flatnonzero(latest[:n] > stage_array).tolist()
     for p in sorted({*crossing, *output_slots}):
         node = nodes[p]
-        produced_at: int = node_stage[p]  # type: ignore[assignment]
+        produced_at: int = node_stage[p]
         node_outputs = node.outputs
         for value in node_outputs:
             if get_class is None:
-                value_class = by_slot[p]  # type: ignore[index]
+                value_class = by_slot[p]  # type: ignore[index]  # set when get_class is None
             else:
                 value_class = get_class(value, activation)
             if last_read[p] > produced_at:
@@ -155,7 +195,7 @@ def boundary_crossings(
                     value_read = last_read[p]
                 else:
                     value_read = max(
-                        (node_stage[c] for c in index.value_readers(value)),  # type: ignore[misc]
+                        (node_stage[c] for c in index.value_readers(value)),
                         default=-1,
                     )
                 for k in range(produced_at, value_read):
@@ -224,7 +264,7 @@ def edge_violations(
             if producer is None:
                 continue
             producer_stage = stages.get(producer)
-            if producer_stage is not None and consumer_stage < producer_stage:  # type: ignore[operator]
+            if producer_stage is not None and consumer_stage < producer_stage:  # type: ignore[operator]  # found: staged nodes only
                 yield producer, consumer, value
 
 

@@ -15,6 +15,11 @@ consumers) and list the activations crossing the boundary
   :func:`~onnx_ir_multidevice.analysis.shapes.example_dims`, so that which cuts exist never
   depends on a dim being bound) and sum to at most ``side_limit_bytes``.
 
+A cut must also be writable: the split gives each crossing value a type, so a cut whose
+cut tensor or side activation has no dtype, stated or inferable
+(:func:`~onnx_ir_multidevice.analysis.boundaries.boundary_problem`, the split's own test), is
+not a cut.
+
 Only values of the main graph are candidates: a cut never falls inside an ``If``/``Loop``/
 ``Scan`` body (cutting right after such a node is fine).
 
@@ -65,6 +70,7 @@ from itertools import chain, compress, repeat
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice.analysis.boundaries import boundary_problem
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.tensor_classes import (
     TensorClass,
@@ -248,7 +254,7 @@ def find_cut_points(
         AnalysisError: If the graph has a cycle.
 
     Example:
-        >>> from onnx_ir_multidevice import zoo
+        >>> from onnx_ir_multidevice.testing import zoo
         >>> cuts = find_cut_points(zoo.resnet(depth_blocks=2).graph)
         >>> [c.value.name for c in cuts][-2:]
         ['pool', 'flatten']
@@ -648,6 +654,11 @@ class _Finder:
             total += n
         return total
 
+    def writable(self, cut: CutCandidate) -> bool:
+        """Whether a stage boundary can be written at ``cut`` (:func:`boundary_problem`)."""
+        shapes = self.sizes.shapes
+        return all(boundary_problem(v, shapes) is None for v in (cut.value, *cut.side))
+
     def main_key(self, cut: CutCandidate) -> tuple[int, int]:
         """Order of preference for the cut tensor among cuts at one boundary."""
         own = self.estimate(cut.value)
@@ -669,9 +680,14 @@ class _Finder:
                     found = self.bounded_search(value)
                     if found is not None:
                         by_value[value] = found
+        # Only cuts whose crossing values a stage can take as inputs (the split's own test).
+        writable = self.writable
+        by_value = {v: c for v, c in by_value.items() if writable(c)}
         # One chain cut per boundary: the largest tensor is the cut, the others ride along.
         per_boundary: dict[int, CutCandidate] = {}
         for b, cut in on_chain:
+            if by_value.get(cut.value) is not cut:
+                continue
             best = per_boundary.get(b)
             if best is None or self.main_key(cut) > self.main_key(best):
                 per_boundary[b] = cut

@@ -4,7 +4,7 @@ Op types are matched by name in any domain (``com.microsoft`` fuses many of them
 families are disjoint: :data:`~onnx_ir_multidevice.analysis.tensor_classes.HEAVY_OPS` (what
 makes a value expensive to recompute) is their union, :mod:`~onnx_ir_multidevice.planner.flops`
 counts each family with its own formula and
-:func:`~onnx_ir_multidevice.planner.builder.guess_architecture` looks for attention.
+:func:`~onnx_ir_multidevice.analysis.omny_document.guess_architecture` looks for attention.
 
 .. versionadded:: 0.1
 """

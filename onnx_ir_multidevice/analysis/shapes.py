@@ -71,16 +71,17 @@ __all__ = [
 import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
+from onnx_ir_multidevice.analysis.element_types import element_types
 from onnx_ir_multidevice.analysis.shape_data import evaluate_cone, shape_cone
 from onnx_ir_multidevice.analysis.shape_propagation import propagate
-from onnx_ir_multidevice.graph.index import GraphIndex
+from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 
 DEFAULT_BATCH = 1
 """Planning value of a graph input's symbolic first (batch) dimension when none is given."""
@@ -293,15 +294,11 @@ def example_dims(
             result[symbol] = DEFAULT_SEQUENCE - 1 if has_cache else DEFAULT_SEQUENCE
             continue
         image = next(
-            (
-                (name, axis)
-                for name, axis in places
-                if _is_image_axis(signature[name] or (), axis)  # type: ignore[arg-type]
-            ),
+            ((name, axis) for name, axis in places if _is_image_axis(signature[name] or (), axis)),
             None,
         )
         if image is not None:
-            dim = signature[image[0]][image[1]]  # type: ignore[index]
+            dim = signature[image[0]][image[1]]  # type: ignore[index]  # the image axis exists
             assert isinstance(dim, DimExpression)
             if dim.is_symbol:
                 result[symbol] = DEFAULT_IMAGE_SIZE
@@ -360,7 +357,7 @@ def _stated(value: ir.Value, symbols: Mapping[str, Any]) -> _Stated | None:
     if shape is None:
         tensor = value.const_value
         if tensor is not None:
-            return _Stated(tuple(tensor.shape.dims), frozenset())  # type: ignore[arg-type]
+            return _Stated(tuple(tensor.shape.dims), frozenset())  # type: ignore[arg-type]  # a tensor's dims are ints
         return None
     dims: list[Dim] = []
     names: set[str] = set()
@@ -370,7 +367,7 @@ def _stated(value: ir.Value, symbols: Mapping[str, Any]) -> _Stated | None:
                 return None
             dims.append(dim)
             continue
-        text = dim.value  # type: ignore[union-attr]
+        text = dim.value  # type: ignore[union-attr]  # not an int: a SymbolicDim
         parsed = parse_dim(text) if text else None
         if parsed is None or not parsed.names <= symbols.keys():
             return None
@@ -473,7 +470,7 @@ class _Run:
                     for d in tensor_type.shape.dim
                 )
             result = (tensor_type.elem_type, shape)
-        self.parsed[key] = result  # type: ignore[assignment]
+        self.parsed[key] = result  # type: ignore[assignment]  # None is cached too
         return result
 
 
@@ -537,7 +534,7 @@ class _LightGraph:
             else:
                 info = g.input.add()
                 info.name = keys[value]
-                _set_shape(info, tensor.dtype, tuple(tensor.shape.dims))  # type: ignore[arg-type]
+                _set_shape(info, tensor.dtype, tuple(tensor.shape.dims))  # type: ignore[arg-type]  # a tensor's dims are ints
         serialize_attribute_into = ir.serde.serialize_attribute_into
         self.node_position: dict[ir.Node, int] = {}
         self.cone = shape_cone(index.nodes)
@@ -571,7 +568,7 @@ class _LightGraph:
             node_proto.output.extend([keys[v] for v in node.outputs])
             for attr in node.attributes.values():
                 if not attr.is_ref():
-                    serialize_attribute_into(node_proto.attribute.add(), from_=attr)  # type: ignore[arg-type]
+                    serialize_attribute_into(node_proto.attribute.add(), from_=attr)
         for value in graph.outputs:
             info = g.output.add()
             info.name = keys.get(value, value.name or "")
@@ -612,7 +609,7 @@ class _LightGraph:
                 entry = None if key is None else result.get(key)
                 if entry is None or entry[1] is None or None in entry[1]:
                     return None
-                return entry[1]  # type: ignore[return-value]
+                return entry[1]  # type: ignore[return-value]  # None ruled out above
 
             more = evaluate_cone(self.cone, after, known=folded)
             if len(more) <= len(folded):
@@ -683,11 +680,11 @@ class _LightGraph:
         keys = self.keys
         for value, array in folded.items():
             producer = value.producer()
-            position = self.node_position.get(producer)  # type: ignore[arg-type]
-            if position is None or array.size > _INJECT_ELEMENTS:
+            node_at = None if producer is None else self.node_position.get(producer)
+            if node_at is None or array.size > _INJECT_ELEMENTS:
                 continue
             key = keys[value]
-            outputs = graph.node[position].output
+            outputs = graph.node[node_at].output
             outputs[list(outputs).index(key)] = f"{key}__omny_folded"
             tensor = onnx.numpy_helper.from_array(np.array(array, order="C"), key)
             graph.initializer.append(tensor)
@@ -767,7 +764,8 @@ def _surrogate_dtype(node: ir.Node) -> ir.DataType | None:
 def _write_surrogate(g: onnx.GraphProto, node: ir.Node, keys: Mapping[ir.Value, str]) -> bool:
     """Write ``node`` (com.microsoft) as the standard op it shapes like; ``False`` if none."""
     found = _SURROGATES.get(node.op_type)
-    if found is None or not node.outputs or node.attributes.get("channels_last"):
+    channels_last = node.attributes.get("channels_last")
+    if found is None or not node.outputs or (channels_last is not None and channels_last.value):
         return False
     op_type, slots, kept = found
     inputs = node.inputs
@@ -784,7 +782,7 @@ def _write_surrogate(g: onnx.GraphProto, node: ir.Node, keys: Mapping[ir.Value, 
     for name in kept:
         attr = node.attributes.get(name)
         if attr is not None and not attr.is_ref():
-            ir.serde.serialize_attribute_into(proto.attribute.add(), from_=attr)  # type: ignore[arg-type]
+            ir.serde.serialize_attribute_into(proto.attribute.add(), from_=attr)
     if dtype is not None:
         cast = g.node.add()
         cast.op_type = "Cast"
@@ -930,6 +928,7 @@ class ValueShapes:
         self._runs: dict[int, _Run] = {}
         self._checked: set[ir.Value] = set()
         self._fast: Any = _UNSET
+        self._dtypes: Mapping[ir.Value, ir.DataType] | None = None
         self._probe_values: dict[int, list[str]] = {}
         for symbol, value in self.probe_dims.items():
             self._probe_values.setdefault(value, []).append(symbol)
@@ -984,7 +983,7 @@ class ValueShapes:
     def _stated_at(self, value: ir.Value, bindings: Mapping[str, int]) -> tuple[int, ...] | None:
         tensor = value.const_value
         if tensor is not None:
-            return tuple(tensor.shape.dims)  # type: ignore[arg-type]
+            return tuple(tensor.shape.dims)  # type: ignore[arg-type]  # a tensor's dims are ints
         stated = _stated(value, self.symbols)
         return None if stated is None else evaluate_dims(stated.dims, bindings)
 
@@ -1007,7 +1006,7 @@ class ValueShapes:
                 continue
             if value.shape is None or value.dtype is None:
                 return None
-            duals = []
+            duals: list[int | tuple[int, int]] = []
             for dim in normalize_dims(value.name or "", value.shape):
                 if isinstance(dim, int):
                     duals.append(dim)
@@ -1028,18 +1027,20 @@ class ValueShapes:
                     continue
                 info = same.get(key)
                 if info is None:
-                    dtype, duals = key
-                    if all(type(d) is int for d in duals):
-                        info = _Info(dtype, len(duals), duals, duals, duals)
+                    dtype, key_duals = key
+                    if all(type(d) is int for d in key_duals):
+                        info = _Info(dtype, len(key_duals), key_duals, key_duals, key_duals)
                     else:
-                        probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
-                        scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
+                        probe_dims = tuple(d if type(d) is int else d[0] for d in key_duals)
+                        scaled_dims = tuple(d if type(d) is int else d[1] for d in key_duals)
                         info = classify(dtype, probe_dims, scaled_dims)
                     same[key] = info
                 cache[value] = info
         return fast
 
-    def _inferred(self, value: ir.Value, scale: int):
+    def _inferred(
+        self, value: ir.Value, scale: int
+    ) -> tuple[int, tuple[int | None, ...] | None] | None:
         run = self._run(scale)
         assert self._keys is not None
         key = self._keys.get(value)
@@ -1052,8 +1053,29 @@ class ValueShapes:
             return self._cache[value]
         except KeyError:
             pass
-        info = self._cache[value] = self._compute(value)
+        info = self._compute(value)
+        if info.dtype is None:
+            # Dtypes do not depend on dims: where inference fails at the probe dims (a model
+            # invalid there), the element type still follows from the graph.
+            dtype = self._element_types().get(value)
+            if dtype is not None:
+                info = dataclasses.replace(info, dtype=dtype)
+        self._cache[value] = info
         return info
+
+    def _element_types(self) -> Mapping[ir.Value, ir.DataType]:
+        """:func:`~.element_types.element_types` of the graph, computed once."""
+        found = self._dtypes
+        if found is None:
+            index = self._index
+            try:
+                if index is None:
+                    index = self._index = GraphIndex.build(self.graph)
+                found = element_types(self.graph, index=index)
+            except AnalysisError:  # a cycle: no propagation
+                found = {}
+            self._dtypes = found
+        return found
 
     def _compute(self, value: ir.Value) -> _Info:
         dtype = value.dtype
@@ -1061,13 +1083,13 @@ class ValueShapes:
         if tensor is not None and dtype is not None:
             shape = value.shape
             if shape is not None:  # a typed initializer: its stated shape when static
-                dims = shape.dims
+                dims: tuple[Any, ...] = shape.dims  # here ints or symbols; below ints or None
                 key = (dtype, dims)
                 info = self._static.get(key)
                 if info is not None:
                     return info
                 if all(type(d) is int and d >= 0 for d in dims):
-                    info = self._static[key] = _Info(dtype, len(dims), dims, dims, dims)  # type: ignore[arg-type]
+                    info = self._static[key] = _Info(dtype, len(dims), dims, dims, dims)
                     return info
         producer = value.producer()
         if tensor is None and producer is not None and producer.op_type == "Constant":
@@ -1078,7 +1100,7 @@ class ValueShapes:
             dtype = tensor.dtype
         if tensor is not None and value.shape is None:
             dims = tuple(tensor.shape.dims)
-            return _Info(dtype, len(dims), dims, dims, dims)  # type: ignore[arg-type]
+            return _Info(dtype, len(dims), dims, dims, dims)
         stated: _Stated | None
         if value.is_graph_input() and not value.is_initializer():
             shape = value.shape
@@ -1098,6 +1120,7 @@ class ValueShapes:
             entry = fast.get(value)
             if entry is not None:
                 fast_dtype, duals = entry
+                probe_dims: tuple[int | None, ...] | None
                 probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
                 scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
                 if stated is not None:
@@ -1125,7 +1148,7 @@ class ValueShapes:
                 return _Info(dtype or body_dtype, len(dims), None, None, dims)
             return self._declared_only(value, dtype)
         if not self.symbols:
-            estimate = None if None in probe_dims else probe_dims
+            estimate = None if None in probe_dims else cast("tuple[int, ...]", probe_dims)
             return _Info(dtype, len(probe_dims), estimate, estimate, probe_dims)
         scaled = self._inferred(value, _SCALE)
         return self._classify(dtype, probe_dims, scaled[1] if scaled is not None else None)
@@ -1137,7 +1160,7 @@ class ValueShapes:
         scaled_dims: tuple[int | None, ...] | None,
     ) -> _Info:
         """What the dims at the probe and doubled bindings say (see the module docstring)."""
-        estimate = None if None in probe_dims else probe_dims
+        estimate = None if None in probe_dims else cast("tuple[int, ...]", probe_dims)
         symbolic: list[int | str | None] = []
         known = True
         for axis, size in enumerate(probe_dims):
@@ -1175,10 +1198,7 @@ class ValueShapes:
         shape = value.shape
         if shape is None:
             return _Info(dtype, None, None, None, None)
-        symbolic = tuple(
-            d if type(d) is int and d >= 0 else None
-            for d in shape.dims  # type: ignore[misc]
-        )
+        symbolic = tuple(d if type(d) is int and d >= 0 else None for d in shape.dims)
         return _Info(dtype, len(symbolic), None, None, symbolic)
 
     def dtype(self, value: ir.Value) -> ir.DataType | None:

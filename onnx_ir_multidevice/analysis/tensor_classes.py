@@ -10,9 +10,13 @@ Rules, applied to every value of a graph (see ``ARCHITECTURE.md``, "Tensor class
 
   - *constant-derived*: no graph input in the value's cone (initializers, ``Constant``
     outputs, anything computed only from them, however expensive);
-  - *cheap input-derived*: the cone contains graph inputs but no large constant (an
-    initializer or ``Constant`` of at least ``large_constant_bytes``) and no heavy op
-    (:data:`HEAVY_OPS`): masks, position ids, shape arithmetic.
+  - *cheap input-derived*: the cone contains graph inputs but no large constant and no
+    heavy op (:data:`HEAVY_OPS`): masks, position ids, shape arithmetic, index tensors. A
+    constant (an initializer or ``Constant``) is large at ``large_constant_bytes`` or more,
+    except an *index table* (:data:`INDEX_TABLE_DTYPES`: ``int32``, ``int64``, ``bool``),
+    large only at ``index_table_bytes`` or more: a gather from a table of positions or
+    strides (the dynamo exporter's ``as_strided`` index, ``Range(batch)`` read through an
+    ``int64`` table) is index arithmetic each stage redoes, not model computation.
 
 * **activation** -- everything else. A value whose cone contains a non-deterministic op
   (:data:`NONDETERMINISTIC_OPS`) is always an activation: two stages recomputing it would
@@ -33,8 +37,10 @@ One pass in topological order: O(N + E) over the graph and its subgraphs.
 from __future__ import annotations
 
 __all__ = [
+    "DEFAULT_INDEX_TABLE_BYTES",
     "DEFAULT_LARGE_CONSTANT_BYTES",
     "HEAVY_OPS",
+    "INDEX_TABLE_DTYPES",
     "NONDETERMINISTIC_OPS",
     "TensorClass",
     "classify_values",
@@ -48,6 +54,7 @@ import math
 import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import compress, islice, repeat
+from typing import cast
 
 import onnx_ir as ir
 
@@ -113,6 +120,24 @@ far below any real weight and above any shape vector. A constant whose size is u
 tensor attached) counts as large.
 """
 
+DEFAULT_INDEX_TABLE_BYTES = 4 << 20
+"""An index table (:data:`INDEX_TABLE_DTYPES`) of at least this many bytes (4 MiB) is large.
+
+Index tables are positions, strides, gather indices and masks: the dynamo exporter writes
+the index of an ``as_strided`` as an ``int64`` table (1 KiB for 128 rows) read through
+``Range(batch)``; GPT-2 keeps a causal mask per layer, a ``bool`` table of
+``n_positions`` squared (1 MiB at 1,024 positions) sliced to the sequence length. Below
+4 MiB a table is cheap for a stage to hold and read again, and recomputing from it spares
+sending its result across every later boundary.
+"""
+
+INDEX_TABLE_DTYPES: frozenset[int] = frozenset(
+    {int(ir.DataType.INT32), int(ir.DataType.INT64), int(ir.DataType.BOOL)}
+)
+"""``TensorProto`` data types of index tables: integer indices and boolean masks (weights are
+floating point, and quantised weights ``int8``/``uint8``: those stay under
+:data:`DEFAULT_LARGE_CONSTANT_BYTES`)."""
+
 # Cone flags, OR-ed along the graph.
 _INPUT = 1  # a graph input (or an outer value) is in the cone
 _COSTLY = 2  # a heavy op or a large constant is in the cone
@@ -143,14 +168,14 @@ def _bits(data_type: int) -> int | None:
     return bits
 
 
-def _nbytes(tensor: ir.TensorProtocol) -> int:
-    """``tensor.nbytes``, without building a shape object for a tensor read from a proto."""
+def _nbytes(tensor: ir.TensorProtocol) -> tuple[int, int]:
+    """``(tensor.nbytes, data type)``, without building a shape object for a proto tensor."""
     if type(tensor) is ir.TensorProtoTensor:
         proto = tensor.raw
         bits = _bits(proto.data_type)
         if bits is not None:
-            return (math.prod(proto.dims) * bits + 7) // 8
-    return tensor.nbytes
+            return (math.prod(proto.dims) * bits + 7) // 8, proto.data_type
+    return tensor.nbytes, int(tensor.dtype)
 
 
 class _Judge:
@@ -162,10 +187,12 @@ class _Judge:
         nondeterministic_ops: Collection[str],
         large_constant_bytes: int,
         functions: Mapping[ir.OperatorIdentifier, ir.Function] | None,
+        index_table_bytes: int = DEFAULT_INDEX_TABLE_BYTES,
     ) -> None:
         self.heavy_ops = frozenset(heavy_ops)
         self.nondeterministic_ops = frozenset(nondeterministic_ops)
         self.large_constant_bytes = large_constant_bytes
+        self.index_table_bytes = index_table_bytes
         self.functions = functions or {}
         self._function_flags: dict[ir.OperatorIdentifier, int] = {}
 
@@ -175,22 +202,26 @@ class _Judge:
             self.heavy_ops == HEAVY_OPS
             and self.nondeterministic_ops == NONDETERMINISTIC_OPS
             and self.large_constant_bytes == DEFAULT_LARGE_CONSTANT_BYTES
+            and self.index_table_bytes == DEFAULT_INDEX_TABLE_BYTES
         )
+
+    def is_large(self, tensor: ir.TensorProtocol | None) -> bool:
+        """Whether a constant is large (an index table by its own limit); unknown: large."""
+        if tensor is None:
+            return True
+        nbytes, data_type = _nbytes(tensor)
+        if data_type in INDEX_TABLE_DTYPES:
+            return nbytes >= self.index_table_bytes
+        return nbytes >= self.large_constant_bytes
 
     def constant_flags(self, value: ir.Value) -> int:
         """Flags of an initializer: costly when large or of unknown size."""
-        tensor = value.const_value
-        if tensor is None or _nbytes(tensor) >= self.large_constant_bytes:
-            return _COSTLY
-        return 0
+        return _COSTLY if self.is_large(value.const_value) else 0
 
     def _constant_node_flags(self, node: ir.Node) -> int:
         attr = node.attributes.get("value")
         if isinstance(attr, ir.Attr) and attr.type == ir.AttributeType.TENSOR:
-            tensor = attr.value
-            if tensor is not None and _nbytes(tensor) < self.large_constant_bytes:
-                return 0
-            return _COSTLY
+            return _COSTLY if self.is_large(attr.value) else 0
         if attr is None and any(
             name in node.attributes
             for name in ("value_float", "value_floats", "value_int", "value_ints", "value_string")
@@ -378,6 +409,7 @@ def classify_values(
     large_constant_bytes: int = DEFAULT_LARGE_CONSTANT_BYTES,
     functions: Mapping[ir.OperatorIdentifier, ir.Function] | None = None,
     index: GraphIndex | None = None,
+    index_table_bytes: int = DEFAULT_INDEX_TABLE_BYTES,
 ) -> dict[ir.Value, TensorClass]:
     """Classify every value of ``graph`` as forwarded, replicable or activation.
 
@@ -388,6 +420,7 @@ def classify_values(
             are always activations.
         large_constant_bytes: Initializers and ``Constant`` tensors of at least this many
             bytes are large: an input-derived value reading one is an activation.
+        index_table_bytes: The same limit for index tables (:data:`INDEX_TABLE_DTYPES`).
         functions: The model's local functions (``model.functions``), so that a call is
             judged from the function body. Without it a call is judged by its op type only.
         index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``graph``,
@@ -402,7 +435,13 @@ def classify_values(
         AnalysisError: If the graph has a cycle.
         ValueError: If ``index`` was built for another graph.
     """
-    judge = _Judge(tuple(heavy_ops), tuple(nondeterministic_ops), large_constant_bytes, functions)
+    judge = _Judge(
+        tuple(heavy_ops),
+        tuple(nondeterministic_ops),
+        large_constant_bytes,
+        functions,
+        index_table_bytes,
+    )
     if index is None:
         index = GraphIndex.build(graph, functions=functions)
     else:
@@ -452,11 +491,12 @@ def default_classes(index: GraphIndex) -> dict[ir.Value, TensorClass]:
     Returns:
         The class of every value (see :func:`classify_values`).
     """
-    cached = index.value_classes
+    # Only this function fills the slot (the graph layer cannot name TensorClass).
+    cached = cast("dict[ir.Value, TensorClass] | None", index.value_classes)
     if cached is None:
         cached = classify_values(index.graph, functions=index.functions, index=index)
-        index.value_classes = cached  # type: ignore[assignment]
-    return cached  # type: ignore[return-value]
+        index.value_classes = cached
+    return cached
 
 
 def slot_classes(index: GraphIndex) -> list[TensorClass]:
@@ -474,7 +514,7 @@ def slot_classes(index: GraphIndex) -> list[TensorClass]:
             flags = index.slot_flags = slot_flags(index, judge)
         by_flags = _CLASS_BY_FLAGS
         cached = index.slot_classes = [by_flags[f] for f in flags[: len(index.nodes)]]
-    return cached  # type: ignore[return-value]
+    return cached  # type: ignore[return-value]  # the slot holds TensorClass values
 
 
 #: Cone flags occupy the low 4 bits; callers' marks (see :func:`propagate_marks`) go above.

@@ -53,6 +53,7 @@ __all__ = [
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import onnx_ir as ir
 
@@ -298,7 +299,7 @@ class BoundPlan:
             BindingError: If a bound node or value has lost its name (it could not be
                 written back).
         """
-        changes: dict[str, tuple] = {}
+        changes: dict[str, Any] = {}
         for field, bound in (
             ("cut_points", self.cut_points),
             ("inputs", self.inputs),

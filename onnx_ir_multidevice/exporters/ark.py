@@ -337,7 +337,7 @@ class _Transfer:
 
 def _transfers(stages: ExportStages, layouts: Mapping[str, _Layout]) -> list[_Transfer]:
     """One transfer per (producer stage, tensor, consumer stage) of the manifest, tagged."""
-    found = []
+    found: list[_Transfer] = []
     for entry in stages.manifest["stages"]:
         for output in entry["outputs"]:
             for destination in sorted(t for t in output["to"] if isinstance(t, int)):
@@ -437,7 +437,7 @@ def _untranslatable(node: ir.Node, layouts: Mapping[str, _Layout]) -> str | None
             return f"{node.op_type} on {dtype_name(layout.onnx_dtype)}"
         if layout.merged:
             return f"{node.op_type} on a {len(layout.onnx_shape)}-D tensor"
-    if node.op_type == "MatMul" and any(len(layouts[v.name].onnx_shape) < 2 for v in values):  # type: ignore[index]
+    if node.op_type == "MatMul" and any(len(layouts[v.name].onnx_shape) < 2 for v in values):  # type: ignore[index]  # named by split
         return "MatMul on a 1-D tensor"
     return None
 
@@ -446,7 +446,7 @@ def _args(node: ir.Node, layouts: Mapping[str, _Layout]) -> dict[str, Any]:
     if node.op_type == "MatMul":
         return {"TransposeInput": {"BOOL": False}, "TransposeOther": {"BOOL": False}}
     if node.op_type == "Transpose":
-        rank = len(layouts[node.inputs[0].name].shape)  # type: ignore[union-attr,index]
+        rank = len(layouts[node.inputs[0].name].shape)  # type: ignore[union-attr,index]  # a Transpose has a named input
         perm = node.attributes.get_ints("perm", list(reversed(range(rank))))
         return {"Permutation": {"DIMS": [int(p) for p in perm]}}
     return {}

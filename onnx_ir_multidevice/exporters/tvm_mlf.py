@@ -72,8 +72,12 @@ _KDL_CPU = 1
 """``kDLCPU``: the device every saved array is stored for."""
 
 _D = ir.DataType
-# ONNX data type -> (DLDataType code, bits, TVM's name) as TVM v0.18 spells them. Data is one
-# element per ((bits + 7) // 8) bytes, as ONNX stores these types too.
+# ONNX data type -> (DLDataType code, bits, TVM's name). The codes and bits are those that
+# apache-tvm 0.27 (DLPack 1.1) writes with ``save_param_dict`` and reads back with
+# ``load_param_dict``: ``bool`` is ``kDLBool`` (6) of 8 bits, the float8 types have DLPack's codes
+# (10 and 12). TVM v0.18's spellings (``uint1`` for bool, 6 and 7 for float8) are misread by 0.27:
+# it sizes a 1-bit element as packed bits, so a large bool weight overflows its buffer. Data is
+# one element per ((bits + 7) // 8) bytes, as ONNX stores these types too.
 _TVM_DTYPES: dict[ir.DataType, tuple[int, int, str]] = {
     _D.INT8: (0, 8, "int8"),
     _D.INT16: (0, 16, "int16"),
@@ -83,13 +87,13 @@ _TVM_DTYPES: dict[ir.DataType, tuple[int, int, str]] = {
     _D.UINT16: (1, 16, "uint16"),
     _D.UINT32: (1, 32, "uint32"),
     _D.UINT64: (1, 64, "uint64"),
-    _D.BOOL: (1, 1, "bool"),
+    _D.BOOL: (6, 8, "bool"),
     _D.FLOAT16: (2, 16, "float16"),
     _D.FLOAT: (2, 32, "float32"),
     _D.DOUBLE: (2, 64, "float64"),
     _D.BFLOAT16: (4, 16, "bfloat16"),
-    _D.FLOAT8E4M3FN: (6, 8, "e4m3_float8"),
-    _D.FLOAT8E5M2: (7, 8, "e5m2_float8"),
+    _D.FLOAT8E4M3FN: (10, 8, "e4m3_float8"),
+    _D.FLOAT8E5M2: (12, 8, "e5m2_float8"),
 }
 
 # Device kind (``--providers``) -> (DLDevice type, TVM target kind).
@@ -198,13 +202,13 @@ def _params_pieces(initializers: Sequence[ir.Value]) -> tuple[list[bytes | ir.Va
         head.append(struct.pack("<Q", len(encoded)) + encoded)
     head.append(struct.pack("<Q", len(initializers)))
     pieces.append(b"".join(head))
-    size = len(pieces[0])
+    size = sum(map(len, head))
     for value in initializers:
         tensor = value.const_value
         if tensor is None:
             raise ExportError(f"initializer {value.name!r} has no data to write")
         code, bits, _ = _tvm_dtype(value)
-        shape = [int(d) for d in tensor.shape]
+        shape = list(tensor.shape.numpy())
         numel = 1
         for dim in shape:
             numel *= dim
@@ -225,8 +229,8 @@ def _tensor_bytes(value: ir.Value) -> bytes:
     data = tensor.tobytes()
     _, bits, _ = _tvm_dtype(value)
     numel = 1
-    for dim in tensor.shape:
-        numel *= int(dim)
+    for dim in tensor.shape.numpy():
+        numel *= dim
     if len(data) != numel * ((bits + 7) // 8):
         raise ExportError(
             f"initializer {value.name!r}: {len(data)} bytes of data for {numel} elements of "
@@ -310,18 +314,23 @@ def _module_metadata(
     """The ``modules[<module>]`` entry of stage ``k`` and the initializers for its ``.params``."""
     stage = stages.stages[k]
     entry = stages.manifest["stages"][k]
-    memory = stages.memory[k]  # type: ignore[index]
+    memory = stages.memory[k]  # type: ignore[index]  # export_mlf measured it (measure_memory)
     initializers = list(stage.graph.initializers.values())
     params = {v.name for v in initializers}
+    # split names every stage input and output (SplitError otherwise)
     inputs = {
-        v.name: _tensor_entry(stages, v.name) for v in stage.graph.inputs if v.name not in params
+        v.name: _tensor_entry(stages, v.name)  # type: ignore[arg-type]  # named by split
+        for v in stage.graph.inputs
+        if v.name not in params
     }
-    outputs = {v.name: _tensor_entry(stages, v.name) for v in stage.graph.outputs}
+    outputs = {v.name: _tensor_entry(stages, v.name) for v in stage.graph.outputs}  # type: ignore[arg-type]  # named by split
     io_size = sum(e["size"] for e in inputs.values()) + sum(e["size"] for e in outputs.values())
     _, params_size = _params_pieces(initializers)
     params_data = sum(
-        tensor_nbytes(v.const_value.shape, v.const_value.dtype) or 0 for v in initializers
-    )  # type: ignore[union-attr]
+        tensor_nbytes(t.shape.numpy(), t.dtype) or 0
+        for t in (v.const_value for v in initializers)
+        if t is not None  # _params_pieces refused an initializer without data
+    )
     device_type, target = _TVM_DEVICES[device.kind]
     extra: dict[str, Any] = {
         "note": _NOTE,

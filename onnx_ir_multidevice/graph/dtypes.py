@@ -33,7 +33,7 @@ have no fixed size.
 
 from __future__ import annotations
 
-__all__ = ["dtype_bits", "dtype_from_name", "dtype_name", "tensor_nbytes"]
+__all__ = ["dtype_bits", "dtype_from_name", "dtype_name", "stored_nbytes", "tensor_nbytes"]
 
 import math
 from collections.abc import Iterable
@@ -156,6 +156,19 @@ def dtype_bits(dtype: ir.DataType) -> int:
         if dtype in _NO_SIZE:
             raise ValueError(f"{dtype_name(dtype)} elements have no fixed size") from None
         return ir.DataType(dtype).bitwidth
+
+
+def stored_nbytes(tensor: ir.TensorProtocol) -> int | None:
+    """Return the bytes a tensor's data takes, or ``None`` when its element type has no size.
+
+    onnx-ir's ``nbytes`` raises ``TypeError`` for an element type without a bit width
+    (``UNDEFINED``, which ONNX forbids but a damaged file can hold); callers that only
+    describe or budget a model treat such a tensor as of unknown size.
+    """
+    try:
+        return tensor.nbytes
+    except TypeError:
+        return None
 
 
 def tensor_nbytes(shape: Iterable[int] | None, dtype: ir.DataType | None) -> int | None:

@@ -5,7 +5,7 @@ Steps: find the cut points of the main graph
 (:class:`~onnx_ir_multidevice.planner.memory.MemoryModel`), choose an optimal partition for
 each requested shard count (:func:`~onnx_ir_multidevice.planner.partition.partition`) and
 fill every field of the ``.omny`` spec, and only those (the reference reader rejects other
-keys), with :func:`~onnx_ir_multidevice.planner.builder.build_metadata` (the builder the
+keys), with :func:`~onnx_ir_multidevice.analysis.omny_document.build_metadata` (the builder the
 reverse pass uses too). What to plan for is a
 :class:`~onnx_ir_multidevice.planner.options.PlanOptions`, checked before any analysis.
 
@@ -22,7 +22,13 @@ Decisions:
 * ``after_node`` is the producer's node name and ``tensor_name`` the cut value's name. A
   model with unnamed nodes or values on a chosen cut is refused with
   :class:`~onnx_ir_multidevice._errors.PlanError`, unless ``assign_names=True``, which names
-  them *in place* with onnx-ir's ``NameFixPass`` (the only way ``plan`` modifies its input).
+  them *in place* with onnx-ir's ``NameFixPass``.
+* The model is made to describe itself (:func:`_describe_cuts`, the other way ``plan``
+  modifies its input, and only where the file lacks it): a chosen cut tensor or a graph output
+  without a type or shape gets the dtype and shape the metadata states, and a graph whose
+  nodes are not in topological order (onnxruntime's fp16 converter appends Casts at the end)
+  is sorted, as ``onnx.checker`` requires. ``omny plan`` calls :func:`plan_model` and writes
+  what it planned, so the API and the command line write the same bytes.
 
 .. versionadded:: 0.1
 """
@@ -54,6 +60,11 @@ from onnx_ir.passes.common import NameFixPass
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._util import gc_paused, plural, require_model
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis, analyse_cut_points
+from onnx_ir_multidevice.analysis.omny_document import (
+    StagedConfiguration,
+    build_metadata,
+    guess_architecture,
+)
 from onnx_ir_multidevice.analysis.shapes import (
     dims_conflict_message,
     input_symbols,
@@ -63,11 +74,6 @@ from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
 from onnx_ir_multidevice.omny.planning_dims import write_planning_dims
-from onnx_ir_multidevice.planner.builder import (
-    StagedConfiguration,
-    build_metadata,
-    guess_architecture,
-)
 from onnx_ir_multidevice.planner.memory import MIB, MemoryModel, format_bytes
 from onnx_ir_multidevice.planner.options import DEFAULT_MAX_SHARDS, PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
@@ -143,7 +149,7 @@ def plan(
         ``model`` may be a path, as for :func:`~onnx_ir_multidevice.annotate`.
 
     Example:
-        >>> from onnx_ir_multidevice import zoo
+        >>> from onnx_ir_multidevice.testing import zoo
         >>> meta = plan(zoo.resnet(), shards=[2])
         >>> meta.sharding.configurations[0].cut_point_ids
         ('cut_1',)
@@ -175,7 +181,9 @@ def plan_model(
 
     Args:
         model: The model, an :class:`onnx_ir.Model`. Its graph is not modified (unless
-            ``assign_names`` or ``static``); the planning dims are recorded in its
+            ``assign_names`` or ``static``), except where it lacks the types and shapes of the
+            chosen cut tensors and of its outputs, or is not topologically sorted (see the
+            module docstring); the planning dims are recorded in its
             ``metadata_props`` (:func:`~onnx_ir_multidevice.omny.write_planning_dims`), so
             that ``check``,
             ``split``, ``verify`` and ``run`` reuse them. Or the path of a model file
@@ -213,7 +221,7 @@ def plan_model(
 
 
 def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], None]) -> PlanResult:
-    capacities: tuple[int, ...] | None = options.devices  # type: ignore[assignment]
+    capacities: tuple[int, ...] | None = options.devices  # type: ignore[assignment]  # normalised to byte capacities
     counts = options.shard_counts
     if options.assign_names:
         NameFixPass()(model)
@@ -275,6 +283,7 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
     for caveat in caveats:
         warnings.warn(caveat, stacklevel=4)
     metadata = _metadata(model, sizes, memory, partitions, options)
+    _describe_cuts(analysis, partitions)
     write_planning_dims(model, sizes.dims)
     return PlanResult(
         metadata=metadata,
@@ -289,6 +298,28 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
         unknown_values=unknown_values,
         balance=options.balance,
     )
+
+
+def _describe_cuts(analysis: CutAnalysis, partitions: Sequence[Partition]) -> None:
+    """Make the model describe itself: typed cut tensors and outputs, nodes sorted.
+
+    A model without ``value_info`` leaves its cut tensors untyped (and some converters its
+    graph outputs): they get the dtype and shape the metadata states, so that ``check``
+    compares them without inferring the graph's shapes and ``onnx.checker`` accepts the
+    outputs. A graph whose nodes are not in topological order is sorted, as ``onnx.checker``
+    requires. Nothing changes in a model that already says all this.
+    """
+    shapes = analysis.sizes.shapes
+    values = [cut.value for found in partitions for cut in found.cuts]
+    for value in (*values, *analysis.graph.outputs):
+        if value.type is None:
+            dtype = shapes.dtype(value)
+            if dtype is not None:
+                value.type = ir.TensorType(dtype)
+        if value.shape is None:
+            value.shape = shapes.onnx_shape(value)
+    if analysis.index is not None and not analysis.index.in_graph_order:
+        analysis.graph.sort()
 
 
 def _check_names(model: ir.Model, partitions: Sequence[Partition]) -> None:

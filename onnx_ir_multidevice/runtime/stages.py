@@ -43,6 +43,7 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError, PipelineError
 from onnx_ir_multidevice._proto.convert import from_proto
 from onnx_ir_multidevice._proto.files import load as load_model
+from onnx_ir_multidevice._regular_files import require_regular
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._split.manifest import ManifestError, read_manifest
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
@@ -186,6 +187,7 @@ def _stage_from_ir(
 
 def _stage_from_path(index: int, path: str | os.PathLike) -> _Stage:
     path = os.fspath(path)
+    require_regular(path, "stage model")
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as exc:  # onnx raises OSError, DecodeError or its own errors
@@ -296,7 +298,13 @@ def _chain_from_model(model: ir.Model, shards: int, outputs: Sequence[str] | Non
     # The whole model's specs: its Gather analysis sees every use of an input, whichever
     # stage it lands in, and gives the bounds `verify` uses.
     specs = input_specs(model)
-    return _chain_from_stages(stages, graph_outputs, list(specs), specs, _recorded_dims(model))
+    return _chain_from_stages(
+        stages,
+        graph_outputs,  # type: ignore[arg-type]  # onnx-ir types names Optional; outputs are named
+        list(specs),
+        specs,
+        _recorded_dims(model),
+    )
 
 
 def load_stages(

@@ -22,7 +22,7 @@ message (which tensors cross, where). The test suite runs it on every model of t
 
 from __future__ import annotations
 
-__all__ = ["JobReport", "StepFailure", "run_job"]
+__all__ = ["JobReport", "StepFailure", "compute_boundaries", "run_job"]
 
 import dataclasses
 import time
@@ -31,11 +31,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._proto import load, save
 from onnx_ir_multidevice._split import save_split
+from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
 from onnx_ir_multidevice.analysis.precision import TOLERANCES, arithmetic_family
+from onnx_ir_multidevice.analysis.stages import assign_stages
+from onnx_ir_multidevice.analysis.tensor_classes import HEAVY_OPS, TensorClass
 from onnx_ir_multidevice.checker import Severity, check
 from onnx_ir_multidevice.omny import write
 from onnx_ir_multidevice.passes import annotate
@@ -43,6 +47,41 @@ from onnx_ir_multidevice.planner import plan
 from onnx_ir_multidevice.runtime import Pipeline, verify
 from onnx_ir_multidevice.runtime.sessions import ModelSession
 from onnx_ir_multidevice.runtime.verification import compare_outputs
+
+
+def compute_boundaries(
+    graph: ir.Graph,
+    *,
+    classes: Mapping[ir.Value, TensorClass] | None = None,
+    relaxed: bool = False,
+) -> tuple[int, ...]:
+    """Where ``graph`` can be cut, counted in heavy ops: comparable across exporters.
+
+    For each cut (strict, or relaxed too), the number of heavy ops
+    (:data:`~onnx_ir_multidevice.analysis.tensor_classes.HEAVY_OPS`, replicable ones aside)
+    that run before it; the distinct numbers, sorted. Two exports of one module have the
+    same heavy ops in the same order, but one boundary between two of them can be cut at a
+    different number of tensors (TorchScript writes ``Conv`` then ``Clip``, or an explicit
+    ``Pad``, where dynamo fuses): their raw cut counts differ, these numbers agree.
+
+    Args:
+        graph: A main graph.
+        classes: Tensor classes to use (default: the package's).
+        relaxed: Count relaxed cuts too.
+
+    Returns:
+        The sorted distinct counts of heavy ops before a cut.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sizes at unbound dims: irrelevant to where cuts are
+        analysis = analyse_cut_points(graph, classes=classes, relaxed=relaxed)
+    replicable = set(analysis.replicable_nodes)
+    heavy = [n for n in graph if n.op_type in HEAVY_OPS and n not in replicable]
+    found = set()
+    for cut in analysis.candidates:
+        stages = assign_stages(graph, [cut.value], classes=analysis.classes)
+        found.add(sum(1 for node in heavy if stages[node] == 0))
+    return tuple(sorted(found))
 
 
 class StepFailure(AssertionError):
@@ -184,7 +223,11 @@ def run_job(
 
 
 def _run_pipeline(
-    report: JobReport, planned, folder: Path, dims: Mapping[str, int] | None, requests: int
+    report: JobReport,
+    planned: ir.Model,
+    folder: Path,
+    dims: Mapping[str, int] | None,
+    requests: int,
 ) -> None:
     with (
         Pipeline(folder, intra_op_num_threads=1) as pipeline,
