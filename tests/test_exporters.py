@@ -139,7 +139,7 @@ def test_an_exporter_defined_outside_works_from_the_command_line(stage_list, tmp
         "--force",
     )  # fmt: skip
     assert code == 0, err
-    assert "(stage-list, 1 files)" in stdout
+    assert "(stage-list, 1 file)" in stdout
     assert json.loads(out.read_text())["num_stages"] == 4
 
 

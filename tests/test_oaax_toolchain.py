@@ -364,6 +364,7 @@ def test_help_and_version_alone(capsys):
     assert oaax_convert.main(["--help"]) == 0
     out, _ = capsys.readouterr()
     assert out.startswith("usage: omny-oaax-toolchain INPUT OUTDIR") and "config.json" in out
+    assert "``" not in out and "OUTDIR/logs.json" in out  # plain text, not reST
     assert oaax_convert.main(["--version"]) == 0
     out, _ = capsys.readouterr()
     assert out.strip() == f"omny-oaax-toolchain {omd.__version__}"

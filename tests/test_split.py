@@ -315,7 +315,9 @@ def test_error_missing_stage_and_bad_shards():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda m: split(m, 2),
+        lambda m: split(
+            onnx.load(m) if isinstance(m, (str, os.PathLike)) else m, 2
+        ),  # a path: loaded
         lambda m: split_at(m, []),
         lambda m: split_by_stages(m, {}),
         lambda m: resolve_stages(m, 2),

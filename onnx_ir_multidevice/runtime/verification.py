@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 import dataclasses
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -437,7 +438,7 @@ def _needed_after(stages: Sequence[ir.Model], graph_outputs: set[str]) -> list[s
 
 
 def verify(
-    model: ir.Model,
+    model: ir.Model | str | os.PathLike,
     shards: int,
     inputs: Mapping[str, np.ndarray] | None = None,
     *,
@@ -461,7 +462,8 @@ def verify(
     .. versionadded:: 0.1
 
     Args:
-        model: The model (not modified).
+        model: The model (not modified), or the path of a model file (``str`` or
+            ``os.PathLike``, loaded with :func:`onnx_ir_multidevice.load`).
         shards: Number of stages.
         inputs: Arrays by graph input name; missing ones are generated (:func:`make_inputs`).
         rtol: Relative tolerance. Default: by the model's arithmetic
@@ -486,6 +488,10 @@ def verify(
             or ``atol`` is negative, or a value of ``dims`` is not a positive integer.
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
     """
+    if isinstance(model, (str, os.PathLike)):
+        from onnx_ir_multidevice._proto.files import load  # lazy: only for a path
+
+        model = load(model)
     require_model(model, "verify")
     rtol, atol = _tolerances(model, rtol, atol)
     _checked_dims(dims)
