@@ -22,6 +22,7 @@ import argparse
 import itertools
 import sys
 from pathlib import Path
+from typing import Any
 
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _baseline(args: argparse.Namespace, pipeline, inputs) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _baseline(args: argparse.Namespace, pipeline, inputs) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """Time what the pipeline is compared with, on the same inputs (see the module docstring).
 
     The whole model in one session, with the first stage's onnxruntime thread count; for a

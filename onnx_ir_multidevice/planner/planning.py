@@ -156,17 +156,23 @@ def plan(
 
     .. versionadded:: 0.1
     """
-    model = loaded(model)
-    require_model(model, "plan")
+    model = loaded(model, "plan")
     return plan_model(model, PlanOptions.of(options, **keywords)).metadata
 
 
-def loaded(model: object) -> object:
-    """``model``, or the model loaded from it when it is a path (``str``/``os.PathLike``)."""
+def loaded(model: object, function: str) -> ir.Model:
+    """``model``, or the model loaded from it when it is a path (``str``/``os.PathLike``).
+
+    Raises:
+        TypeError: ``model`` is neither an :class:`onnx_ir.Model` nor a path (the message
+            says how to get a model; ``function`` is the public name the user called).
+    """
     if isinstance(model, (str, os.PathLike)):
         from onnx_ir_multidevice._proto.files import load  # lazy: only for a path
 
         return load(model)
+    require_model(model, function)
+    assert isinstance(model, ir.Model)  # require_model raised otherwise
     return model
 
 
@@ -213,8 +219,7 @@ def plan_model(
 
     .. versionadded:: 0.1
     """
-    model = loaded(model)
-    require_model(model, "plan_model")
+    model = loaded(model, "plan_model")
     options = PlanOptions.of(options, **keywords)
     with gc_paused():  # the analysis allocates many small objects and no cycles
         return _plan_model(model, options, progress or (lambda message: None))
