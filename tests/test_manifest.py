@@ -363,6 +363,8 @@ def _set(document: dict, path: str, value: object) -> None:
         ("stages[1].outputs[0].to[0]", -2, "later stage (2 to 2), got the number -2"),
         ("stages[2].outputs[0].to[0]", 2, "expected 'output', got the number 2"),
         ("stages[1].index", -1, "expected 1 (stages are listed in order), got -1"),
+        # entries that disagree: an input its producer does not send
+        ("stages[2].inputs[1].from", 1, "stage 1 sends no 'proj' to stage 2"),
     ],
 )
 def test_a_bad_manifest_names_the_json_path_and_what_to_do(tmp_path, path, value, reason):

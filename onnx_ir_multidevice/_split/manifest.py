@@ -32,10 +32,12 @@ __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
+    "Destination",
     "ManifestError",
     "ManifestInput",
     "ManifestOutput",
     "ManifestStage",
+    "Source",
     "SplitManifest",
     "build_manifest",
     "read_manifest",
@@ -46,7 +48,7 @@ import json
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import onnx_ir as ir
 
@@ -63,11 +65,17 @@ MANIFEST_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 """File name of the manifest, next to the stage models."""
 
-GRAPH_INPUT = "input"
+GRAPH_INPUT: Literal["input"] = "input"
 """``from`` of a stage input that is a graph input (fed by the caller, not by a stage)."""
 
-GRAPH_OUTPUT = "output"
+GRAPH_OUTPUT: Literal["output"] = "output"
 """Entry of an output's ``to`` when the tensor is a graph output (returned to the caller)."""
+
+Source = int | Literal["input"]
+"""Where a stage input comes from: ``"input"`` (:data:`GRAPH_INPUT`) or a stage index."""
+
+Destination = int | Literal["output"]
+"""Who reads a stage output: a stage index or ``"output"`` (:data:`GRAPH_OUTPUT`)."""
 
 _FIX = "split the model again (`omny split`) or correct the file"
 """What to do about a malformed manifest, said at the end of every message."""
@@ -146,7 +154,7 @@ class ManifestInput:
     name: str
     """Tensor name (the stage model's graph input of that name)."""
 
-    source: int | str
+    source: Source
     """Where it comes from (the JSON key ``from``): :data:`GRAPH_INPUT` (``"input"``) for a
     graph input, which the caller feeds, else the 0-based index of the earlier stage that
     produces it."""
@@ -177,7 +185,7 @@ class ManifestOutput:
     name: str
     """Tensor name (the stage model's graph output of that name)."""
 
-    to: tuple[int | str, ...]
+    to: tuple[Destination, ...]
     """Who reads it: the 0-based indices of the later stages that do, in increasing order,
     then :data:`GRAPH_OUTPUT` (``"output"``) when it is a graph output. Empty when nothing
     reads it."""
@@ -329,9 +337,9 @@ class SplitManifest:
         initializers = model.graph.initializers
         graph_inputs = [v.name or "" for v in model.graph.inputs if v.name not in initializers]
         graph_outputs = [v.name or "" for v in model.graph.outputs]
-        produced_by: dict[str, int | str] = {v.name or "": GRAPH_INPUT for v in model.graph.inputs}
-        consumers: dict[tuple[int, str], list[int | str]] = {}
-        entries: list[tuple[list[ManifestInput], list[tuple[str, list[int | str]]]]] = []
+        produced_by: dict[str, Source] = {v.name or "": GRAPH_INPUT for v in model.graph.inputs}
+        consumers: dict[tuple[int, str], list[Destination]] = {}
+        entries: list[tuple[list[ManifestInput], list[tuple[str, list[Destination]]]]] = []
         for i, stage in enumerate(stages):
             inputs = []
             for value in stage.graph.inputs:
@@ -347,11 +355,10 @@ class SplitManifest:
                 inputs.append(ManifestInput(name, source))
             outputs = []
             for value in stage.graph.outputs:
-                name = value.name
-                assert name is not None
+                name = value.name or ""
                 if name not in produced_by:
                     produced_by[name] = i
-                targets: list[int | str] = []
+                targets: list[Destination] = []
                 consumers[(i, name)] = targets
                 outputs.append((name, targets))
             entries.append((inputs, outputs))
@@ -492,13 +499,15 @@ Manifest = SplitManifest
 
 
 def _kind(value: Any) -> str:
+    """How a JSON value is named in messages (``a string``, ``the number -1``...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
-    return {dict: "an object", list: "a list", str: "a string"}.get(
-        type(value), f"the number {value!r}" if isinstance(value, (int, float)) else repr(value)
-    )
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+    return names.get(type(value), repr(value))
 
 
 class _Reader:
@@ -564,6 +573,7 @@ class _Reader:
         num_stages = self.key(document, "num_stages", "", "the number of stages")
         if num_stages != count or isinstance(num_stages, bool):
             self.fail("num_stages", f"says {num_stages!r} but {count} stages are listed")
+        self.chained(stages)
         known = ("format", "version", "num_stages", "graph_inputs", "graph_outputs", "stages")
         return SplitManifest(
             stages=stages,
@@ -575,6 +585,24 @@ class _Reader:
             ),
             extra=self.extra(document, known),
         )
+
+    def chained(self, stages: tuple[ManifestStage, ...]) -> None:
+        """Every input from a stage is an output of that stage sent to the reader."""
+        for stage in stages:
+            for j, item in enumerate(stage.inputs):
+                if item.is_graph_input:
+                    continue
+                producer = stages[int(item.source)]
+                if not any(
+                    output.name == item.name and stage.index in output.to
+                    for output in producer.outputs
+                ):
+                    self.fail(
+                        f"stages[{stage.index}].inputs[{j}].from",
+                        f"stage {item.source} sends no {item.name!r} to stage {stage.index} "
+                        f"(stages[{item.source}].outputs lists no such output with "
+                        f"{stage.index} in its 'to')",
+                    )
 
     def stage(self, value: Any, i: int, count: int) -> ManifestStage:
         where = f"stages[{i}]"

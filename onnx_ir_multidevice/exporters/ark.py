@@ -337,7 +337,7 @@ class _Transfer:
 
 def _transfers(stages: ExportStages, layouts: Mapping[str, _Layout]) -> list[_Transfer]:
     """One transfer per (producer stage, tensor, consumer stage) of the manifest, tagged."""
-    found = []
+    found: list[_Transfer] = []
     for entry in stages.manifest.stages:
         for output in entry.outputs:
             for destination in sorted(output.destinations):
