@@ -298,6 +298,9 @@ def test_unknown_keys_are_kept_where_they_were(tmp_path):
     assert manifest.stages[2].inputs[1].extra == {"bytes": 1024}
     assert manifest.stages[0].outputs[0].extra == {"dtype": "float32"}
     assert manifest.to_json() == text  # unchanged: byte for byte, whatever the style
+    crlf = tmp_path / "crlf"
+    SplitManifest.read(_previous_folder(crlf, text.replace("\n", "\r\n"))).write(crlf)
+    assert (crlf / MANIFEST_NAME).read_bytes() == text.replace("\n", "\r\n").encode()
     assert manifest.to_dict() == document
     with pytest.raises(TypeError, match="read-only"):
         manifest.extra["producer"] = None  # type: ignore[index]

@@ -18,8 +18,8 @@ Rules the module follows (those of the ``.omny`` format layer):
 * **Strict parsing, located errors.** Every problem raises :class:`ManifestError`, an
   :class:`~onnx_ir_multidevice.OmnyFormatError` whose ``path`` names the JSON element
   (``stages[1].inputs[0].from``) and whose message says what to do. Every key ``omny split``
-  writes is required, except ``stages[i].external_data`` (``[]`` when missing: what
-  :func:`build_manifest` gives, before any file is written).
+  writes is required, except ``stages[i].external_data`` (``()`` when missing;
+  :meth:`SplitManifest.build` leaves it empty, as no file is written yet).
 * **Files stay in the folder.** Reading from a folder refuses any file name that leads out
   of it (:func:`inside_folder`).
 """
@@ -479,13 +479,16 @@ class SplitManifest:
         return manifest
 
     def write(self, folder: str | os.PathLike) -> pathlib.Path:
-        """Write :meth:`to_json` to ``folder/manifest.json`` (the folder exists).
+        """Write :meth:`to_json` to ``folder/manifest.json``, as UTF-8, newlines untranslated.
+
+        The folder exists. The file is written in place; :func:`save_split` writes the whole
+        split directory atomically, manifest included.
 
         Returns:
             The file written.
         """
         file = pathlib.Path(folder) / MANIFEST_NAME
-        with open(file, "w", encoding="utf-8") as f:
+        with open(file, "w", encoding="utf-8", newline="") as f:
             f.write(self.to_json())
         return file
 
