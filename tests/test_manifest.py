@@ -467,3 +467,21 @@ def test_no_module_reads_a_manifest_dict_by_key():
     # The check sees what it is meant to see.
     reads = 'm["stages"][0]["external_data"]; e.get("from"); d["x"]; n.attributes.get("to")'
     assert sorted(_key_reads(reads)) == [(1, "external_data"), (1, "from"), (1, "stages")]
+
+
+def test_the_pipeline_refuses_a_manifest_that_disagrees_with_its_stage_files(split_dir):
+    text = (split_dir / MANIFEST_NAME).read_text()
+    assert load_stages(split_dir).stages[1].inputs == read_manifest(split_dir).stages[1].input_names
+    # The stage files of another split under this manifest: stage 1 reads an unlisted name.
+    document = json.loads(text)
+    document["stages"][1]["inputs"] = [{"name": "image", "from": "input"}]
+    (split_dir / MANIFEST_NAME).write_text(json.dumps(document, indent=2))
+    with pytest.raises(PipelineError, match=r"stages\[1\]\.inputs: stage_1\.onnx reads") as info:
+        load_stages(split_dir)
+    assert "omny split" in str(info.value)
+    document = json.loads(text)
+    document["stages"][1]["outputs"][0]["name"] = "probabilities"
+    document["graph_outputs"] = ["probabilities"]
+    (split_dir / MANIFEST_NAME).write_text(json.dumps(document, indent=2))
+    with pytest.raises(PipelineError, match=r"stages\[1\]\.outputs: stage_1\.onnx writes"):
+        load_stages(split_dir)
