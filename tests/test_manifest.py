@@ -250,6 +250,7 @@ def test_a_manifest_of_the_previous_version_reads_and_writes_back_byte_for_byte(
     assert last.is_graph_output and last.destinations == ()
     assert manifest.stages[0].external_data == ("stage_0.onnx.data",)
     assert [s.path for s in manifest.stages] == [folder / f"stage_{i}.onnx" for i in range(3)]
+    assert manifest.stage_path(2) == folder / "stage_2.onnx"
     # Unchanged: the same bytes, through to_json, write and a rebuilt equal object alike.
     assert manifest.to_json() == PREVIOUS_VERSION_TEXT
     out = tmp_path / "new"
@@ -322,6 +323,8 @@ def test_a_manifest_built_in_memory_is_public_and_typed():
     assert isinstance(manifest, SplitManifest) and manifest.folder is None
     assert manifest == SplitManifest.build(model, stages)
     assert [s.path for s in manifest.stages] == [None, None, None]
+    with pytest.raises(ValueError, match=r"SplitManifest\.read\(folder\)"):
+        manifest.stage_path(0)
     files = SplitManifest.build(model, stages, files=["a.onnx", "b.onnx", "c.onnx"])
     assert [s.file for s in files.stages] == ["a.onnx", "b.onnx", "c.onnx"]
     assert files != manifest

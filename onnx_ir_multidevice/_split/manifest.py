@@ -311,6 +311,22 @@ class SplitManifest:
         """Number of stages."""
         return len(self.stages)
 
+    def stage_path(self, index: int) -> pathlib.Path:
+        """The model file of stage ``index``, in the folder the manifest was read from.
+
+        :meth:`read` checked that it lies inside the folder and exists.
+
+        Raises:
+            ValueError: The manifest was not read from a folder (built or parsed from text).
+        """
+        path = self.stages[index].path
+        if path is None:
+            raise ValueError(
+                "this manifest was not read from a split folder: read it with "
+                "SplitManifest.read(folder) to get the stage files"
+            )
+        return path
+
     # -- building ---------------------------------------------------------------------------
 
     @classmethod

@@ -305,7 +305,9 @@ def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -
         manifest = read_manifest(folder)
     except ManifestError as exc:  # a pipeline's errors are PipelineErrors (the path stays)
         raise PipelineError(str(exc)) from exc
-    stages = [_stage_from_path(entry.index, entry.path) for entry in manifest.stages]
+    stages = [
+        _stage_from_path(entry.index, manifest.stage_path(entry.index)) for entry in manifest.stages
+    ]
     for entry, (stage, _, _) in zip(manifest.stages, stages):
         _agrees(folder / MANIFEST_NAME, entry, stage)
     graph_outputs = outputs if outputs is not None else manifest.graph_outputs
