@@ -187,7 +187,7 @@ def test_transfer_bound_plans_say_so_and_a_free_link_changes_the_cut(tmp_path, c
     out = tmp_path / "chain.omny"
     args = ["plan", str(source), "-o", str(out), "--shards", "2", "--json"]
     assert main([*args, "--flops-per-byte", "1e6"]) == 0
-    config = json.loads(capsys.readouterr().out)["plan"]["configurations"][0]
+    config = json.loads(capsys.readouterr().out)["result"]["plan"]["configurations"][0]
     assert config["bound"]["kind"] == "transfer" and config["bound"]["text"].startswith("transfer")
     assert main([*args, "--flops-per-byte", "-1"]) == 2
     with pytest.raises(PlanError, match="flops_per_byte"):
