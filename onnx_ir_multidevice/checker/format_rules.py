@@ -124,7 +124,7 @@ class _FormatRules:
                 dims = {}
             # Only the cut tensors are asked about: walk only what they are computed from.
             focus = [b.value for b in (self.plan.cut_points if self.plan else ()) if b.resolved]
-            self._shapes = ValueShapes(self.graph, dims, index=self._index, focus=focus)
+            self._shapes = ValueShapes.cached(self.graph, dims, index=self._index, focus=focus)
         if shape is None:
             shape = self._shapes.onnx_shape(value)
         if dtype is None:
