@@ -152,8 +152,9 @@ def _graph_state(graph: ir.Graph | ir.Function) -> tuple:
     state.append(tuple(graph.outputs))
     if isinstance(graph, ir.Graph):
         initializers = graph.initializers
-        state.append(tuple(initializers))
-        state.append(_values_state(list(initializers.values())))
+        plain = getattr(initializers, "data", initializers)  # the dict behind the UserDict
+        state.append(tuple(plain))
+        state.append(_values_state(list(plain.values())))
     state.append(tuple(graph.opset_imports.items()))
     return tuple(state)
 
