@@ -223,6 +223,17 @@ def test_the_cache_is_kept_while_unchanged_and_dropped_after_a_change():
     assert GraphCache.of(model.graph) is not fresh
 
 
+def test_a_deep_copy_of_a_model_does_not_carry_the_results():
+    import copy
+
+    model = zoo.synthetic_transformer(1)
+    index = GraphIndex.for_model(model)
+    twin = copy.deepcopy(model)
+    twin_index = GraphIndex.for_model(twin)
+    assert twin_index is not index and twin_index.graph is twin.graph
+    assert GraphIndex.for_model(model) is index
+
+
 def test_for_model_reuses_the_index_until_the_graph_changes():
     model = zoo.synthetic_transformer(2)
     index = GraphIndex.for_model(model)

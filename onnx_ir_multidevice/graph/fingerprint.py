@@ -207,6 +207,11 @@ class GraphCache:
         """The graph's fingerprint when the results were computed."""
         self._results: dict[Hashable, Any] = {}
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> GraphCache:
+        """An empty cache for no graph: a deep copy of a model does not copy the results."""
+        del memo
+        return GraphCache(None, self.fingerprint)  # type: ignore[arg-type]
+
     @classmethod
     def of(cls, graph: ir.Graph) -> GraphCache:
         """The cache of ``graph``: its results so far, or none when the graph has changed."""
