@@ -84,7 +84,7 @@ _TYPE_OF = operator.itemgetter(1)
 _SHAPE_OF = operator.itemgetter(2)
 _ITEMS = operator.methodcaller("items")
 _VALUES = operator.methodcaller("values")
-_KIND_OF = operator.attrgetter("type")
+_KIND_OF = _slot_getter(("type",), ir.AttrInt64("probe", 1))
 _GRAPH_KINDS = frozenset((_GRAPH, _GRAPHS))
 _DTYPE_OF = _slot_getter(("dtype",), ir.TensorType(ir.DataType.FLOAT))
 _FROZEN = _slot_getter(("frozen",), ir.Shape([1], frozen=True))
@@ -130,8 +130,14 @@ def _values_state(values: list[ir.Value]) -> tuple:
 def _attributes_state(nodes: list[ir.Node]) -> tuple:
     """The attributes of ``nodes``: each node's dict, its items, and subgraphs recursively."""
     dicts = list(filter(None, map(_ATTRIBUTES, nodes)))
-    state: list[Any] = [tuple(dicts), tuple(map(tuple, map(_ITEMS, dicts)))]
-    attributes = list(chain.from_iterable(map(_VALUES, dicts)))
+    attributes = tuple(chain.from_iterable(map(_VALUES, dicts)))
+    # Flat: the dicts, their sizes, then every key and every Attr in order.
+    state: list[Any] = [
+        tuple(dicts),
+        tuple(map(len, dicts)),
+        tuple(chain.from_iterable(dicts)),
+        attributes,
+    ]
     if not _GRAPH_KINDS.isdisjoint(map(_KIND_OF, attributes)):
         for attr in attributes:
             kind = attr.type
