@@ -36,12 +36,13 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice.analysis import GraphIndex
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 from onnx_ir_multidevice.passes.api import annotate
+from onnx_ir_multidevice.testing import zoo
 
 
 def add_plan(model: ir.Model, shards: Sequence[int] = (2, 4), *, typed_cuts: bool = True) -> None:

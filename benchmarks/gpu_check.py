@@ -31,10 +31,10 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._errors import PipelineError
 from onnx_ir_multidevice._split import split_at
 from onnx_ir_multidevice.runtime import Pipeline
+from onnx_ir_multidevice.testing import zoo
 
 
 def median_ms(fn, n: int) -> float:

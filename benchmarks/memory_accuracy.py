@@ -246,8 +246,7 @@ def repredict(document: dict, models, log) -> None:
 
 def zoo_models(scratch: str):
     """Generated models of a few MiB to tens of MiB (the corpus models are all small)."""
-    from onnx_ir_multidevice import zoo
-    from onnx_ir_multidevice.testing import llama
+    from onnx_ir_multidevice.testing import llama, zoo
 
     built = {
         "zoo_resnet": (zoo.resnet(depth_blocks=6, channels=64, image=64), {}),

@@ -22,8 +22,9 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnx_ir_multidevice import split_at, zoo
+from onnx_ir_multidevice import split_at
 from onnx_ir_multidevice.runtime import Pipeline
+from onnx_ir_multidevice.testing import zoo
 
 
 def main() -> None:

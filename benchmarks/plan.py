@@ -34,8 +34,8 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice.planner.planning import plan_model
+from onnx_ir_multidevice.testing import zoo
 
 TRANSFORMER_LAYER_NODES = 34
 """Nodes per layer of ``zoo.synthetic_transformer`` (plus 16 for embeddings, mask, head)."""

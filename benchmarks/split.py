@@ -39,9 +39,9 @@ import tracemalloc
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._split import save_split, split
 from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
+from onnx_ir_multidevice.testing import zoo
 
 MB = 1 << 20
 

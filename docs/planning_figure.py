@@ -16,9 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from onnx_ir_multidevice import zoo  # noqa: E402
-from onnx_ir_multidevice.planner.memory import MIB  # noqa: E402
-from onnx_ir_multidevice.planner.planning import PlanResult, plan_model  # noqa: E402
+from onnx_ir_multidevice.planner import MIB, PlanResult, plan_model  # noqa: E402
+from onnx_ir_multidevice.testing import zoo  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "_static" / "planning_memory.png"
 

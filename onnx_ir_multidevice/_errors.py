@@ -11,6 +11,7 @@ __all__ = [
     "BindingError",
     "CheckError",
     "ExportError",
+    "ExportUsageError",
     "ExternalDataError",
     "ExternalDataProblem",
     "OmnyError",
@@ -94,13 +95,23 @@ class ExternalDataError(OmnyIOError):
     """
 
     MAX_LISTED = 10
-    """Problems listed in the message; the rest are counted."""
+    """Problems listed in the message (tensors with the same location and reason are one
+    problem, said once with their names); the rest are counted."""
+
+    MAX_NAMED = 3
+    """Tensors named for one problem; the rest are counted."""
 
     def __init__(self, file: str, problems: Sequence[ExternalDataProblem]) -> None:
         self.file = file
         self.problems = tuple(problems)
-        lines = [str(p) for p in self.problems[: self.MAX_LISTED]]
-        more = len(self.problems) - len(lines)
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for problem in self.problems:  # one missing file: one line, not one per tensor
+            grouped.setdefault((problem.location, problem.reason), []).append(problem.tensor)
+        lines = [
+            _tensors_at(tensors, location, reason, self.MAX_NAMED)
+            for (location, reason), tensors in list(grouped.items())[: self.MAX_LISTED]
+        ]
+        more = len(grouped) - len(lines)
         if more > 0:
             lines.append(f"... and {more} more")
         advice = (
@@ -113,6 +124,15 @@ class ExternalDataError(OmnyIOError):
             listed = "; ".join(lines)
             message = f"{file}: external data: {len(self.problems)} problems: {listed}; {advice}"
         super().__init__(message)
+
+
+def _tensors_at(tensors: Sequence[str], location: str, reason: str, named: int) -> str:
+    """``tensor 'w' at 'm.data': <reason>``, or the same for several tensors at once."""
+    if len(tensors) == 1:
+        return f"tensor {tensors[0]!r} at {location!r}: {reason}"
+    names = ", ".join(repr(t) for t in tensors[:named])
+    rest = f" and {len(tensors) - named} more" if len(tensors) > named else ""
+    return f"{len(tensors)} tensors ({names}{rest}) at {location!r}: {reason}"
 
 
 class BindingError(OmnyError, ValueError):
@@ -155,6 +175,22 @@ class SplitError(OmnyError, ValueError):
 
 class ExportError(OmnyError, ValueError):
     """A model cannot be exported as asked: unknown format or option, or content it cannot hold."""
+
+
+class ExportUsageError(ExportError):
+    """An export was asked for wrongly (a shard count or an option value).
+
+    A missing shard count, an option value that does not parse, one device too many:
+    ``omny export`` reports it as a usage error (exit status 2).
+
+    Attributes:
+        cli_message: The message in command-line words (``--shards N`` for ``shards=N``),
+            when they differ; ``omny export`` prints it.
+    """
+
+    def __init__(self, message: str, *, cli_message: str | None = None) -> None:
+        self.cli_message = cli_message
+        super().__init__(message)
 
 
 class PlanningDimsError(ExportError):

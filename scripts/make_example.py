@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from onnx_ir_multidevice import __version__, omny, zoo
+from onnx_ir_multidevice import __version__, omny
 from onnx_ir_multidevice._proto.convert import to_proto
 from onnx_ir_multidevice.analysis import assign_stages, graph_uses
 from onnx_ir_multidevice.examples import BERT_TINY, GPT_TINY
@@ -51,6 +51,7 @@ from onnx_ir_multidevice.omny._schema import (
     TensorInfo,
 )
 from onnx_ir_multidevice.planner import plan
+from onnx_ir_multidevice.testing import zoo
 
 BERT_ARGS = {"layers": 6, "hidden": 96, "heads": 4, "seq": 32, "vocab": 512, "seed": 0}
 BERT_SHARDS = (2, 3, 4)

@@ -32,7 +32,7 @@ verifier and the error types, each triggered by a real bad input.""",
     (
         "code",
         """from onnx_ir_multidevice import omny
-from onnx_ir_multidevice._proto.files import load
+from onnx_ir_multidevice import load
 from onnx_ir_multidevice.examples import GPT_TINY
 
 model = load(GPT_TINY)           # an onnx_ir.Model
@@ -79,7 +79,7 @@ an unresolved reference (and the checker reports it).""",
     ),
     (
         "code",
-        """from onnx_ir_multidevice.binding.bind import bind
+        """from onnx_ir_multidevice import bind
 
 plan = bind(model, metadata)
 for cut in plan.cut_points:
@@ -122,7 +122,7 @@ Loading and saving a model changes nothing: the proto, the multi-device fields a
         """import tempfile
 from pathlib import Path
 
-from onnx_ir_multidevice._proto.files import save
+from onnx_ir_multidevice import save
 
 original = GPT_TINY.read_bytes()
 with tempfile.TemporaryDirectory() as tmp:
@@ -140,7 +140,7 @@ specification parses and is written back unchanged, and keys it does not know ar
         "code",
         """import json
 
-from onnx_ir_multidevice.omny._schema import OmnyMetadata
+from onnx_ir_multidevice import OmnyMetadata
 from onnx_ir_multidevice.examples import SPEC_EXAMPLE_JSON
 
 text = SPEC_EXAMPLE_JSON.read_text()

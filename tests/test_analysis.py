@@ -862,7 +862,6 @@ def test_analysis_scales_linearly():
 
 def test_graph_index_shared_results_match_unindexed() -> None:
     """Results with a shared GraphIndex equal the results computed from scratch."""
-    from onnx_ir_multidevice import zoo
     from onnx_ir_multidevice.analysis import (
         GraphIndex,
         assign_stages,
@@ -872,6 +871,7 @@ def test_graph_index_shared_results_match_unindexed() -> None:
         graph_uses,
         topological_order,
     )
+    from onnx_ir_multidevice.testing import zoo
 
     model = zoo.synthetic_chain(40)
     graph = model.graph
@@ -900,9 +900,9 @@ def test_graph_index_keeps_the_analyses_results_in_typed_slots() -> None:
     import subprocess
     import sys
 
-    from onnx_ir_multidevice import zoo
     from onnx_ir_multidevice.analysis import GraphIndex, assign_stages, default_classes
     from onnx_ir_multidevice.graph.index import CutListCache
+    from onnx_ir_multidevice.testing import zoo
 
     model = zoo.synthetic_chain(40)
     graph = model.graph
@@ -923,7 +923,7 @@ def test_graph_index_keeps_the_analyses_results_in_typed_slots() -> None:
     assert topological_order(graph, index=index) == list(index.nodes) == topological_order(graph)
     # graph sits below analysis: building and querying an index imports no analysis module.
     code = (
-        "import sys; from onnx_ir_multidevice import zoo; "
+        "import sys; from onnx_ir_multidevice.testing import zoo; "
         "from onnx_ir_multidevice.graph.index import GraphIndex, topological_order; "
         "m = zoo.synthetic_chain(8); i = GraphIndex.for_model(m); topological_order(m.graph); "
         "i.value_names; i.inner_node_names; "
@@ -934,7 +934,7 @@ def test_graph_index_keeps_the_analyses_results_in_typed_slots() -> None:
 
 
 def test_check_and_annotate_accept_a_shared_index() -> None:
-    from onnx_ir_multidevice import omny, zoo
+    from onnx_ir_multidevice import omny
     from onnx_ir_multidevice.analysis import GraphIndex
     from onnx_ir_multidevice.checker.core import check
     from onnx_ir_multidevice.omny._schema import (
@@ -944,6 +944,7 @@ def test_check_and_annotate_accept_a_shared_index() -> None:
         Sharding,
     )
     from onnx_ir_multidevice.passes.api import annotate
+    from onnx_ir_multidevice.testing import zoo
 
     def planned() -> ir.Model:
         model = zoo.synthetic_chain(24)

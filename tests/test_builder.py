@@ -8,20 +8,21 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
-from onnx_ir_multidevice.analysis.sizes import ValueSizes
-from onnx_ir_multidevice.checker.core import check
-from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY
-from onnx_ir_multidevice.passes.annotation import AnnotatePass
-from onnx_ir_multidevice.passes.reverse import StagesToOmnyPass
-from onnx_ir_multidevice.planner.builder import (
+from onnx_ir_multidevice import omny
+from onnx_ir_multidevice.analysis.omny_document import (
     StagedConfiguration,
     build_metadata,
     memory_mb,
     tensor_info,
 )
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
+from onnx_ir_multidevice.checker.core import check
+from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY
+from onnx_ir_multidevice.passes.annotation import AnnotatePass
+from onnx_ir_multidevice.passes.reverse import StagesToOmnyPass
 from onnx_ir_multidevice.planner.memory import MIB
 from onnx_ir_multidevice.planner.planning import plan
+from onnx_ir_multidevice.testing import zoo
 
 MODELS = {
     "resnet": lambda: zoo.resnet(depth_blocks=4),

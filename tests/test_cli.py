@@ -11,11 +11,12 @@ from pathlib import Path
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import _cli, zoo
+from onnx_ir_multidevice import _cli
 from onnx_ir_multidevice._cli import _demo_steps as demo_cli
 from onnx_ir_multidevice._cli import _inspect_report as inspect_cli
 from onnx_ir_multidevice._proto.files import load
 from onnx_ir_multidevice.examples import EXAMPLE, GPT_TINY
+from onnx_ir_multidevice.testing import zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,7 +97,7 @@ def test_inspect_text_shows_cut_points_and_configurations(capsys):
 def test_inspect_json_document(capsys):
     code, out, _ = _run(capsys, "inspect", str(GPT_TINY), "--json")
     assert code == 0
-    doc = json.loads(out)
+    doc = json.loads(out)["result"]
     assert doc["schema"] == "onnx-ir-multidevice/inspect"
     assert doc["schema_version"] == 1
     assert doc["inputs"] == [{"name": "input_ids", "dtype": "int64", "shape": ["batch", 32]}]
@@ -122,7 +123,7 @@ def test_inspect_plain_onnx_and_control_flow(capsys, tmp_path):
     save(zoo.control_flow(), path)
     code, out, _ = _run(capsys, "inspect", str(path), "--json")
     assert code == 0
-    doc = json.loads(out)
+    doc = json.loads(out)["result"]
     assert doc["metadata"] is None
     assert doc["model"]["num_nodes"] == 6
     assert doc["model"]["num_nodes_with_subgraphs"] > 6
@@ -142,7 +143,7 @@ def test_inspect_reports_unresolved_cut_point(capsys, tmp_path):
     assert omny.read(load(path)) is not None
     code, out, _ = _run(capsys, "inspect", str(path), "--json")
     assert code == 0
-    meta = json.loads(out)["metadata"]
+    meta = json.loads(out)["result"]["metadata"]
     resolved = {c["id"]: c["resolved"] for c in meta["cut_points"]}
     assert resolved == {"cut_1": True, "cut_2": False, "cut_3": True}
     assert [c["resolved"] for c in meta["configurations"]] == [False, False]
@@ -189,7 +190,7 @@ def test_demo_runs_every_available_step(capsys):
         assert f"OK: {n} stages vs whole model" in out
     assert "MISMATCH" not in out
     assert "32 requests in" in out and "stage 1 (cpu)" in out
-    assert "all within rtol=atol=0.0001" in out
+    assert "all within rtol=0.0001, atol=0.0001" in out  # verify's rule for an fp32 model
     assert "FAILED" not in out and "  skipped:" not in out
     assert out.splitlines()[-1] == f"demo: {len(demo_cli.STEPS)} ok, 0 skipped, 0 failed"
 
@@ -197,7 +198,7 @@ def test_demo_runs_every_available_step(capsys):
 def test_demo_json_document(capsys):
     code, out, _ = _run(capsys, "demo", "--json")
     assert code == 0
-    doc = json.loads(out)
+    doc = json.loads(out)["result"]
     assert doc["schema"] == "onnx-ir-multidevice/demo" and doc["ok"] is True
     steps = {step["name"]: step for step in doc["steps"]}
     assert list(steps) == [s.name for s in demo_cli.STEPS]
@@ -208,7 +209,7 @@ def test_demo_json_document(capsys):
     runs = steps["verify"]["runs"]
     assert [r["num_shards"] for r in runs] == [2, 3, 4, 3]
     for r in runs:
-        assert r["ok"]
+        assert r["ok"] and (r["rtol"], r["atol"]) == (1e-4, 1e-4)  # verify's rule, fp32
         for output in r["outputs"]:
             assert output["max_abs_diff"] <= 1e-4
     pipeline = steps["pipeline"]
@@ -232,6 +233,30 @@ def test_demo_relaxed_example_fails_the_strict_check(capsys):
     assert "demo: FAILED steps: check" in out
     code, out, _ = _run(capsys, "demo", "--model", str(GPT_TINY), "--only", "check", "--relaxed")
     assert code == 0, out
+
+
+def test_demo_on_a_model_without_a_plan_says_so_once_and_skips_what_needs_it(capsys, tmp_path):
+    """Issue 18 item 23: no cascade of failures and no internals (``bind() takes...``)."""
+    from onnx_ir_multidevice._proto.files import save
+
+    model = load(EXAMPLE)
+    for key in list(model.metadata_props):
+        del model.metadata_props[key]
+    plain = tmp_path / "plain.onnx"
+    save(model, plain)
+    code, out, _ = _run(
+        capsys, "demo", "--model", str(plain), "--only", "cuts", "rename", "check", "plan"
+    )
+    assert code == 1, out  # what the file holds stops part of the job (docs/cli.md table)
+    assert out.count("no .omny plan") == 1 and demo_cli.NO_PLAN in out
+    assert "omny plan" in demo_cli.NO_PLAN and "bundled example" in demo_cli.NO_PLAN
+    assert "FAILED" not in out and "Error" not in out, out
+    assert out.count("skipped: needs the file's own .omny plan") == 2  # cuts, rename
+    assert out.splitlines()[-1] == "demo: 3 ok, 2 skipped, 0 failed"  # load, check, plan
+    code, out, _ = _run(capsys, "demo", "--model", str(plain), "--only", "cuts", "--json")
+    steps = {s["name"]: s for s in json.loads(out)["result"]["steps"]}
+    assert steps["load"]["status"] == "ok" and steps["load"]["plan"] is None
+    assert steps["cuts"]["status"] == "skipped"
 
 
 def test_demo_step_after_a_failed_one_is_skipped(capsys, monkeypatch):
@@ -292,3 +317,156 @@ def test_console_entry_point_runs():
     )
     assert result.returncode == 0
     assert result.stdout.startswith("omny ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 18 item 24: traps a new user met
+
+
+def test_plan_counts_the_cut_points_the_file_holds(capsys, tmp_path):
+    out_file = tmp_path / "p.omny"
+    code, out, err = _run(capsys, "plan", str(EXAMPLE), "-o", str(out_file), "--shards", "2")
+    assert code == 0, err
+    from onnx_ir_multidevice import omny
+
+    held = len(omny.read(load(out_file)).cut_points)
+    assert f": {held} cut point{'s' if held != 1 else ''}, 1 configuration" in out.splitlines()[0]
+
+
+def test_every_writer_refuses_an_existing_output_without_force(capsys, tmp_path):
+    planned = tmp_path / "p.omny"
+    assert _run(capsys, "plan", str(EXAMPLE), "-o", str(planned), "--shards", "2")[0] == 0
+    for argv, out_path in (
+        (["plan", str(EXAMPLE), "-o", "{out}", "--shards", "2"], tmp_path / "again.omny"),
+        (["annotate", str(planned), "{out}"], tmp_path / "annotated.onnx"),
+        (["convert", str(planned), "{out}", "--container", "v2"], tmp_path / "v2.omny"),
+    ):
+        out_path.write_bytes(b"keep me")
+        words = [str(out_path) if w == "{out}" else w for w in argv]
+        code, _, err = _run(capsys, *words)
+        assert code == 2, (argv, err)
+        assert "exists; choose another path or pass --force" in err and "in Python" not in err
+        assert out_path.read_bytes() == b"keep me"  # refused before any work
+        code, _, err = _run(capsys, *words, "--force")
+        assert code == 0, (argv, err)
+        assert out_path.read_bytes() != b"keep me"
+
+
+def test_split_reads_the_folder_after_one_shard_count(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run(capsys, "split", str(EXAMPLE), "--shards", "2", "stages")
+    assert code == 0, err
+    assert (tmp_path / "stages" / "manifest.json").is_file()
+
+
+def test_export_usage_mistakes_exit_2_in_command_line_words(capsys, tmp_path):
+    model = str(EXAMPLE)
+    code, _, err = _run(capsys, "export", "mlf", model, str(tmp_path / "a.tar"))
+    assert code == 2 and "pass --shards N" in err and "shards=N" not in err, err
+    code, _, err = _run(capsys, "export", "mlf", model, str(tmp_path / "b.tar"), "--shards", "2",
+                        "--providers", "cpu,cpu,cpu")  # fmt: skip
+    assert code == 2 and "3 devices for 2 stages" in err, err
+    code, _, err = _run(capsys, "export", "ark", model, str(tmp_path / "c"))
+    assert code == 2 and "pass --shards N" in err, err
+    # `out/` is a folder, not the archive's name: refused, nothing written
+    code, _, err = _run(capsys, "export", "mlf", model, f"{tmp_path / 'out'}/", "--shards", "2")
+    assert code == 2 and "the mlf format writes one .tar archive" in err, err
+    assert "--per-stage" in err and not (tmp_path / "out").exists()
+    (tmp_path / "dir.tar").mkdir()
+    code, _, err = _run(capsys, "export", "mlf", model, str(tmp_path / "dir.tar"), "--shards", "2",
+                        "--per-stage")  # fmt: skip
+    assert code == 2 and "with --per-stage, OUT is a directory" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.tar"]
+
+
+def test_long_commands_report_progress_on_stderr_when_asked(capsys, tmp_path):
+    """split, verify, export and run say what they do on stderr with --progress (as plan
+    does); never on stdout, and not at all when stderr is no terminal and it is not asked."""
+    model = str(EXAMPLE)
+    commands = {
+        "split": ["split", model, str(tmp_path / "s"), "--shards", "2"],
+        "verify": ["verify", model, "--shards", "2"],
+        "export": ["export", "ark", model, str(tmp_path / "a"), "--shards", "2"],
+        "run": ["run", model, "--shards", "2", "--requests", "2", "--warmup", "0"],
+    }
+    for name, argv in commands.items():
+        code, out, err = _run(capsys, *argv, "--progress")
+        assert code == 0, (name, err)
+        lines = err.splitlines()
+        assert lines and all(line.startswith(f"omny {name}: ") for line in lines), (name, err)
+        assert lines[0].startswith(f"omny {name}: loading ") and lines[0].endswith("s)")
+        assert "omny " + name + ":" not in out
+    code, _, err = _run(capsys, "verify", model, "--shards", "2")
+    assert code == 0 and err == ""
+
+
+def test_json_is_one_envelope_for_every_command_also_on_error(capsys, tmp_path):
+    """Issue 18 item 24: one set of top-level keys; a document on stdout also on error."""
+    keys = ["command", "ok", "status", "result", "error"]
+    model = str(EXAMPLE)
+    good = {
+        "inspect": ["inspect", model],
+        "check": ["check", model],
+        "plan": ["plan", model, "-o", str(tmp_path / "p.omny"), "--shards", "2"],
+        "split": ["split", model, str(tmp_path / "s"), "--shards", "2"],
+        "verify": ["verify", model, "--shards", "2"],
+    }
+    for name, argv in good.items():
+        code, out, err = _run(capsys, *argv, "--json")
+        document = json.loads(out)
+        assert list(document) == keys, name
+        assert document["command"] == name and document["ok"] is True and code == 0, err
+        assert document["status"] == 0 and document["error"] is None
+        assert isinstance(document["result"], dict)
+    failing = {
+        "split": (["split", model, str(tmp_path / "s"), "--shards", "2"], 2, "not empty"),
+        "plan": (["plan", model], 2, "-o/--output"),
+        "verify": (["verify", str(tmp_path / "missing.omny")], 2, "missing.omny"),
+        "export": (["export", "mlf", model, str(tmp_path / "x.tar")], 2, "--shards N"),
+    }
+    for name, (argv, status, words) in failing.items():
+        code, out, err = _run(capsys, *argv, "--json")
+        document = json.loads(out)
+        assert list(document) == keys and code == status, (name, out)
+        assert document["command"] == name and document["ok"] is False
+        assert document["status"] == status and document["result"] is None
+        assert words in document["error"] and document["error"] in err
+
+
+def test_command_line_messages_name_flags_not_python_arguments(capsys, tmp_path):
+    """Issue 18 item 27: `force=True in Python`, `intra_op_num_threads`, `max_shard_size_mb`
+    and `shards=N` in messages of the command line."""
+    model = str(EXAMPLE)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "keep").write_text("x")
+    cases = [
+        (["split", model, str(tmp_path / "s"), "--shards", "2"], "pass --force to replace"),
+        (["run", model, "--shards", "2", "--threads", "0"], "--threads"),
+        (["plan", model, "-o", str(tmp_path / "p.omny"), "--max-shard-mb", "0"], "--max-shard-mb"),
+        (["export", "split", model, str(tmp_path / "e")], "pass --shards N"),
+    ]
+    for argv, flag in cases:
+        code, _, err = _run(capsys, *argv)
+        assert code == 2 and flag in err, (argv, err)
+        for python in ("in Python", "force=True", "intra_op_num_threads", "max_shard_size_mb"):
+            assert python not in err, (argv, err)
+        assert "shards=N" not in err, (argv, err)
+
+
+def test_run_prints_the_whole_model_baseline_as_the_demo_does(capsys, tmp_path):
+    """Issue 18 item 27: `omny run` printed no whole-model baseline."""
+    model = str(EXAMPLE)
+    argv = ["run", model, "--shards", "2", "--requests", "3", "--warmup", "0", "--threads", "1"]
+    code, out, err = _run(capsys, *argv)
+    assert code == 0, err
+    line = out.splitlines()[-1]
+    assert line.startswith("baseline: the whole model in one onnxruntime session"), out
+    assert "3 requests in " in line and "the pipeline's throughput is " in line
+    code, out, _ = _run(capsys, *argv, "--json")
+    baseline = json.loads(out)["result"]["baseline"]
+    assert baseline["requests"] == 3 and baseline["wall_s"] > 0 and baseline["throughput"] > 0
+    code, out, _ = _run(capsys, *argv, "--no-baseline")
+    assert code == 0 and "baseline" not in out
+    assert _run(capsys, "split", model, str(tmp_path / "s"), "--shards", "2")[0] == 0
+    code, out, _ = _run(capsys, "run", str(tmp_path / "s"), "--requests", "2", "--warmup", "0")
+    assert code == 0 and out.splitlines()[-1].startswith("baseline: the 2 stages in one thread")

@@ -22,14 +22,19 @@ def planned_file(tmp_path: Path) -> Path:
 
 
 def test_check_ok_file(planned_file: Path, capsys):
+    """Issue 18 item 27: a clean file printed 28 to 35 info lines; a count by default now."""
     assert main(["check", str(planned_file)]) == 0
     out = capsys.readouterr().out
-    assert "info OMNY312" in out and "0 errors" in out
+    assert "info OMNY312" not in out and out.count("\n") == 1, out
+    assert "0 errors, 0 warnings," in out and "infos (--verbose lists them)" in out
+    assert main(["check", str(planned_file), "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "info OMNY312" in out and "0 errors" in out and "--verbose" not in out
 
 
 def test_check_json_schema(planned_file: Path, capsys):
     assert main(["check", str(planned_file), "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     assert document["format"] == "onnx-ir-multidevice/check"
     assert document["version"] == 1
     assert document["file"] == str(planned_file)
@@ -47,7 +52,7 @@ def test_check_errors_exit_1(tmp_path: Path, capsys):
     path = tmp_path / "spec.omny"
     save(model, path)
     assert main(["check", str(path), "--json"]) == 1
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     assert document["ok"] is False
     undefined = [d for d in document["diagnostics"] if d["code"] == "OMNY132"]
     assert "cut_3" in undefined[0]["message"]
@@ -75,7 +80,7 @@ def test_check_unreadable_and_usage(tmp_path: Path, capsys):
     assert main(["check", str(bad)]) == 2
     capsys.readouterr()
     assert main(["check", str(bad), "--json"]) == 2
-    assert json.loads(capsys.readouterr().out)["ok"] is False
+    assert json.loads(capsys.readouterr().out)["result"]["ok"] is False
     assert main(["check"]) == 2
 
 
@@ -97,7 +102,7 @@ def test_annotate_writes_output_and_keeps_input(planned_file: Path, tmp_path: Pa
 
 def test_annotate_json_and_in_place(planned_file: Path, capsys):
     assert main(["annotate", str(planned_file), str(planned_file), "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     assert [c["name"] for c in document["configurations"]] == ["omny/2-shards", "omny/3-shards"]
     assert document["configurations"][1]["nodes_per_stage"] == [2, 2, 2]
     assert len(load(planned_file).device_configurations) == 2
@@ -112,10 +117,10 @@ def test_annotate_refuses_bad_plan(tmp_path: Path, capsys):
     assert "OMNY320" in capsys.readouterr().err
     assert not out.exists()
     assert main(["annotate", str(src), str(out), "--relaxed"]) == 0
-    assert main(["annotate", str(src), str(out), "--shards", "7"]) == 1
+    assert main(["annotate", str(src), str(out), "--shards", "7", "--force"]) == 1
     assert main(["annotate", str(tmp_path / "missing.omny"), str(out)]) == 2
     assert main(["annotate", str(src), str(out), "--device-names", "a,,b"]) == 2
     plain = tmp_path / "plain.onnx"
     ir.save(chain(2), plain)
-    assert main(["annotate", str(plain), str(out), "--no-check"]) == 1
+    assert main(["annotate", str(plain), str(out), "--no-check", "--force"]) == 1
     capsys.readouterr()

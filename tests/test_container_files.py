@@ -112,7 +112,7 @@ def test_hostile_header_is_exit_2_naming_the_field_for_every_command(capsys, tmp
         assert "version 3" in err or argv[0] == "check", (argv, err)
         assert "Traceback" not in err
     code, out, _ = _cli_run(capsys, "check", str(file), "--json")
-    document = json.loads(out)
+    document = json.loads(out)["result"]
     assert code == 2
     [diagnostic] = document["diagnostics"]
     assert diagnostic["code"] == "OMNY101" and diagnostic["location"] == "header.version"
@@ -181,7 +181,7 @@ def test_cli_convert_round_trip_and_dropped_keys_on_stderr(capsys, tmp_path):
     code, out, _ = _cli_run(
         capsys, "convert", str(EXPORTED), str(tmp_path / "e.omny"), "--container", "v2", "--json"
     )
-    document = json.loads(out)
+    document = json.loads(out)["result"]
     assert code == 0 and document["from"] == document["to"] == "v2"
     assert (tmp_path / "e.omny").read_bytes() == EXPORTED.read_bytes()
     code, _, err = _cli_run(capsys, "convert", str(V1), str(tmp_path / "x.omny"))
@@ -233,7 +233,7 @@ def test_rewriting_a_signed_file_warns_that_the_signature_is_stale(capsys, tmp_p
     assert any("m.omny.sig" in w for w in result.warnings)
     with pytest.warns(ContainerWarning, match="no longer verifies"):
         save_container(omd.load(target), target)
-    code, _, err = _cli_run(capsys, "convert", str(V1), str(target), "--container", "v2")
+    code, _, err = _cli_run(capsys, "convert", str(V1), str(target), "--container", "v2", "--force")
     assert code == 0 and "no longer verifies" in err
     # A file without a companion: no warning.
     with warnings.catch_warnings():
@@ -290,7 +290,7 @@ def test_every_command_takes_v2_input(capsys, tmp_path):
     assert code == 0, err
     assert "in a v2 container" in out and "container .omny v2" in out and "cut_1" in out
     code, out, _ = _cli_run(capsys, "inspect", file, "--json")
-    assert json.loads(out)["container"]["manifest"]["version"] == "2.0"
+    assert json.loads(out)["result"]["container"]["manifest"]["version"] == "2.0"
     code, out, err = _cli_run(capsys, "check", file)
     assert code == 0 and "0 errors, 0 warnings" in out, out + err
     code, _, err = _cli_run(capsys, "plan", file, "-o", str(tmp_path / "p.omny"), "--shards", "2")
@@ -303,10 +303,10 @@ def test_every_command_takes_v2_input(capsys, tmp_path):
     assert (tmp_path / "s" / "manifest.json").exists()
     code, out, err = _cli_run(capsys, "verify", file, "--json")
     assert code == 0, err
-    assert json.loads(out)["ok"] is True
+    assert json.loads(out)["result"]["ok"] is True
     code, out, err = _cli_run(capsys, "run", file, "--shards", "2", "--requests", "3", "--json")
     assert code == 0, err
-    assert json.loads(out)["num_stages"] == 2
+    assert json.loads(out)["result"]["num_stages"] == 2
 
 
 def test_check_reports_container_findings_on_the_command_line(capsys, tmp_path):
@@ -318,7 +318,7 @@ def test_check_reports_container_findings_on_the_command_line(capsys, tmp_path):
     file.write_bytes(c.serialize_container(odd))
     code, out, _ = _cli_run(capsys, "check", str(file), "--json")
     assert code == 0  # warnings only
-    found = {d["code"]: d for d in json.loads(out)["diagnostics"]}
+    found = {d["code"]: d for d in json.loads(out)["result"]["diagnostics"]}
     assert found["OMNY140"]["location"] == "header.flags"
     assert "0x0000000000000005" in found["OMNY140"]["message"]
     assert found["OMNY145"]["location"] == "manifest.sharding.allowed_shards"

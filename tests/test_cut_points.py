@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onnx_ir_multidevice import split_at, zoo
+from onnx_ir_multidevice import split_at
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings
 from onnx_ir_multidevice.analysis.cut_points import (
     analyse_cut_points,
@@ -18,6 +18,7 @@ from onnx_ir_multidevice.analysis.cut_points import (
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import assign_stages
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
+from onnx_ir_multidevice.testing import zoo
 
 F32 = ir.DataType.FLOAT
 I64 = ir.DataType.INT64

@@ -14,12 +14,13 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import _cli, omny, zoo
+from onnx_ir_multidevice import _cli, omny
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._proto.files import load
 from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.planner.planning import plan, plan_model
 from onnx_ir_multidevice.runtime.verification import make_inputs, verify
+from onnx_ir_multidevice.testing import zoo
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -213,7 +214,7 @@ def test_verify_and_run_use_the_planning_dims(capsys, tmp_path):
     assert code == 0, err
     code, stdout, _ = _run(capsys, "run", out, "--shards", 2, "--requests", 1, "--json")
     assert code == 0
-    assert json.loads(stdout)["input_shapes"]["x"] == [1, 3, 96, 128]
+    assert json.loads(stdout)["result"]["input_shapes"]["x"] == [1, 3, 96, 128]
     model = load(out)
     assert make_inputs(model)["x"].shape == (1, 3, 96, 128)
     omny.write_planning_dims(model, None)  # nothing recorded: images of 224 x 224

@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._proto.files import load
 from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.checker.core import check
@@ -24,6 +24,7 @@ from onnx_ir_multidevice.examples import (
 )
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
 from onnx_ir_multidevice.planner import plan
+from onnx_ir_multidevice.testing import zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,9 +1,9 @@
 """The ``mlf`` format: TVM Model Library Format v7 bundles, read back as TVM v0.18 reads them.
 
-TVM is not a dependency: its readers are restated here from TVM v0.18's code (cited at each
-helper), and ``.params`` files are parsed with a restatement of ``LoadParams`` /
-``NDArray::Load``. When ``apache-tvm`` is installed, one more test reads every ``.params`` with
-``tvm.runtime.load_param_dict`` itself.
+TVM's MLF readers are restated here from TVM v0.18's code (cited at each helper), and
+``.params`` files are parsed with a restatement of ``LoadParams`` / ``NDArray::Load`` with the
+type codes of apache-tvm 0.27. ``apache-tvm`` (in the ``test`` extra) reads every ``.params``
+with ``tvm.runtime.load_param_dict`` itself; those tests skip where it is not installed.
 """
 
 from __future__ import annotations
@@ -59,8 +59,10 @@ def load_params(data: bytes) -> dict[str, np.ndarray]:
         names.append(stream.read(length).decode("utf-8"))
     (size,) = read("<Q")
     assert size == len(names)
+    # apache-tvm 0.27 (DLPack 1.1): bool is kDLBool (6) of 8 bits; a (1, 1) "uint1" array is
+    # sized as packed bits there, so it is not accepted here either
     codes = {(0, 8): "i1", (0, 16): "i2", (0, 32): "i4", (0, 64): "i8", (1, 8): "u1",
-             (1, 16): "u2", (1, 32): "u4", (1, 64): "u8", (1, 1): "?", (2, 16): "f2",
+             (1, 16): "u2", (1, 32): "u4", (1, 64): "u8", (6, 8): "?", (2, 16): "f2",
              (2, 32): "f4", (2, 64): "f8"}  # fmt: skip
     arrays = {}
     for name in names:
@@ -292,8 +294,8 @@ def test_numbers_equal_the_split_files_and_the_planner(bert, tmp_path, shards):
             }
             for v in (*stage.graph.inputs, *stage.graph.outputs)
         }
-        assert sorted(main["inputs"]) == sorted(entry.inputs)  # sort_keys=True, as TVM
-        assert sorted(main["outputs"]) == sorted(entry.outputs)
+        assert sorted(main["inputs"]) == sorted(entry.input_names)  # sort_keys=True, as TVM
+        assert sorted(main["outputs"]) == sorted(entry.output_names)
         assert {**main["inputs"], **main["outputs"]} == sizes
         assert main["io_size_bytes"] == sum(e["size"] for e in sizes.values())
         extra = metadata["modules"][name]["onnx_ir_multidevice"]
@@ -480,7 +482,7 @@ def test_command_line_forms(tmp_path, capsys):
     code, out, _ = _run(capsys, "export", "mlf", model, str(tmp_path / "d"), "--shards", "2",
                         "--per-stage", "--json", "--providers", "cuda:0")  # fmt: skip
     assert code == 0
-    assert [Path(f).name for f in json.loads(out)["files"]] == [
+    assert [Path(f).name for f in json.loads(out)["result"]["files"]] == [
         "gpt_tiny_stage0.tar", "gpt_tiny_stage1.tar"
     ]  # fmt: skip
     code, _, err = _run(capsys, "export", "mlf", model, str(tmp_path / "e.tar"), "--shards", "2",
@@ -496,6 +498,44 @@ def test_command_line_forms(tmp_path, capsys):
     code, _, err = _run(capsys, "export", "mlf", model, str(tmp_path / "e.tar"), "--shards", "3")
     assert code == 1 and "No configuration for 3 shards" in err
     assert not (tmp_path / "e.tar").exists()
+
+
+def test_bool_weights_are_written_as_apache_tvm_writes_them():
+    """GPT-2's causal mask is a large bool weight; small bool arrays were misread by TVM 0.27."""
+    mask = np.tril(np.ones((64, 64), dtype=bool))
+    small = np.array([True, False, False])
+    values = [ir.Value(name=n, const_value=ir.tensor(a)) for n, a in (("mask", mask), ("s", small))]
+    data = params_bytes(values)
+    # the DLDataType of the first array, after the names and the array header
+    offset = 8 * 3 + (8 + 4) + (8 + 1) + 8 + 8 + 8 + 8 + 4
+    assert struct.unpack_from("<BBH", data, offset) == (6, 8, 1)  # kDLBool, 8 bits, 1 lane
+    read = load_params(data)
+    np.testing.assert_array_equal(read["mask"], mask)
+    np.testing.assert_array_equal(read["s"], small)
+
+
+def test_apache_tvm_reads_bool_and_float8_weights():
+    tvm = pytest.importorskip("tvm")
+    import ml_dtypes
+
+    arrays = {
+        "causal_mask": np.tril(np.ones((1, 1, 128, 128), dtype=bool)),
+        "b3": np.array([True, False, False]),
+        "b5": np.array([False, True, True, False, True]),
+        "e4m3": np.array([0.5, -2.0, 448.0], dtype=ml_dtypes.float8_e4m3fn),
+        "e5m2": np.array([0.25, -3.0], dtype=ml_dtypes.float8_e5m2),
+    }
+    values = [ir.Value(name=n, const_value=ir.tensor(a)) for n, a in arrays.items()]
+    data = params_bytes(values)
+    params = tvm.runtime.load_param_dict(bytearray(data))
+    for name, array in arrays.items():
+        got = params[name].numpy()
+        assert got.dtype == array.dtype, name
+        np.testing.assert_array_equal(got, array)
+    # the bytes are those apache-tvm itself writes for the same arrays
+    assert data == bytes(
+        tvm.runtime.save_param_dict({n: tvm.runtime.tensor(a) for n, a in arrays.items()})
+    )
 
 
 def test_apache_tvm_reads_every_params_file(bert, tmp_path):

@@ -20,12 +20,12 @@ import pytest
 from test_io import _arrays, _weights_model
 from test_split import _annotate
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import ExternalDataError, OmnyError, OmnyIOError
 from onnx_ir_multidevice._proto.files import DATA_RECORD_KEY, load, save
 from onnx_ir_multidevice._split import save_split, split
 from onnx_ir_multidevice.checker.core import check
+from onnx_ir_multidevice.testing import zoo
 
 Mutation = Callable[[onnx.TensorProto, dict[str, onnx.StringStringEntryProto], Path], None]
 
@@ -326,7 +326,7 @@ def test_saving_in_place_alternates_data_names_and_keeps_the_model_valid(tmp_pat
     model = load(path)  # lazy: nothing read yet
     names = []
     for _ in range(3):
-        save(model, path)
+        save(model, path, external_data=True)  # written again (automatic: kept in place)
         files = sorted(p.name for p in path.parent.iterdir())
         assert len(files) == 2 and "m.onnx" in files  # the model and one data file
         names.append(next(f for f in files if f != "m.onnx"))
@@ -369,3 +369,21 @@ def test_saving_embedded_over_an_external_model_removes_its_old_data(tmp_path):
     assert not isinstance(weight, ir.ExternalTensor)  # its file is gone: now in memory
     for name, array in _arrays(model).items():
         np.testing.assert_array_equal(array, _arrays(_weights_model(0))[name])
+
+
+def test_a_missing_data_file_is_said_once_naming_some_tensors(tmp_path):
+    """Issue 18 item 27: one 1.7 KB line repeated "does not exist" for ten tensors."""
+    from onnx_ir_multidevice import zoo
+    from onnx_ir_multidevice._errors import ExternalDataError
+    from onnx_ir_multidevice._proto.files import load, save
+
+    path = tmp_path / "m.onnx"
+    save(zoo.gpt(layers=2, hidden=64), path, external_data="m.data", size_threshold_bytes=0)
+    (tmp_path / "m.data").unlink()
+    with pytest.raises(ExternalDataError) as info:
+        load(path)
+    message = str(info.value)
+    assert message.count("does not exist") == 1, message
+    assert len(info.value.problems) > 10  # every tensor is still in the problems
+    assert f"{len(info.value.problems)} tensors ('wte.weight', " in message
+    assert len(message) < 400 + 2 * len(str(tmp_path)), message  # was 1.7 KB

@@ -259,3 +259,46 @@ def test_explicit_default_replaced_after_load_is_written():
     out = to_proto(model)
     assert out.doc_string == "now documented"
     assert out.graph.node[0].HasField("domain")
+
+
+def _function_model() -> onnx.ModelProto:
+    """A local function with value_info (IR 10), quantization annotations out of order."""
+    function = helper.make_function(
+        "custom",
+        "F",
+        ["a"],
+        ["c"],
+        [helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Neg", ["b"], ["c"])],
+        [helper.make_opsetid("", 18)],
+    )
+    function.value_info.extend(
+        [
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [2]),
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [2]),
+        ]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("F", ["x"], ["y"], domain="custom")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    for name in ("y", "x"):
+        annotation = graph.quantization_annotation.add(tensor_name=name)
+        annotation.quant_parameter_tensor_names.add(key="SCALE_TENSOR", value="x")
+    return helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("custom", 1)],
+        functions=[function],
+        ir_version=10,
+    )
+
+
+def test_function_value_info_and_quantization_annotation_order_are_kept():
+    proto = _function_model()
+    raw_diff = diff(proto, _raw(proto))
+    assert "functions[0].value_info: 2 items != 1 items" in raw_diff
+    assert "graph.quantization_annotation[0].tensor_name: 'y' != 'x'" in raw_diff
+    again = roundtrip(proto)
+    assert diff(proto, again) == []
+    assert again.SerializeToString() == proto.SerializeToString()

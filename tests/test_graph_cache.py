@@ -17,13 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.graph.fingerprint import GraphCache, GraphFingerprint
 from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.passes.api import annotate
 from onnx_ir_multidevice.planner.planning import plan_model
+from onnx_ir_multidevice.testing import zoo
 
 
 def _node(model: ir.Model, name: str) -> ir.Node:

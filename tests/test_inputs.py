@@ -13,7 +13,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import PipelineError, VerifyError
 from onnx_ir_multidevice._proto.files import load, save
@@ -29,6 +29,7 @@ from onnx_ir_multidevice.runtime.inputs import (
 )
 from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failure_message
 from onnx_ir_multidevice.runtime.verification import make_inputs
+from onnx_ir_multidevice.testing import zoo
 
 VOCAB = 11
 
@@ -87,10 +88,10 @@ def test_omny_run_sends_what_omny_verify_feeds(tmp_path, capsys):
     args = ["--shards", "2", "--seed", "5", "--dim", "batch=3", "--json"]
     assert main(["run", str(path), "--backend", "test-recording", "--requests", "2",
                  "--warmup", "1", *args]) == 0  # fmt: skip
-    run_report = json.loads(capsys.readouterr().out)
+    run_report = json.loads(capsys.readouterr().out)["result"]
     assert run_report["seed"] == 5 and run_report["backend"] == "test-recording"
     assert main(["verify", str(path), *args]) == 0
-    verify_report = json.loads(capsys.readouterr().out)
+    verify_report = json.loads(capsys.readouterr().out)["result"]
 
     fed = make_inputs(load(path), dims={"batch": 3}, seed=5)  # what verify feeds
     assert [(i["name"], i["shape"], i["dtype"]) for i in verify_report["results"][0]["inputs"]] == [
@@ -210,3 +211,133 @@ def test_callers_name_their_error_type():
         make_inputs(model)
     with Pipeline([model]) as pipe, pytest.raises(PipelineError, match="build the request"):
         pipe.example_inputs()
+
+
+# --------------------------------------------------------------------------- bounds (issue 18)
+
+
+def test_generated_inputs_are_bounded_before_anything_is_allocated(monkeypatch):
+    specs = [
+        TensorSpec("x", ("batch", 8), np.dtype(np.float32)),
+        TensorSpec("ids", ("batch", "seq"), np.dtype(np.int64), 50),
+    ]
+    small = generate_inputs(specs, {"batch": 2, "seq": 4})
+    assert small["x"].shape == (2, 8) and small["ids"].shape == (2, 4)
+    # 2**40 rows would need 32 TiB: refused at once, naming the inputs and the dims used.
+    for dims in ({"batch": 2**22, "seq": 4}, {"batch": 2**40, "seq": 2**40}):
+        with pytest.raises(ValueError, match="over the bound") as info:
+            generate_inputs(specs, dims)
+        message = str(info.value)
+        assert f"batch={dims['batch']}" in message and "'x'" in message
+        assert "OMNY_MAX_INPUT_BYTES" in message and "--dim" in message
+    # Overridable per call and by the environment; bad overrides are refused by name.
+    big = {"batch": 2**19, "seq": 1}  # 16 MiB + 4 MiB
+    assert generate_inputs(specs, big)["x"].shape == (2**19, 8)
+    with pytest.raises(ValueError, match="over the bound of 1048576 bytes"):
+        generate_inputs(specs, big, max_bytes=2**20)
+    monkeypatch.setenv("OMNY_MAX_INPUT_BYTES", str(2**20))
+    with pytest.raises(ValueError, match="over the bound of 1048576 bytes"):
+        generate_inputs(specs, big)
+    assert generate_inputs(specs, big, max_bytes=2**25)["ids"].shape == (2**19, 1)
+    monkeypatch.setenv("OMNY_MAX_INPUT_BYTES", "lots")
+    with pytest.raises(ValueError, match="OMNY_MAX_INPUT_BYTES='lots' is not a byte count"):
+        generate_inputs(specs, big)
+    with pytest.raises(ValueError, match="max_bytes must be a positive byte count"):
+        generate_inputs(specs, big, max_bytes=0)
+
+
+def test_large_recorded_planning_dims_give_verify_and_run_a_clear_error(tmp_path, capsys):
+    model, path = planned_bert(tmp_path)
+    omny.write_planning_dims(model, {"batch": 2**30})  # 2 x 2**34 int64 ids: 256 GiB
+    save(model, path, overwrite=True)
+    with pytest.raises(VerifyError, match=r"at batch=1073741824\).*over the bound|over the bound"):
+        make_inputs(load(path))
+    with Pipeline(load(path), 2) as pipe, pytest.raises(PipelineError, match="over the bound"):
+        pipe.example_inputs()
+    for command, status in (("verify", 1), ("run", 2)):  # verify: a failed check; run: usage
+        assert main([command, str(path), "--shards", "2"]) == status
+        captured = capsys.readouterr()
+        text = captured.out + captured.err
+        assert "over the bound" in text and "batch=1073741824" in text, text
+        assert "Traceback" not in text
+    # The same file runs at dims the user gives.
+    assert main(["verify", str(path), "--shards", "2", "--dim", "batch=2"]) == 0
+
+
+def test_one_dims_validator_numpy_integers_everywhere(tmp_path):
+    """verify accepted numpy.int64 dims and plan refused them (issue 17 section 6)."""
+    from onnx_ir_multidevice import plan
+    from onnx_ir_multidevice.analysis.sizes import check_dims
+    from onnx_ir_multidevice.oaax.inputs import parse_config
+    from onnx_ir_multidevice.runtime import inputs as runtime_inputs
+    from onnx_ir_multidevice.runtime.verification import verify
+
+    assert runtime_inputs.check_dims is check_dims  # one validator, re-exported
+    checked = check_dims({"batch": np.int64(1), "seq": np.int32(8)})
+    assert checked == {"batch": 1, "seq": 8} and all(type(v) is int for v in checked.values())
+    dims = {"batch": np.int64(2)}
+    model = zoo.bert(layers=2, vocab=VOCAB)
+    metadata = plan(model, shards=[2], dims=dims)
+    omny.write(model, metadata)
+    assert verify(model, 2, dims=dims).ok
+    for bad in ({"batch": np.float64(8)}, {"batch": 0}, {"batch": True}, {"batch": 2**41}, {3: 1}):
+        with pytest.raises(ValueError, match="planning dim"):
+            check_dims(bad)
+        with pytest.raises(ValueError):
+            plan(model, shards=[2], dims=bad)
+        with pytest.raises(VerifyError):
+            verify(model, 2, dims=bad)
+    with pytest.raises(Exception, match="dims: planning dim 'seq' is 2199023255552"):
+        parse_config(b'{"dims": {"seq": 2199023255552}}', "config.json")
+
+
+def _baked_seq_model() -> ir.Model:
+    """x[batch, seq, 4] -> MatMul -> Reshape to a baked [1, 16, 4] (as TorchScript exports do)."""
+    import onnx.helper as oh
+    import onnx.numpy_helper as nh
+
+    from onnx_ir_multidevice import from_proto, plan
+
+    rng = np.random.default_rng(0)
+    weights = [
+        nh.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w0"),
+        nh.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w1"),
+        nh.from_array(np.array([1, 16, 4], np.int64), "baked"),
+    ]
+    nodes = [
+        oh.make_node("MatMul", ["x", "w0"], ["h0"], name="mm0"),
+        oh.make_node("Relu", ["h0"], ["r0"], name="relu0"),
+        oh.make_node("Reshape", ["r0", "baked"], ["h1"], name="reshape"),
+        oh.make_node("MatMul", ["h1", "w1"], ["h2"], name="mm1"),
+        oh.make_node("Relu", ["h2"], ["y"], name="relu1"),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "baked",
+        [oh.make_tensor_value_info("x", 1, ["batch", "seq", 4])],
+        [oh.make_tensor_value_info("y", 1, [1, 16, 4])],
+        weights,
+    )
+    model = from_proto(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]))
+    omny.write(model, plan(model, shards=[2], dims={"batch": 1}))
+    return model
+
+
+def test_a_failure_at_generated_inputs_names_the_dims_and_the_flag(tmp_path, capsys):
+    """Issue 17 section 6: a decoder that baked seq=16 failed without naming the dims."""
+    from onnx_ir_multidevice.runtime.verification import verify
+
+    model = _baked_seq_model()
+    with pytest.raises(VerifyError) as info:
+        verify(model, 2)
+    message = str(info.value)
+    assert "Reshape" in message  # onnxruntime's own words stay
+    assert "generated at batch=1, seq=128 (x[1, 128, 4])" in message, message
+    assert "--dim seq=N" in message and "dims={'seq': N}" in message
+    assert verify(model, 2, dims={"seq": 16}).ok  # the dims it runs at
+    path = tmp_path / "baked.omny"
+    save(model, path)
+    assert main(["run", str(path), "--shards", "2", "--requests", "1", "--warmup", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "generated at batch=1, seq=128" in err and "--dim seq=N" in err, err
+    assert main(["run", str(path), "--shards", "2", "--requests", "1", "--dim", "seq=16"]) == 0

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import grimp
+import pytest
 
 PACKAGE = "onnx_ir_multidevice"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
@@ -136,3 +137,178 @@ def test_omny_help_imports_no_implementation():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Direction: a module never imports a module of a higher layer, imports by string included
+
+
+def _contract_layers() -> list[list[str]]:
+    """The layers of the import-linter contract, top first; each a list of sibling packages."""
+    try:
+        import tomllib  # Python 3.11+
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    config = tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    return [[name.strip() for name in layer.split("|")] for layer in contract["layers"]]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_package_module(name: str) -> bool:
+    relative = Path(*name.split("."))
+    return (ROOT.parent / relative).with_suffix(".py").is_file() or (
+        ROOT.parent / relative / "__init__.py"
+    ).is_file()
+
+
+_IMPORT_FUNCTIONS = {"import_module", "__import__"}
+
+
+def imported_modules(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """``(line, module)`` for every module of the package that ``source`` imports.
+
+    Statements (``import``, ``from ... import``, relative ones resolved, at any depth) and
+    strings: a string constant that names a module of the package, and the argument of
+    ``importlib.import_module`` / ``__import__``, which must be such a string or an f-string
+    that starts with ``{__name__}.`` (a submodule of the importer itself); anything else is
+    returned as ``"<unresolved>"``.
+    """
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.append((node.lineno, base))
+            for alias in node.names:  # `from package import submodule`
+                if _is_package_module(f"{base}.{alias.name}"):
+                    found.append((node.lineno, f"{base}.{alias.name}"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith(f"{PACKAGE}.") and _is_package_module(node.value):
+                found.append((node.lineno, node.value))
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name not in _IMPORT_FUNCTIONS:
+                continue
+            target = node.args[0]
+            own = (
+                isinstance(target, ast.JoinedStr)
+                and len(target.values) > 1
+                and isinstance(target.values[0], ast.FormattedValue)
+                and isinstance(target.values[0].value, ast.Name)
+                and target.values[0].value.id == "__name__"
+            )
+            if own:
+                found.append((node.lineno, module))
+            elif not isinstance(target, ast.Constant):
+                found.append((node.lineno, "<unresolved>"))
+    return [
+        (line, name)
+        for line, name in found
+        if name == "<unresolved>" or name == PACKAGE or name.startswith(f"{PACKAGE}.")
+    ]
+
+
+def _layer_of(module: str, layers: list[list[str]]) -> tuple[int, str] | None:
+    for index, siblings in enumerate(layers):
+        for sibling in siblings:
+            if module == sibling or module.startswith(f"{sibling}."):
+                return index, sibling
+    return None
+
+
+def test_every_module_belongs_to_a_layer():
+    layers = _contract_layers()
+    outside = [
+        _module_name(path)
+        for path in sorted(ROOT.rglob("*.py"))
+        if _module_name(path) != PACKAGE and _layer_of(_module_name(path), layers) is None
+    ]
+    assert outside == []
+
+
+def test_imports_point_down_the_layers_including_imports_by_string():
+    layers = _contract_layers()
+    wrong = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = _module_name(path)
+        own = _layer_of(module, layers)
+        if own is None:  # the package root: lazy re-exports of every layer
+            continue
+        source = path.read_text(encoding="utf-8")
+        for line, target in imported_modules(source, module, path.name == "__init__.py"):
+            where = f"{path.relative_to(ROOT.parent)}:{line}: {target}"
+            if target == "<unresolved>":
+                wrong.append(f"{where} (an import by a string the test cannot read)")
+                continue
+            theirs = _layer_of(target, layers)
+            if theirs is None or theirs[1] == own[1]:
+                continue
+            if theirs[0] < own[0]:
+                wrong.append(f"{where} (layer {theirs[1]} is above {own[1]})")
+            elif theirs[0] == own[0]:
+                wrong.append(f"{where} (siblings {own[1]} and {theirs[1]} are independent)")
+    assert wrong == []
+
+
+def test_the_direction_check_sees_every_kind_of_import():
+    found = imported_modules(
+        "import onnx_ir_multidevice.planner\n"
+        "from onnx_ir_multidevice import passes\n"
+        "from ..planner import memory\n"
+        "import importlib\n"
+        "importlib.import_module('onnx_ir_multidevice.runtime')\n"
+        "importlib.import_module(f'{__name__}.x')\n"
+        "importlib.import_module(name)\n"
+        "KEY = 'onnx_ir_multidevice.stage'\n",
+        "onnx_ir_multidevice.analysis.shapes",
+        False,
+    )
+    assert sorted(name for _, name in found) == [
+        "<unresolved>",
+        "onnx_ir_multidevice",
+        "onnx_ir_multidevice.analysis.shapes",
+        "onnx_ir_multidevice.passes",
+        "onnx_ir_multidevice.planner",
+        "onnx_ir_multidevice.planner",
+        "onnx_ir_multidevice.planner.memory",
+        "onnx_ir_multidevice.runtime",
+    ]
+    layers = _contract_layers()
+    assert (
+        _layer_of("onnx_ir_multidevice.planner.memory", layers)[0]
+        < _layer_of("onnx_ir_multidevice.analysis.shapes", layers)[0]
+    )
+
+
+ARCHITECTURE_LAYERS = {
+    1: ("omny",),
+    2: ("binding",),
+    3: ("analysis",),
+    4: ("passes",),
+    5: ("planner",),
+    6: ("_split", "runtime"),
+    7: ("_cli", "cli", "exporters"),
+}
+"""The numbered layers of ARCHITECTURE.md ('Layers'), bottom (1) to top (7)."""
+
+
+def test_the_contract_orders_the_layers_as_the_architecture_does():
+    layers = _contract_layers()
+    position = {
+        number: [_layer_of(f"{PACKAGE}.{name}", layers)[0] for name in names]
+        for number, names in ARCHITECTURE_LAYERS.items()
+    }
+    for lower, higher in zip(sorted(position), sorted(position)[1:]):
+        # the contract lists the top first: a higher layer has a smaller index
+        assert max(position[higher]) < min(position[lower]), (lower, higher)

@@ -250,6 +250,15 @@ def test_weights_depend_on_seed_and_name_only():
     assert big["model.layers.0.mlp.down_proj.weight"].shape == (TINY.intermediate, TINY.hidden)
 
 
+def test_num_bytes_is_an_int():
+    # found by mypy: DataType.itemsize is a float, so num_bytes was 443648.0
+    for config in (TINY, dataclasses.replace(TINY, dtype=ir.DataType.FLOAT16)):
+        nbytes = config.num_bytes
+        assert type(nbytes) is int
+        tables = 2 * config.max_positions * config.head_dim
+        assert nbytes == (config.num_parameters + tables) * ir.DataType(config.dtype).bitwidth // 8
+
+
 def test_config_presets_and_validation():
     assert llama.TINYLLAMA_1_1B.num_parameters == 1_100_048_384  # as HF counts TinyLlama-1.1B
     assert 4.3e9 < llama.TINYLLAMA_1_1B.num_bytes < 4.5e9

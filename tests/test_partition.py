@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cut_points import random_graphs
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
 from onnx_ir_multidevice.planner.memory import MemoryModel, usable_bytes
 from onnx_ir_multidevice.planner.partition import partition
+from onnx_ir_multidevice.testing import zoo
 
 
 def brute_force(memory: MemoryModel, n: int, capacities=None, max_stage=None, balance="memory"):

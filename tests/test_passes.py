@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_check import _value, annotated, chain, configuration, node, plan
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import BindingError, CheckError
 from onnx_ir_multidevice.analysis.stages import assign_stages
 from onnx_ir_multidevice.checker.core import check
@@ -25,6 +25,7 @@ from onnx_ir_multidevice.passes import (
     StripAnnotationsPass,
     configuration_names,
 )
+from onnx_ir_multidevice.testing import zoo
 
 
 def stages_of(model: ir.Model, name: str) -> dict[str, int | None]:

@@ -92,18 +92,18 @@ def test_close_while_in_flight():
 
     receiver = threading.Thread(target=receive_all)
     receiver.start()
-    start = time.perf_counter()
     pipe.close()
-    assert time.perf_counter() - start < 5.0
-    receiver.join(5)
+    receiver.join(60)  # a hang guard: close() wakes the receiver
     assert not receiver.is_alive() and len(errors) == 1 and "closed" in str(errors[0])
+    assert pipe.stats().requests < 8  # cancelled and dropped, not waited for
 
 
 def test_resources_beyond_the_cluster_fail_fast():
-    start = time.perf_counter()
-    with pytest.raises(PipelineError, match="ask for 4 CPU"):
+    """Refused by a check of the cluster's resources (the error names the demand), not by
+    the actors' start timeout (``start_timeout``, whose message says "did not start")."""
+    with pytest.raises(PipelineError, match="ask for 4 CPU") as info:
         Pipeline(mlp_stages([2]), backend="ray", intra_op_num_threads=2)
-    assert time.perf_counter() - start < 10
+    assert "did not start" not in str(info.value)
 
 
 @pytest.mark.parametrize("stage", [0, 1])

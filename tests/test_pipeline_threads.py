@@ -34,9 +34,8 @@ WAIT = 30.0
 @pytest.fixture(autouse=True)
 def _no_leaked_threads():
     yield
-    deadline = time.monotonic() + 5
-    while stage_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    for thread in stage_threads():  # a closed pipeline's workers end: wait for that event
+        thread.join(WAIT)
     assert stage_threads() == []
 
 
@@ -284,6 +283,7 @@ def test_close_from_another_thread_while_threads_send_run_and_receive():
     sent: dict[int, dict[str, np.ndarray]] = {}
     received: list[dict[str, np.ndarray]] = []
     started = threading.Event()
+    ran, mapped = threading.Event(), threading.Event()
 
     def inputs_for(t: int, k: int) -> dict[str, np.ndarray]:
         return request(10_000 * (t + 1) + k, batch=64, width=width)
@@ -309,19 +309,21 @@ def test_close_from_another_thread_while_threads_send_run_and_receive():
             inputs = inputs_for(t, k)
             heavy.check(pipe.run(inputs, timeout=WAIT), inputs)
             ok["run"] += 1
+            ran.set()
 
     def map_user(t: int) -> None:
         requests = (inputs_for(t, k) for k in itertools.count())
         for k, out in enumerate(pipe.map(requests, timeout=WAIT)):
             heavy.check(out, inputs_for(t, k))
             ok["map"] += 1
+            mapped.set()
 
     threads.start("send", send, 0)
     threads.start("receive", receive)
     threads.start("run", run_many, 1)
     threads.start("map", map_user, 2)
-    assert started.wait(WAIT)
-    time.sleep(0.05)
+    # every API has had a result, and all keep sending: close() finds requests in flight
+    assert started.wait(WAIT) and ran.wait(WAIT) and mapped.wait(WAIT)
     pipe.close()
     threads.join()
     # every thread ended with "closed", none with a wrong result or another error
@@ -511,21 +513,47 @@ def test_keyboard_interrupt_in_the_map_consumer_leaves_nothing_behind(oracle, at
             pipe.receive_output(timeout=WAIT)
 
 
+def interrupt_when_main_waits() -> None:
+    """SIGINT this process once its main thread blocks in a ``threading`` wait (an event).
+
+    Every stage is held busy, so the map() of the main thread comes to wait for a result
+    that cannot arrive; the state is polled (``WAIT`` is only a hang guard).
+    """
+    main = threading.main_thread().ident
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(main)
+        if frame is not None and frame.f_code.co_name == "wait" and waits_in_pipeline(frame):
+            break
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def waits_in_pipeline(frame) -> bool:
+    """Whether a ``threading`` wait at ``frame`` was called by the pipeline's map()."""
+    while frame is not None:
+        if frame.f_code.co_name == "_map" and frame.f_code.co_filename.endswith("pipeline.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def test_sigint_while_map_waits_for_a_result_leaves_nothing_behind(oracle):
-    """The interrupt lands inside map(), while it waits (stage 0 held busy, so it must)."""
+    """The interrupt lands inside map(), while it waits (the stages held busy, so it must)."""
     with two_stages(max_in_flight=4) as pipe:
         requests = [distinct_request(0, k) for k in range(12)]
         it = pipe.map(requests, timeout=WAIT)
         oracle.check(next(it), requests[0])
         got = 1
-        with pipe._engine._stage_locks[0]:
-            timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-            timer.start()
+        locks = pipe._engine._stage_locks
+        with locks[0], locks[1]:  # no stage runs: once map() waits, no result can end the wait
             with pytest.raises(KeyboardInterrupt):
+                interrupter = threading.Thread(target=interrupt_when_main_waits, daemon=True)
+                interrupter.start()
                 for out in it:
                     oracle.check(out, requests[got])
                     got += 1
-            timer.join()
+            interrupter.join(WAIT)
         assert 1 <= got < 12
         assert pipe.in_flight == 0
         assert book_is_clean(pipe)
@@ -567,19 +595,21 @@ def test_run_timeout_drops_its_request(oracle):
 # -- a real SIGINT
 
 
-def readline(proc: subprocess.Popen, timeout: float) -> str:
-    """One line of the child's stdout, or fail after ``timeout`` seconds."""
+def readline(proc: subprocess.Popen, timeout: float, stream=None) -> str:
+    """One line of the child's stdout (or ``stream``), or fail after ``timeout`` seconds
+    (a hang guard: the line is the event waited for)."""
+    stream = proc.stdout if stream is None else stream
     data = b""
     deadline = time.monotonic() + timeout
     while not data.endswith(b"\n"):
         remaining = deadline - time.monotonic()
-        ready, _, _ = select.select([proc.stdout], [], [], max(remaining, 0))
+        ready, _, _ = select.select([stream], [], [], max(remaining, 0))
         if not ready:
             proc.kill()
             pytest.fail(f"no line from the child within {timeout} s (got {data!r})")
-        chunk = os.read(proc.stdout.fileno(), 1)
+        chunk = os.read(stream.fileno(), 1)
         if not chunk:
-            err = proc.stderr.read().decode(errors="replace")
+            err = "" if stream is proc.stderr else proc.stderr.read().decode(errors="replace")
             pytest.fail(f"the child ended (got {data!r}); stderr:\n{err}")
         data += chunk
     return data.decode()
@@ -597,14 +627,18 @@ oracle = Oracle()
 with Pipeline(mlp_stages([1, 3]), outputs=OUTPUTS, intra_op_num_threads=1, max_in_flight=6) as pipe:
     for trial in range(int(sys.argv[1])):
         kind = trial % 3  # map with an idle consumer, with a busy one, or run() in a loop
-        print("ready", trial, flush=True)
-        try:
+        ready_after = 1 + trial % 4  # results before saying "ready": where the signal lands varies
+        try:  # "ready" is said inside: the signal can only land in the loop
             if kind == 2:
                 for k in itertools.count():
                     pipe.run(request(k))
-            for out in pipe.map(request(k) for k in itertools.count()):
+                    if k + 1 == ready_after:
+                        print("ready", trial, flush=True)
+            for k, out in enumerate(pipe.map(request(k) for k in itertools.count())):
+                if k + 1 == ready_after:
+                    print("ready", trial, flush=True)
                 if kind:
-                    time.sleep(0.001)
+                    time.sleep(0.001)  # a busy consumer
         except KeyboardInterrupt:
             pass
         state = {"trial": trial, "in_flight": pipe.in_flight}
@@ -638,11 +672,9 @@ def test_sigint_during_map_leaves_nothing_behind(tmp_path):
         env={**os.environ, "PYTHONPATH": path},
     )
     try:
-        rng = np.random.default_rng(0)
         for trial in range(trials):
             assert readline(proc, 60).split() == ["ready", str(trial)]
-            time.sleep(rng.uniform(0.05, 0.25))
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGINT)  # the child is streaming: it said so
             state = json.loads(readline(proc, 60))
             assert state["in_flight"] == 0, state
             assert state["usable"] is True, state
@@ -655,22 +687,17 @@ def test_sigint_during_map_leaves_nothing_behind(tmp_path):
 
 
 def test_sigint_to_omny_run_exits_130_promptly(tmp_path):
+    """The real ``omny`` command (``python -m``, as the console script runs it), interrupted
+    once it says (``--progress``) that it is timing requests: status 130, one line, no
+    traceback, no ``terminate called`` (status 134) from onnxruntime threads at exit."""
     path = tmp_path / "mlp.onnx"
     annotated_mlp(path)
-    # The real `omny run` (its main()), started after the imports so the signal finds it running.
-    code = (
-        "import sys\n"
-        "from onnx_ir_multidevice._cli import main\n"
-        "import onnx_ir_multidevice.runtime.pipeline\n"
-        "print('ready', flush=True)\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
-    for delay in (0.5,):
+    for _ in range(2):
         proc = subprocess.Popen(
             [
                 sys.executable,
-                "-c",
-                code,
+                "-m",
+                "onnx_ir_multidevice._cli",
                 "run",
                 str(path),
                 "--shards",
@@ -681,19 +708,21 @@ def test_sigint_to_omny_run_exits_130_promptly(tmp_path):
                 "100000000",
                 "--warmup",
                 "0",
+                "--progress",
             ],  # fmt: skip
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         try:
-            assert readline(proc, 60) == "ready\n"
-            time.sleep(delay)
+            lines = []
+            while not (lines and "timing" in lines[-1]):
+                lines.append(readline(proc, 120, stream=proc.stderr))
             proc.send_signal(signal.SIGINT)
-            start = time.monotonic()
-            assert proc.wait(30) == 130
-            assert time.monotonic() - start < 15
-            err = proc.stderr.read().decode(errors="replace")
+            status = proc.wait(WAIT)  # a hang guard: the exit itself is prompt
+            err = "".join(lines) + proc.stderr.read().decode(errors="replace")
+            assert status == 130, err
             assert "omny: interrupted" in err and "Traceback" not in err, err
+            assert "terminate called" not in err, err
         finally:
             if proc.poll() is None:
                 proc.kill()

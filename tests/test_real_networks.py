@@ -15,13 +15,14 @@ import onnx
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._proto.files import save
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
 from onnx_ir_multidevice.planner.planning import plan
 from onnx_ir_multidevice.runtime.verification import verify
+from onnx_ir_multidevice.testing import zoo
 
 SHARDS = (2, 3, 4)
 
@@ -142,11 +143,11 @@ def test_cli_end_to_end(tmp_path, capsys):
     for n in SHARDS:
         outdir = tmp_path / f"split{n}"
         assert main(["split", str(path), str(outdir), "--shards", str(n), "--json"]) == 0
-        manifest = json.loads(capsys.readouterr().out)
+        manifest = json.loads(capsys.readouterr().out)["result"]
         assert manifest["num_stages"] == n
         for entry in manifest["stages"]:
             onnx.checker.check_model(str(outdir / entry["file"]), full_check=True)
     assert main(["verify", str(path), "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     assert [r["shards"] for r in document["results"]] == list(SHARDS)
     assert all(r["ok"] for r in document["results"])

@@ -22,11 +22,12 @@ import pytest
 from test_io import _arrays, _weights_model
 from test_split import _annotate
 
-from onnx_ir_multidevice import omny, plan, zoo
+from onnx_ir_multidevice import omny, plan
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._proto.atomic import staged_file, write_bytes_atomic
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice._split import save_split
+from onnx_ir_multidevice.testing import zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -171,13 +172,16 @@ def _leftover(folder: Path, name: str, *, age: float = 0.0) -> Path:
 
 
 def test_next_save_removes_the_leftovers_of_dead_writers_only(tmp_path):
-    dead, alive = _dead_pid(), os.getpid()
+    from test_file_ownership import held_by_another_process
+
+    dead = _dead_pid()
     stale = _leftover(tmp_path, f".m.onnx.omny-{dead}-0123abcd.tmp")
     stale_split = _leftover(tmp_path, f".out.omny-{dead}-89abcdef.tmp")
-    running = _leftover(tmp_path, f".m.onnx.omny-{alive}-0123abcd.tmp")
+    running = _leftover(tmp_path, f".m.onnx.omny-{dead}-0123abce.tmp")
     foreign = _leftover(tmp_path, ".m.onnx.abcdefgh.tmp")  # not ours: never touched
     other = _leftover(tmp_path, f".m.onnx.omny-{dead}-nothex00.tmp")
-    save(_weights_model(), tmp_path / "m.onnx")
+    with held_by_another_process(running):  # a live writer (its pid says nothing here)
+        save(_weights_model(), tmp_path / "m.onnx")
     assert not stale.exists() and not stale_split.exists()
     assert running.exists() and foreign.exists() and other.exists()
 
@@ -192,6 +196,9 @@ def test_a_leftover_older_than_the_live_process_with_its_pid_is_stale(tmp_path):
 def test_next_split_removes_the_leftovers_of_dead_writers(tmp_path):
     dead = _dead_pid()
     stale = _leftover(tmp_path, f".split.omny-{dead}-0123abcd.tmp")
+    # A set-aside directory whose destination exists is a leftover (one whose destination
+    # is missing is restored: tests/test_file_ownership.py).
+    (tmp_path / "split").mkdir()
     old = _leftover(tmp_path, f".split.omny-{dead}-0123abcd.old")
     save_split(planned_chain(), tmp_path / "split", 2)
     assert not stale.exists() and not old.exists()

@@ -16,11 +16,11 @@ import onnxruntime as ort
 import pytest
 from test_inputs import planned_bert
 
-from onnx_ir_multidevice import zoo
 from onnx_ir_multidevice._errors import PipelineError
 from onnx_ir_multidevice.runtime import Pipeline, sessions, verify
 from onnx_ir_multidevice.runtime.sessions import ModelSession, session_options, session_source
 from onnx_ir_multidevice.runtime.verification import make_inputs
+from onnx_ir_multidevice.testing import zoo
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onnx_ir_multidevice import omny, plan, split, verify, zoo
+from onnx_ir_multidevice import omny, plan, split, verify
 from onnx_ir_multidevice.analysis.cut_points import analyse_cut_points
 from onnx_ir_multidevice.analysis.dim_expressions import parse_dim
 from onnx_ir_multidevice.analysis.shapes import (
@@ -25,6 +25,7 @@ from onnx_ir_multidevice.analysis.shapes import (
 )
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.runtime.inputs import TensorSpec, generate_inputs
+from onnx_ir_multidevice.testing import zoo
 
 CORPUS = Path(__file__).parent / "corpus"
 MANIFEST = {e["name"]: e for e in json.loads((CORPUS / "manifest.json").read_text())}

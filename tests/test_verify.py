@@ -9,7 +9,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import omny, zoo
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import SplitError, VerifyError
 from onnx_ir_multidevice._proto.files import save
@@ -22,6 +22,7 @@ from onnx_ir_multidevice.runtime.verification import (
     verify,
     verify_stages,
 )
+from onnx_ir_multidevice.testing import zoo
 
 FLOAT = ir.DataType.FLOAT
 
@@ -186,7 +187,7 @@ def test_cli_split_and_verify(tmp_path, capsys):
     save(model, path)
     outdir = tmp_path / "split"
     assert main(["split", str(path), str(outdir), "--shards", "3", "--json"]) == 0
-    manifest = json.loads(capsys.readouterr().out)
+    manifest = json.loads(capsys.readouterr().out)["result"]
     assert manifest["num_stages"] == 3
     assert sorted(f for f in os.listdir(outdir) if f.endswith(".onnx")) == [
         "stage_0.onnx",
@@ -204,7 +205,7 @@ def test_cli_split_and_verify(tmp_path, capsys):
     assert "omny: error:" in capsys.readouterr().err
 
     assert main(["verify", str(path), "--json", "--dim", "batch=2"]) == 0
-    document = json.loads(capsys.readouterr().out)
+    document = json.loads(capsys.readouterr().out)["result"]
     assert document["ok"] is True
     assert [r["shards"] for r in document["results"]] == [2, 3]
     assert document["results"][1]["inputs"][0]["shape"] == [2, 16]
@@ -260,3 +261,61 @@ def test_default_tolerance_follows_the_models_arithmetic(tmp_path):
     save(model, path)
     assert main(["verify", str(path), "--shards", "2"]) == 0
     assert main(["verify", str(path), "--shards", "2", "--rtol", "1e-4", "--atol", "1e-4"]) == 1
+
+
+def _tiny_model(factor: float) -> ir.Model:
+    """x @ w1, scaled by ``factor``, then @ w2: every output value is about ``factor``."""
+    rng = np.random.default_rng(0)
+    x = ir.Value(name="x", type=ir.TensorType(FLOAT), shape=ir.Shape(["batch", 8]))
+    w1 = ir.Value(name="w1", const_value=ir.tensor(rng.standard_normal((8, 8), np.float32)))
+    w2 = ir.Value(name="w2", const_value=ir.tensor(rng.standard_normal((8, 4), np.float32)))
+    k = ir.Value(name="k", const_value=ir.tensor(np.array(factor, np.float32)))
+    h = ir.node("MatMul", [x, w1], name="h")
+    t = ir.node("Mul", [h.outputs[0], k], name="t")
+    y = ir.node("MatMul", [t.outputs[0], w2], name="y")
+    for node in (h, t, y):
+        node.outputs[0].name = node.name
+    graph = ir.Graph(
+        [x], [y.outputs[0]], nodes=[h, t, y], initializers=[w1, w2, k], opset_imports={"": 18}
+    )
+    return _with_plan(ir.Model(graph, ir_version=10), ("t",))
+
+
+@pytest.mark.parametrize("factor", [1e-9, 1e-29])
+def test_verify_compares_tiny_outputs_at_their_scale(factor):
+    model = _tiny_model(factor)
+    stages = split_at(model, ["t"])
+    report = verify_stages(model, stages)
+    assert report.ok and report.near_zero_outputs == ("y",)
+    (out,) = report.outputs
+    assert 0 < out.scale < 100 * factor and out.near_zero
+    assert "within atol=0.0001 of zero" in str(report) and "pass real inputs" in str(report)
+    assert report.to_dict()["outputs"][0]["near_zero"] is True
+    # A stage computing twice the right values: every element 100 % off, yet within atol
+    value = stages[1].graph.initializers["w2"]
+    value.const_value = ir.tensor(value.const_value.numpy() * 2, name="w2")
+    wrong = verify_stages(model, stages)
+    assert not wrong.ok and wrong.outputs[0].mismatches == wrong.outputs[0].shape[0] * 4
+
+
+def test_outputs_of_ordinary_scale_are_not_flagged_and_keep_the_absolute_tolerance():
+    whole = np.array([0.0, 2.0, -3.0], np.float32)
+    ok = compare_outputs("o", whole, whole + np.float32(5e-5))
+    assert ok.ok and ok.scale == 3.0 and not ok.near_zero
+    assert not compare_outputs("o", whole, whole + np.float32(5e-4)).ok
+    # an all-zero output is near zero and must match exactly; integer outputs are never flagged
+    zeros = np.zeros(3, np.float32)
+    assert compare_outputs("z", zeros, zeros).near_zero
+    assert not compare_outputs("z", zeros, zeros + np.float32(1e-12)).ok
+    assert not compare_outputs("i", np.zeros(3, np.int64), np.zeros(3, np.int64)).near_zero
+
+
+def test_cli_verify_says_when_outputs_are_all_near_zero(tmp_path, capsys):
+    path = tmp_path / "tiny.omny"
+    save(_tiny_model(1e-9), path)
+    assert main(["verify", str(path), "--shards", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "OK" in out and "note: every value of y (largest |value|" in out
+    assert main(["verify", str(path), "--shards", "2", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)["result"]
+    assert document["results"][0]["outputs"][0]["near_zero"] is True

@@ -101,7 +101,7 @@ def test_cli_run_verify_split_from_another_folder(external_bert, tmp_path, monke
     # The split is self-contained: it runs with the model's folder gone.
     shutil.rmtree(path.parent)
     assert main(["run", "../split", "--dim", "batch=2", "--requests", "2", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)
+    assert json.loads(capsys.readouterr().out)["result"]
 
 
 def test_over_the_proto_limit_from_another_folder(external_bert, tmp_path, monkeypatch):

@@ -19,6 +19,12 @@ without a traceback from the middle of an import; from then on it raises
 :class:`KeyboardInterrupt` as usual (what a running pipeline cleans up on), which :func:`main`
 turns into the same line and status. Imported by anything else (tests, notebooks), this module
 leaves signal handling alone.
+
+Interrupted, the command ends with :func:`os._exit` once the subcommand has unwound (its
+pipelines closed and joined, its temporary files removed, stdout and stderr flushed). The
+interpreter's own shutdown would stop a daemon worker thread still inside an onnxruntime call
+(a stage run finishing after its cancellation) with ``pthread_exit``, which C++ answers with
+``terminate called without an active exception`` and status 134 instead of 130.
 """
 
 # ruff: noqa: E402 - the SIGINT handler is installed before the other imports (see above)
@@ -51,7 +57,10 @@ def _started_as_command() -> bool:
     return name in ("omny", "omny.exe", "omny-script.py", "-m")
 
 
-if _started_as_command() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+_AS_COMMAND = _started_as_command()
+"""Whether this process is the ``omny`` command (decided at import, see above)."""
+
+if _AS_COMMAND and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, _interrupted_at_start)
 
 __all__ = [
@@ -63,6 +72,7 @@ __all__ = [
     "build_parser",
     "check_dim_names",
     "help_description",
+    "in_cli_words",
     "dim_argument",
     "main",
     "positive_int",
@@ -70,10 +80,13 @@ __all__ = [
 ]
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -142,14 +155,57 @@ def help_description(doc: str) -> str:
 
 
 def error(message: str) -> None:
-    """Print ``omny: error: <message>`` on stderr."""
+    """Print ``omny: error: <message>`` on stderr (and keep it for the ``--json`` envelope)."""
     print(f"omny: error: {message}", file=sys.stderr)
+    if _envelope is not None:
+        _envelope.errors.append(message)
+
+
+class _Envelope:
+    """What ``--json`` prints once the command ends: one document, the same for every command.
+
+    ``{"command": NAME, "ok": bool, "status": EXIT_STATUS, "result": DOCUMENT, "error": TEXT}``
+    on stdout, also when the command fails: ``result`` is the command's own document (its
+    keys documented with each command; ``null`` when it failed before making one) and
+    ``error`` what it printed as ``omny: error: ...`` on stderr (lines joined; ``null`` when
+    none).
+    """
+
+    def __init__(self, command: str | None) -> None:
+        self.command = command
+        self.result: Any = None
+        self.errors: list[str] = []
+
+    def document(self, status: int) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "ok": status == EXIT_OK,
+            "status": status,
+            "result": self.result,
+            "error": "\n".join(self.errors) or None,
+        }
+
+
+_envelope: _Envelope | None = None
+"""The ``--json`` envelope of the command :func:`main` runs, if it was asked for."""
 
 
 def print_json(document: Any) -> None:
-    """Print one JSON document on stdout (what ``--json`` options emit)."""
+    """Emit a command's ``--json`` document.
+
+    Under :func:`main` it becomes the ``result`` of the envelope printed when the command
+    ends (see :class:`_Envelope`); called otherwise, the document is printed on stdout as is.
+    """
+    if _envelope is not None:
+        _envelope.result = document
+        return
+    _dump_json(document)
+
+
+def _dump_json(document: Any) -> None:
     json.dump(document, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
+    sys.stdout.flush()
 
 
 def add_progress_argument(parser: argparse.ArgumentParser) -> None:
@@ -164,6 +220,56 @@ def add_progress_argument(parser: argparse.ArgumentParser) -> None:
 def progress_enabled(args: argparse.Namespace) -> bool:
     """Whether to print progress: ``--progress`` was given or stderr is a terminal."""
     return bool(getattr(args, "progress", False)) or sys.stderr.isatty()
+
+
+def progress_reporter(args: argparse.Namespace, command: str) -> Callable[[str], None]:
+    """Return the function a subcommand reports its progress with.
+
+    It prints ``omny <command>: <message> (<seconds since this call>s)`` on stderr when
+    :func:`progress_enabled`, and does nothing otherwise; stdout (tables, ``--json``) is
+    never touched.
+
+    Args:
+        args: The parsed arguments (``--progress``).
+        command: The subcommand's name, as typed.
+    """
+    show = progress_enabled(args)
+    started = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if show:
+            elapsed = time.perf_counter() - started
+            print(f"omny {command}: {message} ({elapsed:.1f}s)", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def add_force_argument(parser: argparse.ArgumentParser, what: str = "OUT") -> None:
+    """Add ``--force``: replace an existing output (every command refuses one without it)."""
+    parser.add_argument("--force", action="store_true", help=f"replace an existing {what}")
+
+
+def existing_output(path: Path, force: bool, *, source: Path | None = None) -> str | None:
+    """The message refusing to write the file ``path``, or ``None``.
+
+    One policy for every command that writes (``plan``, ``annotate``, ``convert``, ``split``,
+    ``export``): an existing output is replaced only with ``--force`` (exit status 2
+    otherwise, before any work is done). Writing over the input itself (``annotate m.omny
+    m.omny``) names it twice on purpose and needs no ``--force``. A directory is never
+    replaced by a file.
+
+    Args:
+        path: The output file.
+        force: Whether ``--force`` was given.
+        source: The input file, when the command reads one.
+    """
+    if path.is_dir():
+        return f"{path}: is a directory; name the file to write (e.g. {path / 'model.omny'})"
+    if force or not os.path.lexists(path):
+        return None
+    if source is not None and source.exists() and os.path.samefile(path, source):
+        return None
+    return f"{path}: exists; choose another path or pass --force to replace it"
 
 
 def dim_argument(text: str) -> tuple[str, int]:
@@ -228,9 +334,15 @@ def shard_counts(text: str) -> list[int]:
 class _ShardCounts(argparse.Action):
     """Collect ``--shards`` values, written ``--shards 2 4``, ``--shards 2,4`` or repeated."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[no-untyped-def]
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         counts = list(getattr(namespace, self.dest, None) or [])
-        for value in values:
+        for value in values if self.nargs == "+" else [values]:
             counts.extend(value)
         if self.const == "one" and len(counts) != 1:
             parser.error(
@@ -248,14 +360,16 @@ def add_shards_argument(
     Args:
         parser: The subcommand's parser.
         several: Whether several shard counts are accepted (the value is a list of ints);
-            otherwise exactly one (the value is an int).
+            otherwise exactly one (the value is an int), and the option takes one word, so
+            that a positional argument after it (``split m.omny --shards 2 stages``) stays
+            one.
         help: The help text.
         required: Whether the option is required.
     """
     parser.add_argument(
         "--shards",
         type=shard_counts,
-        nargs="+",
+        nargs="+" if several else None,
         action=_ShardCounts,
         const=None if several else "one",
         required=required,
@@ -293,30 +407,87 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status (0 ok, 1 findings, 2 unreadable input or bad usage).
     """
+    global _envelope
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    _envelope = _Envelope(_command_word(words)) if "--json" in words else None
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help, --version, usage errors
-        return int(exit_.code) if isinstance(exit_.code, int) else EXIT_USAGE
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    if _signal.getsignal(_signal.SIGINT) is _interrupted_at_start:
-        # From here Ctrl-C raises KeyboardInterrupt, which the subcommands clean up on.
-        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        try:
+            args = parser.parse_args(words)
+        except SystemExit as exit_:  # --help, --version, usage errors
+            status = int(exit_.code) if isinstance(exit_.code, int) else EXIT_USAGE
+            return _finish(status) if status != EXIT_OK else status
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help(sys.stderr)
+            return _finish(EXIT_USAGE)
+        if not getattr(args, "json", False):
+            _envelope = None  # "--json" was a value of another option
+        elif _envelope is not None:
+            _envelope.command = args.command
+        if _signal.getsignal(_signal.SIGINT) is _interrupted_at_start:
+            # From here Ctrl-C raises KeyboardInterrupt, which the subcommands clean up on.
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        return _finish(_dispatch(func, args))
+    finally:
+        _envelope = None
+
+
+def _command_word(words: Sequence[str]) -> str | None:
+    """The subcommand named in ``words`` (the first word that is one), for the envelope."""
+    return next((word for word in words if word in _SUBCOMMANDS), None)
+
+
+def _finish(status: int) -> int:
+    """Print the ``--json`` envelope, if one was asked for; return ``status``."""
+    if _envelope is not None:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # `omny ... --json | head`
+            _dump_json(_envelope.document(status))
+    return status
+
+
+def _dispatch(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run the subcommand; turn the errors it lets escape into a message and a status."""
     try:
         return int(func(args))
     except OmnyFormatError as exc:  # its path is inside the model: say which file
         source = None if getattr(exc, "source", None) else _input_file(args)
-        error(f"{source}: {exc}" if source is not None else str(exc))
+        message = in_cli_words(str(exc))
+        error(f"{source}: {message}" if source is not None else message)
         return EXIT_USAGE
     except OmnyError as exc:
-        error(str(exc))
+        error(in_cli_words(str(exc)))
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("omny: interrupted", file=sys.stderr)
+        if _envelope is not None:
+            _envelope.errors.append("interrupted")
+        if _AS_COMMAND:  # everything has unwound: end without the interpreter's shutdown
+            _exit_now(_finish(EXIT_INTERRUPTED))
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `omny inspect x | head`
         sys.stderr.close()
         return EXIT_OK
+
+
+_PYTHON_WORDS = (" (force=True in Python)", " (max_per_code=None in Python)")
+"""What messages of the Python API add for Python callers beside a flag's name."""
+
+
+def in_cli_words(message: str) -> str:
+    """``message`` without the Python argument names it gives beside a command-line flag.
+
+    The package's errors serve both audiences ("pass --force (force=True in Python)"); on
+    the command line only the flag is said.
+    """
+    for words in _PYTHON_WORDS:
+        message = message.replace(words, "")
+    return message
+
+
+def _exit_now(status: int) -> NoReturn:
+    """Flush stdout and stderr, then end the process with ``status`` at once (see above)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or a broken pipe
+            stream.flush()
+    os._exit(status)

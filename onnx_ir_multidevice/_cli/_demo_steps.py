@@ -7,7 +7,10 @@ the model afresh for 2, 3 and 4 shards and for a heterogeneous device list, writ
 model, and stream requests through a 2-stage pipeline.
 
 Each step names the earlier steps whose results it uses (``after``: skipped when one of them
-did not succeed; ``--only`` runs them too). Steps share a :class:`DemoContext` (the
+did not succeed; ``--only`` runs them too). A model without an ``.omny`` plan (``--model
+plain.onnx``) is said once by the ``load`` step (:data:`NO_PLAN`); the steps that read the
+file's own plan (``uses_plan``) are skipped, the others (check, and the plan made afresh,
+annotated, split, verified and run) still run. Steps share a :class:`DemoContext` (the
 loaded model, its metadata, a scratch folder, what earlier steps handed on). A step raises to
 fail; every other step still runs when it can. The exit status is 1 if any step failed, 0
 otherwise. ``--json`` prints one JSON document with each step's status and figures instead of
@@ -23,7 +26,7 @@ __all__ = [
     "PIPELINE_REQUESTS",
     "PIPELINE_STAGES",
     "STEPS",
-    "TOLERANCE",
+    "NO_PLAN",
     "DemoContext",
     "Step",
     "run_steps",
@@ -50,6 +53,7 @@ from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY, proto_tensors
 from onnx_ir_multidevice._proto.files import load, save
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._util import plural
+from onnx_ir_multidevice.analysis.precision import default_tolerance
 from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.checker.core import check
 from onnx_ir_multidevice.passes.api import annotate
@@ -75,8 +79,10 @@ PIPELINE_STAGES = 2
 PIPELINE_DIMS = {"batch": 8}
 """Symbolic dimensions of each request of the ``pipeline`` step."""
 
-TOLERANCE = 1e-4
-"""``rtol`` and ``atol`` of the comparisons with the whole model."""
+NO_PLAN = (
+    "no .omny plan: run `omny plan` first, or run the bundled example (`omny demo` without --model)"
+)
+"""What the ``load`` step says, once, of a model that holds no ``.omny`` plan."""
 
 
 @dataclasses.dataclass
@@ -131,6 +137,8 @@ class Step:
     """Whether it reads :attr:`DemoContext.model` (skipped when the model was not loaded)."""
     after: tuple[str, ...] = ()
     """Earlier steps whose results it uses: skipped unless they succeeded."""
+    uses_plan: bool = False
+    """Whether it reads the file's own ``.omny`` plan (skipped when the file has none)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,17 +149,27 @@ def _step_load(ctx: DemoContext) -> None:
 
     ctx.model = load(ctx.path)
     ctx.metadata = omny.read(ctx.model)
-    if ctx.metadata is None:
-        raise RuntimeError(f"{ctx.path} has no .omny metadata")
     graph = ctx.model.graph
-    m = ctx.metadata.model
     ctx.say(f"file        {ctx.path} ({ctx.path.stat().st_size:,} bytes)")
-    ctx.say(f"model       {m.name} ({m.architecture}), {m.total_params:,} parameters")
+    if ctx.metadata is not None:
+        m = ctx.metadata.model
+        ctx.say(f"model       {m.name} ({m.architecture}), {m.total_params:,} parameters")
     ctx.say(f"graph       {len(graph)} nodes, {len(graph.initializers)} initializers")
     for value in graph.inputs:
         ctx.say(f"input       {value.name}: {value.dtype} {value.shape}")
     for value in graph.outputs:
         ctx.say(f"output      {value.name}: {value.dtype} {value.shape}")
+    if ctx.metadata is None:
+        ctx.say(f"sharding    {NO_PLAN}")
+        ctx.record(
+            file=str(ctx.path),
+            bytes=ctx.path.stat().st_size,
+            nodes=len(graph),
+            plan=None,
+            message=NO_PLAN,
+        )
+        return
+    m = ctx.metadata.model
     sharding = ctx.metadata.sharding
     ctx.say(
         f"sharding    {len(ctx.metadata.cut_points)} cut points, "
@@ -188,7 +206,7 @@ def _step_cut_points(ctx: DemoContext) -> None:
     for config in plan.configurations:
         ids = [c.id if c is not None else "?" for c in config.cut_points]
         ctx.say(
-            f"configuration {config.index}: {config.num_shards} shards, cuts {ids}, "
+            f"configuration {config.index}: {plural(config.num_shards, 'shard')}, cuts {ids}, "
             f"MiB per shard {list(config.spec.memory_per_shard_mb)}"
         )
     if plan.unresolved:
@@ -202,12 +220,17 @@ def _step_rename(ctx: DemoContext) -> None:
     # Work on a fresh copy so later steps see the file as it is.
     model = load(ctx.path)
     metadata = omny.read(model)
+    if metadata is None:
+        raise RuntimeError("the planned file has no plan")
     plan = bind(model, metadata)
     cut = next(c for c in plan.cut_points if c.resolved and c.value is not None)
-    old = cut.value.name  # type: ignore[union-attr]
+    assert cut.value is not None  # chosen so
+    old = cut.value.name
     new = f"hidden_states_{cut.id}"
-    cut.value.name = new  # type: ignore[union-attr]
+    cut.value.name = new
     renamed = plan.to_metadata().cut_point(cut.id)
+    if renamed is None:
+        raise RuntimeError("the cut point is gone after the rename")
     ctx.say(f"renamed value {old!r} -> {new!r} in the graph")
     ctx.say(f"cut point {cut.id}: tensor_name is now {renamed.tensor_name!r}")
     if renamed.tensor_name != new:
@@ -450,11 +473,11 @@ def _step_verify(ctx: DemoContext) -> None:
     for model, config, label in runs:
         start = time.perf_counter()
         stages = split(model, config.num_shards, configuration=config)
-        report = verify_stages(model, stages, rtol=TOLERANCE, atol=TOLERANCE)
+        report = verify_stages(model, stages)  # verify's tolerance rule
         took = time.perf_counter() - start
         crossing = [[v.name for v in stage.graph.inputs] for stage in stages[1:]]
         ctx.say(
-            f"{config.num_shards} shards{label}: nodes per stage "
+            f"{plural(config.num_shards, 'shard')}{label}: nodes per stage "
             f"{[len(stage.graph) for stage in stages]}, stage inputs after the first "
             f"{crossing} ({took * 1000:.0f} ms)"
         )
@@ -465,15 +488,17 @@ def _step_verify(ctx: DemoContext) -> None:
                 "num_shards": config.num_shards,
                 "device_plan": bool(label),
                 "ok": report.ok,
+                "rtol": report.rtol,
+                "atol": report.atol,
                 "outputs": report.to_dict()["outputs"],
             }
         )
         if not report.ok:
             failures.append(f"{config.num_shards} shards{label}")
-    ctx.record(tolerance=TOLERANCE, runs=records)
+    ctx.record(runs=records)
     if failures:
         raise RuntimeError(
-            f"the stages differ from the whole model beyond rtol=atol={TOLERANCE:g}: "
+            "the stages differ from the whole model beyond verify's tolerance: "
             + ", ".join(failures)
         )
 
@@ -519,11 +544,12 @@ def _step_pipeline(ctx: DemoContext) -> None:
         f"  whole model in one session, one request after another: {whole_s * 1000:.1f} ms "
         f"({PIPELINE_REQUESTS / whole_s:.0f} requests/s)"
     )
-    per_output = {}
+    rtol, atol = default_tolerance(model)  # verify's tolerance rule
+    per_output: dict[str, dict[str, Any]] = {}
     for name in names:
         # verify's comparison, request by request; the worst figures over all requests.
         comparisons = [
-            compare_outputs(name, want[name], got[name], TOLERANCE, TOLERANCE)
+            compare_outputs(name, want[name], got[name], rtol, atol)
             for got, want in zip(results, expected)
         ]
         worst_abs = max((c.max_abs_diff for c in comparisons), default=0.0)
@@ -538,7 +564,7 @@ def _step_pipeline(ctx: DemoContext) -> None:
             f"  {name}, pipeline vs whole model over {len(results)} requests: max abs diff "
             f"{worst_abs:.3g}, max rel diff {worst_rel:.3g}, "
             f"{'all within' if not bad else plural(bad, 'element') + ' beyond'} "
-            f"rtol=atol={TOLERANCE:g}"
+            f"rtol={rtol:g}, atol={atol:g}"
         )
     bad = sum(o["mismatches"] for o in per_output.values())
     ctx.record(
@@ -554,12 +580,13 @@ def _step_pipeline(ctx: DemoContext) -> None:
 
 STEPS: list[Step] = [
     Step("load", "Load the .omny file and show what it holds", _step_load),
-    Step("cuts", "Cut points, bound to the graph", _step_cut_points),
+    Step("cuts", "Cut points, bound to the graph", _step_cut_points, uses_plan=True),
     Step(
         "rename",
         "Rename a tensor: the plan follows",
         _step_rename,
         uses_model=False,
+        uses_plan=True,
     ),
     Step(
         "roundtrip",
@@ -607,7 +634,7 @@ def with_prerequisites(names: Sequence[str]) -> list[Step]:
             continue
         wanted.add(name)
         todo.extend(by_name[name].after)
-        if by_name[name].uses_model:
+        if by_name[name].uses_model or by_name[name].uses_plan:
             todo.append("load")
     return [s for s in STEPS if s.name in wanted]
 
@@ -627,6 +654,8 @@ def run_steps(
         reason = None
         if step.uses_model and step.name != "load" and ctx.model is None:
             reason = "the model was not loaded"
+        elif step.uses_plan and ctx.model is not None and ctx.metadata is None:
+            reason = "needs the file's own .omny plan (see step 'load')"
         elif blocked:
             reason = f"needs the results of {', '.join(repr(b) for b in blocked)}"
         if reason is not None:

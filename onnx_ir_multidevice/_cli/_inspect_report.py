@@ -16,8 +16,9 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._proto.files import load
+from onnx_ir_multidevice._util import format_bytes
 from onnx_ir_multidevice.binding import bind
-from onnx_ir_multidevice.graph.dtypes import dtype_name, tensor_nbytes
+from onnx_ir_multidevice.graph.dtypes import dtype_name, stored_nbytes, tensor_nbytes
 from onnx_ir_multidevice.omny import OMNY_VERSION_KEY
 from onnx_ir_multidevice.omny.container import CONTAINER_META_KEY, Container
 
@@ -48,13 +49,24 @@ def _initializer_size(value: ir.Value) -> tuple[int, int]:
     """(elements, bytes) of an initializer, without loading external data."""
     tensor = value.const_value
     if tensor is not None:
-        return tensor.size, tensor.nbytes
+        return tensor.size, stored_nbytes(tensor) or 0  # UNDEFINED elements: no size
     if value.shape is not None and value.shape.is_static():
         shape = value.shape.numpy()
         nbytes = tensor_nbytes(shape, value.dtype)
         if nbytes is not None:
             return int(np.prod(shape, dtype=np.int64)), nbytes
     return 0, 0
+
+
+def _text(value: object) -> str | None:
+    """A string field of the model as text.
+
+    Invalid UTF-8, which protobuf keeps as ``bytes``, is shown with backslash escapes rather
+    than failing the report.
+    """
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    return None if value is None else str(value)
 
 
 def _model_info(model: ir.Model) -> dict[str, Any]:
@@ -68,9 +80,9 @@ def _model_info(model: ir.Model) -> dict[str, Any]:
     return {
         "ir_version": model.ir_version,
         "opset_imports": dict(sorted(model.opset_imports.items())),
-        "producer_name": model.producer_name,
-        "producer_version": model.producer_version,
-        "graph_name": graph.name,
+        "producer_name": _text(model.producer_name),
+        "producer_version": _text(model.producer_version),
+        "graph_name": _text(graph.name),
         "num_nodes": len(graph),
         "num_nodes_with_subgraphs": total_nodes,
         "num_initializers": len(graph.initializers),
@@ -222,12 +234,6 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _mib(nbytes: int) -> str:
-    if nbytes < 1024 * 1024:
-        return f"{nbytes / 1024:.1f} KiB"
-    return f"{nbytes / 1024 / 1024:.1f} MiB"
-
-
 def format_text(doc: dict[str, Any]) -> str:
     """Render the :func:`collect` document for a terminal."""
     m = doc["model"]
@@ -246,7 +252,7 @@ def format_text(doc: dict[str, Any]) -> str:
             else ""
         )
         + f", {m['num_initializers']} initializers, {m['num_parameters']:,} parameters"
-        f" ({_mib(m['weights_bytes'])})",
+        f" ({format_bytes(m['weights_bytes'])})",
         f"format    IR version {m['ir_version']}, opsets {opsets}",
         f"producer  {producer}",
         *_dims_line(doc.get("planning_dims")),

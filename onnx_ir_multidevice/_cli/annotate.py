@@ -2,7 +2,8 @@
 
 Each selected shard configuration becomes a device configuration ``omny/<n>-shards``; every
 main-graph node gets its stage and each cut tensor placement-only sharding specs. ``IN`` is
-never modified unless ``OUT`` is the same path. The model is checked first (``--no-check``
+never modified unless ``OUT`` is the same path, and an existing ``OUT`` is replaced only with
+``--force``. The model is checked first (``--no-check``
 skips it): errors print like ``omny check`` and exit with status 1.
 """
 
@@ -17,8 +18,11 @@ from pathlib import Path
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
+    EXIT_USAGE,
+    add_force_argument,
     add_shards_argument,
     error,
+    existing_output,
     help_description,
     print_json,
 )
@@ -61,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--relaxed", action="store_true", help="accept cuts crossed by several activations"
     )
     parser.add_argument("--json", action="store_true", help="print a JSON summary")
+    add_force_argument(parser, "output")
     parser.set_defaults(func=run)
 
 
@@ -71,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice.omny import read
     from onnx_ir_multidevice.passes.api import annotate
 
+    refusal = existing_output(args.output, args.force, source=args.input)
+    if refusal is not None:
+        error(refusal)
+        return EXIT_USAGE
     model = load(args.input)
     read(model)  # a plan that cannot be read is an unreadable input (exit 2), as for split
     try:
@@ -96,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     except BindingError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
-    save(model, args.output)
+    save(model, args.output)  # refused above unless --force or in place
     summary = []
     for configuration in model.device_configurations:
         if not configuration.name.startswith("omny/"):
@@ -107,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
                 stage = entry.pipeline_stage
                 in_range = stage is not None and 0 <= stage < len(counts)
                 if entry.configuration is configuration and in_range:
+                    assert stage is not None  # in_range
                     counts[stage] += 1
         summary.append(
             {

@@ -6,7 +6,7 @@ plan); an unchanged v2 file is written back byte for byte; v2 → v1 writes the 
 A model that cannot fit one container (2 GiB or more, external data) is refused before OUT is
 touched; rewriting a file that has an upstream ``.sig`` companion warns that the signature no
 longer verifies. A malformed v2 header exits with 2, naming the field and the numbers.
-``--json`` prints what was done.
+``--json`` prints what was done. An existing OUT is replaced only with ``--force``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,16 @@ import sys
 import warnings
 from pathlib import Path
 
-from onnx_ir_multidevice._cli import EXIT_FINDINGS, EXIT_OK, error, help_description, print_json
+from onnx_ir_multidevice._cli import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_force_argument,
+    error,
+    existing_output,
+    help_description,
+    print_json,
+)
 
 _PLAN_PATH = "metadata_props[omnynet_metadata]"
 """Where a v1 file's plan is: a plain ONNX model has none there."""
@@ -40,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="v2: the OMNY binary container; v1: a plain ONNX model with .omny metadata",
     )
     parser.add_argument("--json", action="store_true", help="print what was done as JSON")
+    add_force_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -49,10 +59,16 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice._proto.container_files import ContainerWarning, convert_container
     from onnx_ir_multidevice.omny.container import OmnyContainerError
 
+    refusal = existing_output(args.output, args.force, source=args.input)
+    if refusal is not None:
+        error(refusal)
+        return EXIT_USAGE
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ContainerWarning)
         try:
-            result = convert_container(args.input, args.output, container=args.container)
+            result = convert_container(
+                args.input, args.output, container=args.container
+            )  # an existing OUT was refused above unless --force or in place
         except OmnyContainerError as exc:
             if exc.path == _PLAN_PATH and exc.reason.startswith("missing"):
                 # No plan: a content problem (1), as for split, verify and run.

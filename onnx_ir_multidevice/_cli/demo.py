@@ -1,7 +1,8 @@
 """``omny demo``: the main job of the package, end to end, on the bundled example model.
 
 The steps are in :mod:`onnx_ir_multidevice._cli._demo_steps` (loaded when the demo runs, so
-that ``omny --help`` stays fast). Exit status 1 if any step failed, 0 otherwise; ``--json``
+that ``omny --help`` stays fast). Exit status 1 if any step failed or the model holds no
+``.omny`` plan (the steps that need it are skipped), 0 otherwise; ``--json``
 prints one JSON document with each step's status and figures instead of the text.
 """
 
@@ -101,13 +102,14 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     counts = {k: sum(1 for v in results.values() if v == k) for k in ("ok", "skipped", "failed")}
     failed = [name for name, status in results.items() if status == "failed"]
+    no_plan = ctx.model is not None and ctx.metadata is None  # said once, by the load step
     if as_json:
         print_json(
             {
                 "schema": "onnx-ir-multidevice/demo",
                 "schema_version": 1,
                 "model": str(path),
-                "ok": not failed,
+                "ok": not failed and not no_plan,
                 "seconds": round(seconds, 3),
                 "steps": [
                     {"name": s.name, "title": s.title, **ctx.figures.get(s.name, {})} for s in steps
@@ -120,4 +122,4 @@ def run(args: argparse.Namespace) -> int:
             print(f"demo: FAILED steps: {', '.join(failed)} (details above; --traceback for more)")
         print(f"demo took {seconds:.1f} s")
         print(f"demo: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed")
-    return EXIT_FINDINGS if failed else EXIT_OK
+    return EXIT_FINDINGS if failed or no_plan else EXIT_OK

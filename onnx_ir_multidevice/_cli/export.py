@@ -9,9 +9,11 @@ Model Library Format archive, ``ark`` ARK per-rank model files. The format is gi
 model; each ``--option NAME=VALUE`` passes one of the format's options, and the flags
 ``--providers``, ``--per-stage``, ``--export-datetime``, ``--layout``, ``--ops``,
 ``--strict-dtypes`` and ``--dim`` are the options of the same names; ``--force`` replaces an
-existing OUT; ``--json`` prints what was written as JSON. An unknown format or option, or a
-size the planning dims leave unknown, is a usage error (exit 2); a model that cannot be split
-or exported so exits with 1.
+existing OUT; ``--json`` prints what was written as JSON. An unknown format or option, a
+missing ``--shards``, an option value that does not parse (one provider too many), an ``mlf``
+OUT that is not a ``.tar`` name (``out/``: name the archive, or ``--per-stage`` for a folder),
+or a size the planning dims leave unknown, is a usage error (exit 2); a model that cannot be
+split or exported so exits with 1.
 """
 
 from __future__ import annotations
@@ -27,13 +29,20 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_progress_argument,
     add_shards_argument,
     dim_argument,
     error,
     help_description,
     print_json,
+    progress_reporter,
 )
-from onnx_ir_multidevice._errors import ExportError, PlanningDimsError, SplitError
+from onnx_ir_multidevice._errors import (
+    ExportError,
+    ExportUsageError,
+    PlanningDimsError,
+    SplitError,
+)
 
 _FORMAT_HELP = "the format to write"
 
@@ -156,6 +165,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--list-formats", action="store_true", help="list the formats and their options, and exit"
     )
+    add_progress_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -225,6 +235,8 @@ def _options(args: argparse.Namespace) -> dict[str, object] | str:
 
 def run(args: argparse.Namespace) -> int:
     """Export ``args.input`` to ``args.output`` in ``args.format``."""
+    from onnx_ir_multidevice._util import plural  # lazy: `omny --help` stays fast
+
     if args.list_formats:
         return _list_formats(args.json)
     registry = _registry()
@@ -251,11 +263,17 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from onnx_ir_multidevice._proto.files import load  # lazy: `omny --help` stays fast
 
+    progress = progress_reporter(args, "export")
+    progress(f"loading {args.input}")
     model = load(args.input)
+    progress(f"exporting to {args.output} ({args.format})")
     try:
         result = registry.export(
             model, args.output, args.format, shards=args.shards, force=args.force, **options
         )
+    except ExportUsageError as exc:  # asked wrongly: a usage error, as in `omny run`
+        error(f"{args.input}: {exc.cli_message or exc}")
+        return EXIT_USAGE
     except PlanningDimsError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_USAGE
@@ -265,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
         return EXIT_OK
-    print(f"{args.input} -> {args.output} ({result.format}, {len(result.files)} files)")
+    print(f"{args.input} -> {args.output} ({result.format}, {plural(len(result.files), 'file')})")
     if result.destination.is_dir():
         for path in result.files:
             print(f"  {path.relative_to(result.destination)}")

@@ -10,7 +10,8 @@ metadata states them), and in the order of its nodes when they are not topologic
 Prints a table of the chosen configurations: each stage's memory, FLOPs and share of the
 model's compute, and the bytes each cut sends per request (``--json``: the metadata document,
 with these figures under ``"plan"``). ``--balance compute`` chooses the cuts for the
-smallest largest-stage compute instead of memory. Exit
+smallest largest-stage compute instead of memory. An existing ``OUT`` is replaced only with
+``--force``. Exit
 status 1 when no plan fits the request (the message names the stage, device and overflow),
 2 for an option that is not valid.
 """
@@ -22,7 +23,6 @@ __all__ = ["register", "run"]
 import argparse
 import json
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -30,12 +30,15 @@ from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_force_argument,
     add_progress_argument,
     add_shards_argument,
     error,
+    existing_output,
     help_description,
+    positive_int,
     print_json,
-    progress_enabled,
+    progress_reporter,
 )
 from onnx_ir_multidevice._errors import PlanError
 
@@ -58,7 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="device memory in pipeline order, e.g. 24GiB,8GiB,8GiB (stage k on device k)",
     )
     parser.add_argument(
-        "--max-shard-mb", type=int, metavar="N", help="largest memory of one shard, in MiB"
+        "--max-shard-mb",
+        type=positive_int,
+        metavar="N",
+        help="largest memory of one shard, in MiB",
     )
     parser.add_argument(
         "--dim",
@@ -91,6 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--name", help="model name in the metadata (default: the file name)")
     parser.add_argument("--json", action="store_true", help="print the metadata as JSON")
+    add_force_argument(parser)
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 
@@ -128,13 +135,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # PlanError included
         error(str(exc))
         return EXIT_USAGE
-    started = time.perf_counter()
-    show = progress_enabled(args)
-
-    def progress(message: str) -> None:
-        if show:
-            print(f"omny plan: {message} ({time.perf_counter() - started:.1f}s)", file=sys.stderr)
-
+    refusal = existing_output(args.output, args.force, source=args.input)
+    if refusal is not None:
+        error(refusal)
+        return EXIT_USAGE
+    progress = progress_reporter(args, "plan")
     progress(f"loading {args.input}")
     model = load(args.input)
     unknown = unknown_dim_names(model.graph, options.dims or {})
@@ -150,10 +155,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     for caveat in unknown_sizes_message(result.unbound_dims, result.unknown_values, flag="--dim"):
         print(f"omny plan: warning: {caveat}", file=sys.stderr)
-    _type_cut_tensors(result)
     omny.write(model, result.metadata)
     progress(f"writing {args.output}")
-    save(model, args.output)
+    save(model, args.output)  # refused above unless --force or in place
     if args.json:
         document = json.loads(result.metadata.to_json())
         document["plan"] = {
@@ -163,48 +167,12 @@ def run(args: argparse.Namespace) -> int:
         }
         print_json(document)
         return EXIT_OK
-    cuts = len(result.analysis.candidates)
+    cuts = len(result.metadata.cut_points)  # those the file holds, not the candidates
     print(
         f"{args.input} -> {args.output}: {plural(cuts, 'cut point')}, "
         f"{plural(len(result.partitions), 'configuration')}"
     )
     print(describe(result))
     for n, why in result.skipped:
-        print(f"{n} shards: not feasible ({why})")
+        print(f"{plural(n, 'shard')}: not feasible ({why})")
     return EXIT_OK
-
-
-def _type_cut_tensors(result) -> None:
-    """Make the written file describe itself: typed cut tensors and outputs, nodes sorted.
-
-    A model without ``value_info`` leaves its cut tensors untyped (and some converters its
-    graph outputs): they get the dtype and shape the metadata states, so that ``check``
-    compares them without inferring the graph's shapes and ``onnx.checker`` accepts the
-    outputs. A graph whose nodes are not in topological order (onnxruntime's fp16 converter
-    appends Casts at the end) is written sorted, as ``onnx.checker`` requires.
-    """
-    # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
-    import onnx_ir as ir
-
-    analysis = result.analysis
-    shapes = analysis.sizes.shapes
-    values = [cut.value for found in result.partitions for cut in found.cuts]
-    for value in (*values, *analysis.graph.outputs):
-        if value.type is None:
-            dtype = shapes.dtype(value)
-            if dtype is not None:
-                value.type = ir.TensorType(dtype)
-        if value.shape is None:
-            value.shape = shapes.onnx_shape(value)
-    if analysis.index is not None and not analysis.index.in_graph_order:
-        analysis.graph.sort()
-
-
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise ValueError(f"cannot read --shards {text!r}: expected e.g. 2,4") from None
-    if not counts or min(counts) < 1:
-        raise ValueError(f"--shards {text!r} must list positive shard counts, e.g. 2,4")
-    return counts

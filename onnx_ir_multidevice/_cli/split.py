@@ -18,10 +18,12 @@ from pathlib import Path
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
+    add_progress_argument,
     add_shards_argument,
     error,
     help_description,
     print_json,
+    progress_reporter,
 )
 from onnx_ir_multidevice._errors import SplitError
 
@@ -52,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--force", action="store_true", help="replace a non-empty OUTDIR")
     parser.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    add_progress_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -61,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice._proto.files import load
     from onnx_ir_multidevice._split import save_split
 
+    progress = progress_reporter(args, "split")
+    progress(f"loading {args.input}")
     model = load(args.input)
+    progress(f"splitting into {args.shards} stages and writing {args.outdir}")
     try:
         manifest = save_split(
             model,
@@ -73,17 +79,16 @@ def run(args: argparse.Namespace) -> int:
     except SplitError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
+    progress("done")
     if args.json:
-        print_json(manifest)
+        print_json(manifest.to_dict())
         return EXIT_OK
-    print(f"{args.input} -> {args.outdir}/ ({manifest['num_stages']} stages)")
-    for stage in manifest["stages"]:
+    print(f"{args.input} -> {args.outdir}/ ({manifest.num_stages} stages)")
+    for stage in manifest.stages:
         reads = ", ".join(
-            f"{i['name']} ({'input' if i['from'] == 'input' else 'stage ' + str(i['from'])})"
-            for i in stage["inputs"]
+            f"{i.name} ({'input' if i.is_graph_input else f'stage {i.source}'})"
+            for i in stage.inputs
         )
-        print(f"  {stage['file']}: reads {reads or 'nothing'}")
-        print(
-            f"  {' ' * len(stage['file'])}  writes {', '.join(o['name'] for o in stage['outputs'])}"
-        )
+        print(f"  {stage.file}: reads {reads or 'nothing'}")
+        print(f"  {' ' * len(stage.file)}  writes {', '.join(stage.output_names)}")
     return EXIT_OK

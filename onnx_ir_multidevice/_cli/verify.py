@@ -16,20 +16,26 @@ __all__ = ["register", "run"]
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
     EXIT_USAGE,
+    add_progress_argument,
     add_shards_argument,
     check_dim_names,
     dim_argument,
     error,
     help_description,
     print_json,
+    progress_reporter,
     tolerance_argument,
 )
 from onnx_ir_multidevice._errors import SplitError, VerifyError
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,19 +65,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    add_progress_argument(parser)
     parser.set_defaults(func=run)
 
 
-def _shard_counts(model: object) -> list[int]:
+def _shard_counts(model: ir.Model) -> list[int]:
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._split import pipeline_configurations
     from onnx_ir_multidevice.omny import read
 
     counts: set[int] = set()
-    metadata = read(model)  # type: ignore[arg-type]
+    metadata = read(model)
     if metadata is not None:
         counts.update(c.num_shards for c in metadata.sharding.configurations)
-    counts.update(c.num_devices for c in pipeline_configurations(model.graph))  # type: ignore[attr-defined]
+    counts.update(c.num_devices for c in pipeline_configurations(model.graph))
     return sorted(counts)
 
 
@@ -82,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice.analysis.shapes import input_symbols
     from onnx_ir_multidevice.runtime.verification import verify
 
+    progress = progress_reporter(args, "verify")
+    progress(f"loading {args.file}")
     model = load(args.file)
     problem = check_dim_names(args.file, dict(args.dim), input_symbols(model.graph))
     if problem is not None:
@@ -98,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     failed: list[int] = []
     for shards in counts:
+        progress(f"splitting into {_stages(shards)} and running them against the whole model")
         try:
             report = verify(
                 model, shards, rtol=args.rtol, atol=args.atol, dims=dict(args.dim),

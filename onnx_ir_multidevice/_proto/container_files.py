@@ -39,6 +39,7 @@ from onnx_ir_multidevice._errors import OmnyIOError
 from onnx_ir_multidevice._proto.atomic import write_bytes_atomic
 from onnx_ir_multidevice._proto.convert import to_proto
 from onnx_ir_multidevice._proto.files import load, save
+from onnx_ir_multidevice._regular_files import read_regular
 from onnx_ir_multidevice._util import require_model
 from onnx_ir_multidevice.omny.container import (
     CONTAINER_META_KEY,
@@ -116,7 +117,7 @@ def _read_source(source: Path) -> bytes:
     if source.is_dir():
         raise OmnyIOError(f"{source}: is a directory, not a model file")
     try:
-        return source.read_bytes()
+        return read_regular(source)
     except FileNotFoundError as error:
         raise OmnyIOError(f"{source}: no such file; check the path") from error
     except OSError as error:

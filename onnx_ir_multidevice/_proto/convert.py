@@ -59,6 +59,7 @@ from google.protobuf import message as _message
 
 from onnx_ir_multidevice._errors import OmnyFormatError
 from onnx_ir_multidevice._proto import fidelity
+from onnx_ir_multidevice._proto.unrepresentable import check_representable
 from onnx_ir_multidevice._util import gc_paused
 
 _MULTI_DEVICE_IR_VERSION = 11
@@ -330,6 +331,7 @@ def _check_supported(proto: onnx.ModelProto) -> None:
             "onnx-ir does not keep sparse initializers, so the model cannot be loaded without "
             "losing them; convert them to dense initializers first",
         )
+    check_representable(proto)  # map types, sparse tensor attributes: named, with what to do
 
 
 def _not_utf8(path: str) -> OmnyFormatError:

@@ -205,6 +205,7 @@ def _record_graph(
     outputs: list[_Entry] = []
     defaults: tuple[str, ...] = ()
     if not is_function:
+        protos.quantization_annotation.extend(g_proto.quantization_annotation)
         protos.input.extend(g_proto.input)
         protos.output.extend(g_proto.output)
         inputs = [_Entry(v, _state(v), i) for i, v in enumerate(graph.inputs)]
@@ -303,7 +304,7 @@ def _restore_value_info(g_proto: Any, graph: ir.Graph | ir.Function, rec: _Graph
         if value is None:
             out.append(kept[entry.index])
             continue
-        if names.get(value.name) is not value or id(value) in done:
+        if value.name is None or names.get(value.name) is not value or id(value) in done:
             continue  # the value left the graph (or is listed twice and written already)
         done.add(id(value))
         if entry.state == _state(value):
@@ -330,6 +331,32 @@ def _restore_value_info(g_proto: Any, graph: ir.Graph | ir.Function, rec: _Graph
     g_proto.value_info.extend(new.value_info)
 
 
+def _restore_quantization(g_proto: onnx.GraphProto, graph: ir.Graph, kept: Any) -> None:
+    """Quantization annotations in file order; onnx-ir writes them in its own order.
+
+    An annotation onnx-ir writes unchanged is written as read, in the file's place; one it
+    writes differently, or anew, is written its way, after those; one naming no value of the
+    graph is kept as read.
+    """
+    names = _values_by_name(graph)
+    written = {a.tensor_name: a for a in g_proto.quantization_annotation}
+    out: list[Any] = []
+    for annotation in kept:
+        now = written.pop(annotation.tensor_name, None)
+        if now is None:
+            if annotation.tensor_name not in names:
+                out.append(annotation)  # names nothing onnx-ir could hold: kept as read
+        elif now.SerializeToString() == annotation.SerializeToString():
+            out.append(annotation)
+        else:
+            out.append(now)
+    out.extend(written.values())
+    new = onnx.GraphProto()
+    new.quantization_annotation.extend(out)
+    del g_proto.quantization_annotation[:]
+    g_proto.quantization_annotation.extend(new.quantization_annotation)
+
+
 def _restore_graph(
     rec: FidelityRecord, g_proto: Any, graph: ir.Graph | ir.Function, is_function: bool
 ) -> None:
@@ -337,6 +364,9 @@ def _restore_graph(
     if g_rec is not None and g_rec.graph is graph:
         _restore_value_info(g_proto, graph, g_rec)
         if not is_function:
+            assert isinstance(graph, ir.Graph)  # only functions are not graphs
+            if len(g_rec.protos.quantization_annotation):
+                _restore_quantization(g_proto, graph, g_rec.protos.quantization_annotation)
             _restore_io(g_proto.input, g_rec.protos.input, graph.inputs, g_rec.inputs)
             _restore_io(g_proto.output, g_rec.protos.output, graph.outputs, g_rec.outputs)
             for name in g_rec.defaults:

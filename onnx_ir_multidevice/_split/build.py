@@ -20,7 +20,10 @@ Rules (see ``docs/splitting.md``):
   ``env = dict(graph inputs); for each stage: env.update(stage.run({n: env[n] ...}))``.
 * An ``If``/``Loop``/``Scan`` node is never cut: it runs whole in its stage, and the
   outer-scope values its bodies read count as values its stage reads.
-* Opset imports, functions, IR version, producer and metadata are kept; the ``.omny`` metadata,
+* Opset imports, functions, producer and metadata are kept, and the IR version unless the model
+  is at IR 11 or above (annotated): a stage then gets the lowest version its content needs
+  (:func:`~onnx_ir_multidevice.graph.ir_versions.lowest_ir_version`), 8 to 10 once the
+  split's configurations are gone, which onnxruntime 1.20 to 1.22 read; the ``.omny`` metadata,
   the record of the model's data file and the pipeline configurations used for the split are
   stripped (a stage is single-device, with its own data file).
   Two metadata entries say which stage a model is: ``onnx_ir_multidevice.stage`` and
@@ -37,6 +40,7 @@ from __future__ import annotations
 __all__ = ["NUM_STAGES_KEY", "STAGE_INDEX_KEY", "split", "split_at", "split_by_stages"]
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
@@ -58,6 +62,7 @@ from onnx_ir_multidevice.analysis.boundaries import boundary_problem
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, default_classes
 from onnx_ir_multidevice.graph.index import GraphIndex, holds_subgraphs
+from onnx_ir_multidevice.graph.ir_versions import lowest_ir_version
 from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY, OmnyMetadata
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 
@@ -84,11 +89,32 @@ class _StagePlan:
     outputs: dict[ir.Value, None] = dataclasses.field(default_factory=dict)
 
 
+def _check_element_types(graph: ir.Graph) -> None:
+    """Refuse initializers of element type ``UNDEFINED`` that a stage would hold.
+
+    ONNX forbids them (``onnx.checker``: OMNY101); they have no byte size, so a stage holding
+    one could be neither sized nor run. Unused ones are left out of every stage anyway.
+    """
+    bad = [
+        f"{'graph' if each is graph else f'subgraph {each.name!r}'}.initializer {name!r}"
+        for each in (graph, *graph.subgraphs())
+        for name, value in each.initializers.items()
+        if value.dtype == ir.DataType.UNDEFINED and (value.uses() or value.is_graph_output())
+    ]
+    if bad:
+        raise SplitError(
+            f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}: element type UNDEFINED, "
+            "which ONNX forbids (onnx.checker refuses the model; `omny check` reports OMNY101); "
+            "give the initializer its real element type, or re-export the model"
+        )
+
+
 def _plan_stages(
     index: GraphIndex, stage_of: Mapping[ir.Node, int], num_stages: int
 ) -> list[_StagePlan]:
     """Decide the nodes, inputs, initializers and outputs of every stage."""
     graph = index.graph
+    _check_element_types(graph)
     for node in index.nodes:
         stage = stage_of.get(node)
         if stage is None:
@@ -171,9 +197,10 @@ def _plan_stages(
             )
         for value in (*plan.inputs, *plan.outputs):
             if not value.name:
+                producer = value.producer()
                 raise SplitError(
                     f"A value crossing into or out of stage {stage} has no name (produced by "
-                    f"{_node_label(value.producer()) if value.producer() else 'nobody'}); "
+                    f"{_node_label(producer) if producer else 'nobody'}); "
                     "name every value (onnx_ir.passes.common.NameFixPass) before splitting."
                 )
     return plans
@@ -321,6 +348,7 @@ def _build_stage_model(
     graph = model.graph
     value_map: dict[ir.Value, ir.Value | None] = {}
     inputs: list[ir.Value] = []
+    new: ir.Value | None
     for value in plan.inputs:
         new = _copy_value(value, const=value in plan.initializers, typed=typed)
         value_map[value] = new
@@ -372,7 +400,7 @@ def _build_stage_model(
         for node in ir.traversal.RecursiveGraphIterator(clone):
             _strip_configurations(node, stripped)
         functions.append(clone)
-    return ir.Model(
+    stage_model = ir.Model(
         stage_graph,
         ir_version=model.ir_version,
         producer_name=model.producer_name,
@@ -386,6 +414,14 @@ def _build_stage_model(
             c for c in model.device_configurations if id(c) not in stripped
         ),
     )
+    # Without the split's configurations, an annotated (IR 11) model's stage usually needs
+    # less: onnxruntime 1.20 to 1.22 refuse IR 11. The skeleton's nodes are the input's.
+    stage_model.ir_version = lowest_ir_version(
+        stage_model,
+        None if with_nodes else plan.nodes,
+        kept=lambda entry: entry.configuration is None or id(entry.configuration) not in stripped,
+    )
+    return stage_model
 
 
 def split_by_stages(
@@ -431,7 +467,7 @@ def _split_with_index(
 
 
 def split(
-    model: ir.Model,
+    model: ir.Model | str | os.PathLike,
     shards: int,
     *,
     configuration: Configuration = None,
@@ -450,9 +486,9 @@ def split(
     .. versionadded:: 0.1
 
     Args:
-        model: The model to split, an :class:`onnx_ir.Model`; it is not modified. ``split``
-            does not load files (as :func:`~onnx_ir_multidevice.verify`): pass
-            ``onnx_ir_multidevice.load(path)``; a path or an ``onnx.ModelProto`` raises
+        model: The model to split, an :class:`onnx_ir.Model` (not modified), or the path of
+            a model file (``str`` or ``os.PathLike``, loaded with
+            :func:`onnx_ir_multidevice.load`; not modified); an ``onnx.ModelProto`` raises
             ``TypeError``. :func:`save_split` writes the stages to files.
         shards: Number of stages.
         configuration: Which configuration to split by; see :func:`resolve_stages`. By
@@ -469,6 +505,10 @@ def split(
         SplitError: No configuration for ``shards``, unresolved cut points, or a graph that
             cannot be split at those cuts.
     """
+    if isinstance(model, (str, os.PathLike)):
+        from onnx_ir_multidevice._proto.files import load  # lazy: only for a path
+
+        model = load(model)
     require_model(model, "split")
     with gc_paused():
         index = _build_index(model.graph)

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 __all__ = ["save_split"]
 
-import json
+import dataclasses
 import os
 from pathlib import Path
-from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -18,13 +17,14 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import ExternalDataError
 from onnx_ir_multidevice._proto.atomic import check_output_directory, staged_directory
 from onnx_ir_multidevice._proto.external import external_attributes_embedded, model_problems
+from onnx_ir_multidevice._proto.write_errors import writes_to
 from onnx_ir_multidevice._split.build import (
     _boundary_types,
     _build_stage_model,
     _plan_stages,
     _StagePlan,
 )
-from onnx_ir_multidevice._split.manifest import _stage_file, build_manifest
+from onnx_ir_multidevice._split.manifest import SplitManifest, _stage_file, build_manifest
 from onnx_ir_multidevice._split.select import (
     Configuration,
     _build_index,
@@ -55,6 +55,7 @@ def _has_weights(stage: ir.Model) -> bool:
     return False
 
 
+@writes_to("outdir")  # a full disk or a file-size limit: OmnyIOError naming outdir
 def save_split(
     model: ir.Model,
     outdir: str | os.PathLike,
@@ -64,7 +65,7 @@ def save_split(
     metadata: OmnyMetadata | None = None,
     force: bool = False,
     external_data_threshold: int = 1024,
-) -> dict[str, Any]:
+) -> SplitManifest:
     """Split ``model`` and write ``stage_<i>.onnx`` files and ``manifest.json`` to ``outdir``.
 
     Every stage is self-contained: its weights larger than ``external_data_threshold`` bytes
@@ -91,12 +92,15 @@ def save_split(
         shards: Number of stages.
         configuration: See :func:`split`.
         metadata: See :func:`split`.
-        force: Replace a non-empty ``outdir``.
+        force: Replace a non-empty ``outdir``. Without it, an ``outdir`` that another writer
+            fills while this one runs is left as it is (the new split is discarded and an
+            :class:`~onnx_ir_multidevice.OmnyIOError` says so).
         external_data_threshold: Size in bytes above which a weight goes to the stage's
             external data file; smaller ones are embedded in the stage file.
 
     Returns:
-        The manifest that was written.
+        The manifest that was written (:meth:`~onnx_ir_multidevice.SplitManifest.to_dict`
+        gives its JSON document).
 
     Raises:
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
@@ -114,7 +118,9 @@ def save_split(
     # the first save after the split pays a full collection of every cloned node. Tensor
     # attributes read from external files are embedded: each stage file stands alone.
     with gc_paused(), external_attributes_embedded(model):
-        return _save_split(model, target, shards, configuration, metadata, external_data_threshold)
+        return _save_split(
+            model, target, shards, configuration, metadata, external_data_threshold, force
+        )
 
 
 class _NotDirect(Exception):
@@ -190,7 +196,7 @@ def _write_stage_direct(
     node_protos = graph_proto.node
     value_infos = graph_proto.value_info
     outputs = plan.outputs
-    ir_version = model.ir_version
+    ir_version = skeleton.ir_version  # lowered where the split's configurations were all
     serialize_node_into = ir.serde.serialize_node_into
     serialize_value_into = ir.serde.serialize_value_into
     keep_configurations = ir_version >= 11
@@ -230,7 +236,8 @@ def _save_split(
     configuration: Configuration,
     metadata: OmnyMetadata | None,
     external_data_threshold: int,
-) -> dict[str, Any]:
+    force: bool,
+) -> SplitManifest:
     index = _build_index(model.graph)
     stage_of = _resolve(index, model, shards, configuration, metadata)
     plans = _plan_stages(index, stage_of, shards)
@@ -242,10 +249,14 @@ def _save_split(
         _build_stage_model(model, plan, i, shards, stripped, with_nodes=not direct, typed=typed)
         for i, plan in enumerate(plans)
     ]
+    # A stage whose IR version was lowered below 10 writes its function value infos as a
+    # model of that version does: through the stage model.
+    direct = direct and all(_direct_writable(stage) for stage in stages)
     files = [_stage_file(i) for i in range(len(stages))]
     manifest = build_manifest(model, stages, files=files)
-    with staged_directory(target, True, holds=_HOLDS) as temporary:
-        for i, (entry, stage, file) in enumerate(zip(manifest["stages"], stages, files)):
+    entries = []
+    with staged_directory(target, force, holds=_HOLDS) as temporary:
+        for i, (entry, stage, file) in enumerate(zip(manifest.stages, stages, files)):
             path = temporary / file
             data = f"{file}.data" if _has_weights(stage) else None
             if direct:
@@ -274,8 +285,7 @@ def _save_split(
                     (temporary / data).unlink()
                 else:
                     data_files.append(data)
-            entry["external_data"] = data_files
-        with open(temporary / "manifest.json", "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2)
-            f.write("\n")
+            entries.append(dataclasses.replace(entry, external_data=tuple(data_files)))
+        manifest = dataclasses.replace(manifest, stages=tuple(entries))
+        manifest.write(temporary)
     return manifest

@@ -3,6 +3,9 @@
 Functions here take an :class:`onnx_ir.Graph` and return plain data; they do no I/O and never
 modify the graph.
 
+:func:`build_metadata` writes the ``.omny`` document of a graph's stages: the one builder, used
+by the planner and by :class:`~onnx_ir_multidevice.passes.StagesToOmnyPass`.
+
 .. versionadded:: 0.1
 """
 
@@ -54,6 +57,11 @@ __all__ = [
     "example_dims",
     "input_symbols",
     "parse_dim",
+    # sizes
+    "ValueSizes",
+    # .omny documents
+    "StagedConfiguration",
+    "build_metadata",
 ]
 
 from onnx_ir_multidevice._util import set_public_module
@@ -73,12 +81,14 @@ from onnx_ir_multidevice.analysis.cut_points import (
 )
 from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
 from onnx_ir_multidevice.analysis.element_types import element_types
+from onnx_ir_multidevice.analysis.omny_document import StagedConfiguration, build_metadata
 from onnx_ir_multidevice.analysis.precision import (
     TOLERANCES,
     arithmetic_family,
     default_tolerance,
 )
 from onnx_ir_multidevice.analysis.shapes import ValueShapes, example_dims, input_symbols
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import (
     StageAssignmentError,
     assign_stages,

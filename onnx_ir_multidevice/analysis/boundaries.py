@@ -31,6 +31,7 @@ __all__ = [
 
 import dataclasses
 from collections.abc import Iterator, Mapping
+from typing import cast
 
 import numpy as np
 import onnx_ir as ir
@@ -147,14 +148,15 @@ def boundary_crossings(
         index.check_graph(graph)
     nodes = index.nodes
     n = len(nodes)
-    node_stage = list(map(stages.get, nodes))
-    if None in node_stage or (node_stage and min(node_stage) < 0):  # type: ignore[type-var]
+    # A missing (None) or negative stage raises in _checked_stage just below.
+    node_stage = cast("list[int]", list(map(stages.get, nodes)))
+    if None in node_stage or (node_stage and min(node_stage) < 0):
         for node in nodes:
             _checked_stage(node, stages)
-    largest = max(node_stage, default=0)  # type: ignore[type-var]
+    largest = max(node_stage, default=0)
     if num_stages is None:
-        num_stages = largest + 1  # type: ignore[operator]
-    elif num_stages <= largest:  # type: ignore[operator]
+        num_stages = largest + 1
+    elif num_stages <= largest:
         raise StageAssignmentError(
             f"num_stages={num_stages} but a node is at stage {largest}; "
             "pass num_stages greater than every stage"
@@ -181,11 +183,11 @@ def boundary_crossings(
     crossing = np.flatnonzero(latest[:n] > stage_array).tolist()
     for p in sorted({*crossing, *output_slots}):
         node = nodes[p]
-        produced_at: int = node_stage[p]  # type: ignore[assignment]
+        produced_at: int = node_stage[p]
         node_outputs = node.outputs
         for value in node_outputs:
             if get_class is None:
-                value_class = by_slot[p]  # type: ignore[index]
+                value_class = by_slot[p]  # type: ignore[index]  # set when get_class is None
             else:
                 value_class = get_class(value, activation)
             if last_read[p] > produced_at:
@@ -193,7 +195,7 @@ def boundary_crossings(
                     value_read = last_read[p]
                 else:
                     value_read = max(
-                        (node_stage[c] for c in index.value_readers(value)),  # type: ignore[misc]
+                        (node_stage[c] for c in index.value_readers(value)),
                         default=-1,
                     )
                 for k in range(produced_at, value_read):
@@ -262,7 +264,7 @@ def edge_violations(
             if producer is None:
                 continue
             producer_stage = stages.get(producer)
-            if producer_stage is not None and consumer_stage < producer_stage:  # type: ignore[operator]
+            if producer_stage is not None and consumer_stage < producer_stage:  # type: ignore[operator]  # found: staged nodes only
                 yield producer, consumer, value
 
 

@@ -34,7 +34,7 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 
 _TOKEN = re.compile(
@@ -227,7 +227,7 @@ class _Parser:
         raise _Undefined(f"unexpected {text!r}")
 
 
-def _names(tree: _Tree):
+def _names(tree: _Tree) -> Iterator[str]:
     kind = tree[0]
     if kind == "name":
         yield tree[1]

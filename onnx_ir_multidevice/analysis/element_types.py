@@ -29,6 +29,7 @@ from __future__ import annotations
 __all__ = ["RULES", "element_types"]
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -55,7 +56,7 @@ def _parse_type(type_str: str) -> ir.DataType | None:
         return None
 
 
-def _attr(node: ir.Node, name: str, default=None):
+def _attr(node: ir.Node, name: str, default: Any = None) -> Any:
     attr = node.attributes.get(name)
     if attr is None or not isinstance(attr, ir.Attr) or attr.is_ref():
         return default
@@ -251,7 +252,7 @@ class _Schemas:
             except onnx.defs.SchemaError:
                 found = None
             self._cache[key] = found
-        return found  # type: ignore[return-value]
+        return found  # type: ignore[return-value]  # not _UNSET any more
 
 
 _SCHEMAS = _Schemas()

@@ -21,6 +21,7 @@ from __future__ import annotations
 __all__ = ["MAX_ELEMENTS", "evaluate_cone", "shape_cone"]
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -138,7 +139,7 @@ def evaluate_cone(
     return {v: a for v, a in data.items() if v.producer() is not None}
 
 
-def _attr(node: ir.Node, name: str, default=None):
+def _attr(node: ir.Node, name: str, default: Any = None) -> Any:
     attr = node.attributes.get(name)
     if attr is None:
         return default
@@ -188,7 +189,7 @@ _BINARY = frozenset(
         "GreaterOrEqual", "And", "Or", "Xor",
     }
 )  # fmt: skip
-_UNARY = {
+_UNARY: dict[str, Callable[[np.ndarray], Any]] = {
     "Neg": np.negative,
     "Abs": np.abs,
     "Floor": np.floor,
@@ -202,7 +203,11 @@ _UNARY = {
 }
 
 
-def _evaluate(node: ir.Node, get, shape_of) -> list[np.ndarray | None] | None:  # noqa: C901, PLR0911, PLR0912
+def _evaluate(  # noqa: C901, PLR0911, PLR0912
+    node: ir.Node,
+    get: Callable[[ir.Value | None], Any],  # an array or None; each op checks what it reads
+    shape_of: Callable[[ir.Value], tuple[int, ...] | None],
+) -> list[np.ndarray | None] | None:
     op = node.op_type
     inputs = node.inputs
     if op == "Constant":
@@ -216,7 +221,7 @@ def _evaluate(node: ir.Node, get, shape_of) -> list[np.ndarray | None] | None:  
             return [np.asarray(attr.value, dtype=dtype)]
         return None
     if op in ("Shape", "Size"):
-        shape = None if inputs[0] is None else shape_of(inputs[0])
+        shape: Sequence[int] | None = None if inputs[0] is None else shape_of(inputs[0])
         if shape is None:
             return None
         if op == "Size":
@@ -266,6 +271,7 @@ def _evaluate(node: ir.Node, get, shape_of) -> list[np.ndarray | None] | None:  
             if axes is None:
                 return [np.squeeze(data)]
             return [np.squeeze(data, axis=tuple(a % data.ndim for a in axes))]
+        assert axes is not None  # Unsqueeze always has axes
         rank = data.ndim + len(axes)
         result = data
         for axis in sorted(a % rank for a in axes):
@@ -280,6 +286,7 @@ def _evaluate(node: ir.Node, get, shape_of) -> list[np.ndarray | None] | None:  
         else:
             starts, ends, axes = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes")
             steps = None
+        assert starts is not None and ends is not None  # required inputs
         axes = list(axes) if axes is not None else list(range(len(starts)))
         steps = list(steps) if steps is not None else [1] * len(starts)
         index = [slice(None)] * data.ndim
@@ -291,6 +298,7 @@ def _evaluate(node: ir.Node, get, shape_of) -> list[np.ndarray | None] | None:  
         return [np.arange(start, limit, delta, dtype=args[0].dtype)]
     if op == "ConstantOfShape":
         shape = _ints(args[0])
+        assert shape is not None  # the required input, read above
         if int(np.prod(shape, dtype=np.int64)) > MAX_ELEMENTS:
             return None
         value = node.attributes.get("value")
@@ -298,6 +306,7 @@ def _evaluate(node: ir.Node, get, shape_of) -> list[np.ndarray | None] | None:  
         return [np.full(shape, fill[0], dtype=fill.dtype)]
     if op == "Expand":
         shape = _ints(args[1])
+        assert shape is not None  # the required input, read above
         data = args[0]
         target = np.broadcast_shapes(data.shape, tuple(shape))
         if int(np.prod(target, dtype=np.int64)) > MAX_ELEMENTS:
@@ -309,12 +318,16 @@ def _evaluate(node: ir.Node, get, shape_of) -> list[np.ndarray | None] | None:  
         perm = _attr(node, "perm")
         return [np.transpose(args[0], perm)]
     if op == "Tile":
-        return [np.tile(args[0], _ints(args[1]))]
+        repeats = _ints(args[1])
+        assert repeats is not None  # the required input, read above
+        return [np.tile(args[0], repeats)]
     if op in ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"):
         axes = _ints(args[1]) if len(args) > 1 and args[1] is not None else _attr(node, "axes")
         keep = bool(_attr(node, "keepdims", 1))
-        function = {"ReduceProd": np.prod, "ReduceSum": np.sum, "ReduceMax": np.max,
-                    "ReduceMin": np.min}[op]  # fmt: skip
+        functions: dict[str, Callable[..., Any]]
+        functions = {"ReduceProd": np.prod, "ReduceSum": np.sum, "ReduceMax": np.max,
+                     "ReduceMin": np.min}  # fmt: skip
+        function = functions[op]
         axis = None if not axes else tuple(axes)
         return [np.asarray(function(args[0], axis=axis, keepdims=keep), dtype=args[0].dtype)]
     return None

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice.graph.dtypes import INTEGER_DTYPES as _INTEGERS
 from onnx_ir_multidevice.graph.index import NODE_FIELDS_OF
 
 Dual = Any  # int, or (int, int): the size at the probe dims and at the doubled dims
@@ -38,18 +39,6 @@ _MAX_DATA = 64  # integer tensors of at most this many elements carry their valu
 
 _BOOL = ir.DataType.BOOL
 _INT64 = ir.DataType.INT64
-_INTEGERS = frozenset(
-    {
-        ir.DataType.INT8,
-        ir.DataType.INT16,
-        ir.DataType.INT32,
-        ir.DataType.INT64,
-        ir.DataType.UINT8,
-        ir.DataType.UINT16,
-        ir.DataType.UINT32,
-        ir.DataType.UINT64,
-    }
-)
 
 
 class _GiveUp(Exception):
@@ -65,11 +54,8 @@ class _T:
         self.dtype = dtype
         self.dims = dims
         self.data = data
-        self.key: tuple | None = None  # (dtype, dims), set when interned
-
-
-def _dual(p: int, s: int) -> Dual:
-    return p if p == s else (p, s)
+        # (dtype, dims), set when interned (Any: read only from interned records)
+        self.key: Any = None
 
 
 def _lift(f: Callable[..., int], *args: Dual) -> Dual:
@@ -344,7 +330,7 @@ def _concat(node: ir.Node, ins: list) -> list:
     dims[axis] = total
     data = None
     if rank == 1 and all(t.data is not None for t in present):
-        data = tuple(d for t in present for d in t.data)  # type: ignore[union-attr]
+        data = tuple(d for t in present for d in t.data)
     return [_T(present[0].dtype, tuple(dims), data)]
 
 
@@ -501,7 +487,7 @@ def _tensor_record(tensor: ir.TensorProtocol, value: ir.Value | None = None) -> 
     """The record of a constant; the value's own dtype and shape first (no tensor read)."""
     dtype = value.dtype if value is not None else None
     shape = value.shape if value is not None else None
-    dims = None
+    dims: Any = None  # ints only (a symbolic dim gives up the value's shape)
     if dtype is not None and shape is not None:
         dims = shape.dims
         for d in dims:
@@ -513,7 +499,7 @@ def _tensor_record(tensor: ir.TensorProtocol, value: ir.Value | None = None) -> 
     data = None
     if dtype in _INTEGERS and len(dims) <= 1 and math.prod(dims) <= _MAX_DATA:
         data = tuple(int(x) for x in np.asarray(tensor.numpy()).reshape(-1))
-    return _T(dtype, dims, data)  # type: ignore[arg-type]
+    return _T(dtype, dims, data)  # type: ignore[arg-type]  # dtype is the tensor's when the value had none
 
 
 def propagate(
@@ -587,7 +573,7 @@ class Propagation:
                     if attr is None or attr.type != ir.AttributeType.TENSOR:
                         return False
                     record = known[outputs[0]] = intern(_tensor_record(attr.value))
-                    result[outputs[0]] = record.key  # type: ignore[assignment]
+                    result[outputs[0]] = record.key
                     continue
                 rule = rules.get(op)
                 if rule is None:
@@ -621,7 +607,7 @@ class Propagation:
                         memo[key] = outs
                 for value, record in zip(outputs, outs):
                     known[value] = record
-                    result[value] = record.key  # type: ignore[assignment]
+                    result[value] = record.key
         except (_GiveUp, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
             return False
         return True

@@ -59,6 +59,7 @@ __all__ = [
     "DEFAULT_SEQUENCE",
     "ValueShapes",
     "batch_symbols",
+    "dims_conflict_message",
     "evaluate_dims",
     "example_dims",
     "input_symbols",
@@ -69,8 +70,9 @@ __all__ = [
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -80,6 +82,7 @@ from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_di
 from onnx_ir_multidevice.analysis.element_types import element_types
 from onnx_ir_multidevice.analysis.shape_data import evaluate_cone, shape_cone
 from onnx_ir_multidevice.analysis.shape_propagation import Propagation
+from onnx_ir_multidevice.graph.dtypes import INTEGER_OR_BOOL_DTYPES as _INTEGER_TYPES
 from onnx_ir_multidevice.graph.fingerprint import GraphCache
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 
@@ -104,19 +107,6 @@ _MAX_RERUNS = 6  # inference reruns when computed shape tensors unlock more
 _SCALE = 2  # the second inference binding: every symbol times this
 _THIRD = 3  # the binding that confirms a static dim of an inferred type (see symbolic())
 _PAST_WORDS = ("past", "cache", "memory")
-_INTEGER_TYPES = frozenset(
-    {
-        ir.DataType.INT8,
-        ir.DataType.INT16,
-        ir.DataType.INT32,
-        ir.DataType.INT64,
-        ir.DataType.UINT8,
-        ir.DataType.UINT16,
-        ir.DataType.UINT32,
-        ir.DataType.UINT64,
-        ir.DataType.BOOL,
-    }
-)
 
 Dim = int | DimExpression
 """A normalized input dimension: a static size or an expression (possibly one symbol)."""
@@ -294,15 +284,11 @@ def example_dims(
             result[symbol] = DEFAULT_SEQUENCE - 1 if has_cache else DEFAULT_SEQUENCE
             continue
         image = next(
-            (
-                (name, axis)
-                for name, axis in places
-                if _is_image_axis(signature[name] or (), axis)  # type: ignore[arg-type]
-            ),
+            ((name, axis) for name, axis in places if _is_image_axis(signature[name] or (), axis)),
             None,
         )
         if image is not None:
-            dim = signature[image[0]][image[1]]  # type: ignore[index]
+            dim = signature[image[0]][image[1]]  # type: ignore[index]  # the image axis exists
             assert isinstance(dim, DimExpression)
             if dim.is_symbol:
                 result[symbol] = DEFAULT_IMAGE_SIZE
@@ -361,7 +347,7 @@ def _stated(value: ir.Value, symbols: Mapping[str, Any]) -> _Stated | None:
     if shape is None:
         tensor = value.const_value
         if tensor is not None:
-            return _Stated(tuple(tensor.shape.dims), frozenset())  # type: ignore[arg-type]
+            return _Stated(tuple(tensor.shape.dims), frozenset())  # type: ignore[arg-type]  # a tensor's dims are ints
         return None
     dims: list[Dim] = []
     names: set[str] = set()
@@ -371,7 +357,7 @@ def _stated(value: ir.Value, symbols: Mapping[str, Any]) -> _Stated | None:
                 return None
             dims.append(dim)
             continue
-        text = dim.value  # type: ignore[union-attr]
+        text = dim.value  # type: ignore[union-attr]  # not an int: a SymbolicDim
         parsed = parse_dim(text) if text else None
         if parsed is None or not parsed.names <= symbols.keys():
             return None
@@ -474,7 +460,7 @@ class _Run:
                     for d in tensor_type.shape.dim
                 )
             result = (tensor_type.elem_type, shape)
-        self.parsed[key] = result  # type: ignore[assignment]
+        self.parsed[key] = result  # type: ignore[assignment]  # None is cached too
         return result
 
 
@@ -483,6 +469,18 @@ def _keep_as_data(tensor: ir.TensorProtocol) -> bool:
     if count <= _KEEP_ANY_ELEMENTS:
         return True
     return count <= _KEEP_INT_ELEMENTS and tensor.dtype in _INTEGER_TYPES
+
+
+_CONFLICT_WORDS = (
+    "Incompatible dimensions",
+    "Inferred shape and existing shape differ",
+    "dimension mismatch",
+    "Dimension mismatch",
+)
+"""Words of ONNX inference errors that say input shapes contradict each other."""
+
+_NODE_ERROR = re.compile(r"\(op_type:[^,]*, node name: ([^)]*)\): (.*?)(?= \(op_type:|$)")
+"""One node's part of an ONNX inference error: ``(op_type:Add, node name: add_pos): ...``."""
 
 
 class _LightGraph:
@@ -526,7 +524,7 @@ class _LightGraph:
             else:
                 info = g.input.add()
                 info.name = keys[value]
-                _set_shape(info, tensor.dtype, tuple(tensor.shape.dims))  # type: ignore[arg-type]
+                _set_shape(info, tensor.dtype, tuple(tensor.shape.dims))  # type: ignore[arg-type]  # a tensor's dims are ints
         serialize_attribute_into = ir.serde.serialize_attribute_into
         self.node_position: dict[ir.Node, int] = {}
         self.cone = shape_cone(index.nodes)
@@ -548,6 +546,8 @@ class _LightGraph:
             self.node_position[node] = len(g.node)
             node_proto = g.node.add()
             node_proto.op_type = node.op_type
+            if node.name:  # named in inference errors (see conflict())
+                node_proto.name = node.name
             if node.domain:
                 node_proto.domain = node.domain
             if node.overload:
@@ -558,7 +558,7 @@ class _LightGraph:
             node_proto.output.extend([keys[v] for v in node.outputs])
             for attr in node.attributes.values():
                 if not attr.is_ref():
-                    serialize_attribute_into(node_proto.attribute.add(), from_=attr)  # type: ignore[arg-type]
+                    serialize_attribute_into(node_proto.attribute.add(), from_=attr)
         for value in graph.outputs:
             info = g.output.add()
             info.name = keys.get(value, value.name or "")
@@ -599,7 +599,7 @@ class _LightGraph:
                 entry = None if key is None else result.get(key)
                 if entry is None or entry[1] is None or None in entry[1]:
                     return None
-                return entry[1]  # type: ignore[return-value]
+                return entry[1]  # type: ignore[return-value]  # None ruled out above
 
             more = evaluate_cone(self.cone, after, known=folded)
             if len(more) <= len(folded):
@@ -608,28 +608,80 @@ class _LightGraph:
             result = self._infer(bindings, folded)
         return result
 
-    def _infer(self, bindings: Mapping[str, int], folded: Mapping[ir.Value, np.ndarray]) -> _Run:
+    def _pinned(self, bindings: Mapping[str, int]) -> onnx.ModelProto:
+        """A copy of :attr:`proto` whose inputs have their sizes at ``bindings``."""
         proto = onnx.ModelProto()
         proto.CopyFrom(self.proto)
-        graph = proto.graph
-        inputs = graph.input
+        inputs = proto.graph.input
         for position, dims in self.inputs:
             shape_dims = inputs[position].type.tensor_type.shape.dim
             for axis, dim in enumerate(dims):
                 size = dim if isinstance(dim, int) else dim.evaluate(bindings)
                 if size is not None and size >= 0:
                     shape_dims[axis].dim_value = size
+        return proto
+
+    def conflict(
+        self,
+        bindings: Mapping[str, int],
+        stated: Callable[[ir.Value, Mapping[str, int]], tuple[int, ...] | None],
+    ) -> tuple[str, str] | None:
+        """Where ONNX shape inference finds shapes that cannot go together at ``bindings``.
+
+        Strict inference (with data propagation) of the weightless graph: an operator whose
+        input shapes contradict each other there (``Add`` of 512 positions and a 256-row
+        table) is a model onnxruntime refuses to load at those sizes. Other inference
+        failures (an op without a schema...) say nothing about the sizes and are ignored.
+        The shape tensors computable before inference are injected first, as :meth:`run`
+        does (``stated`` as there).
+
+        Returns:
+            ``(node name, ONNX's message)``, the name ``""`` for an unnamed node; or ``None``.
+        """
+
+        def before(value: ir.Value) -> tuple[int, ...] | None:
+            dims = self.input_dims.get(value)
+            return evaluate_dims(dims, bindings) if dims is not None else stated(value, bindings)
+
+        folded = evaluate_cone(self.cone, before) if self.cone else {}
+        try:
+            onnx.shape_inference.infer_shapes(
+                self._inferable(bindings, folded),
+                check_type=False,
+                strict_mode=True,
+                data_prop=True,
+            )
+        except onnx.shape_inference.InferenceError as error:
+            message = " ".join(str(error).split())
+            for match in _NODE_ERROR.finditer(message):  # one per failing node: the first
+                if any(words in match.group(2) for words in _CONFLICT_WORDS):
+                    return match.group(1).strip(), match.group(2).strip()
+            return None
+        except Exception:  # noqa: BLE001 (inference cannot run: nothing is known)
+            return None
+        return None
+
+    def _inferable(
+        self, bindings: Mapping[str, int], folded: Mapping[ir.Value, np.ndarray]
+    ) -> onnx.ModelProto:
+        """:meth:`_pinned`, with the ``folded`` shape tensors injected as initializers."""
+        proto = self._pinned(bindings)
+        graph = proto.graph
         keys = self.keys
         for value, array in folded.items():
             producer = value.producer()
-            position = self.node_position.get(producer)  # type: ignore[arg-type]
-            if position is None or array.size > _INJECT_ELEMENTS:
+            node_at = None if producer is None else self.node_position.get(producer)
+            if node_at is None or array.size > _INJECT_ELEMENTS:
                 continue
             key = keys[value]
-            outputs = graph.node[position].output
+            outputs = graph.node[node_at].output
             outputs[list(outputs).index(key)] = f"{key}__omny_folded"
             tensor = onnx.numpy_helper.from_array(np.array(array, order="C"), key)
             graph.initializer.append(tensor)
+        return proto
+
+    def _infer(self, bindings: Mapping[str, int], folded: Mapping[ir.Value, np.ndarray]) -> _Run:
+        proto = self._inferable(bindings, folded)
         try:
             inferred = onnx.shape_inference.infer_shapes(
                 proto, check_type=False, strict_mode=False, data_prop=True
@@ -720,7 +772,7 @@ def _write_surrogate(g: onnx.GraphProto, node: ir.Node, keys: Mapping[ir.Value, 
     for name in kept:
         attr = node.attributes.get(name)
         if attr is not None and not attr.is_ref():
-            ir.serde.serialize_attribute_into(proto.attribute.add(), from_=attr)  # type: ignore[arg-type]
+            ir.serde.serialize_attribute_into(proto.attribute.add(), from_=attr)
     if dtype is not None:
         cast = g.node.add()
         cast.op_type = "Cast"
@@ -777,6 +829,24 @@ class _Info:
     planning: tuple[int, ...] | None
     estimate: tuple[int, ...] | None
     symbolic: tuple[int | str | None, ...] | None
+
+
+def dims_conflict_message(
+    graph: ir.Graph, dims: Mapping[str, int], node_name: str, reason: str
+) -> str:
+    """Say that the model cannot take the planning ``dims``: the planner's and ``OMNY124``'s words.
+
+    ``node_name`` and ``reason`` are what :meth:`ValueShapes.conflict` found.
+    """
+    node = next((n for n in graph if node_name and n.name == node_name), None)
+    where = f"node {node_name!r} ({node.op_type})" if node is not None else "a node"
+    at = ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "the sizes the model pins"
+    return (
+        f"the model cannot take the planning dims ({at}): at {where} the input shapes "
+        f"contradict each other (ONNX shape inference: {reason}); onnxruntime refuses to load "
+        "or run it at these sizes. Plan at sizes the model takes (e.g. no more positions than "
+        "its position table has)"
+    )
 
 
 class ValueShapes:
@@ -881,20 +951,42 @@ class ValueShapes:
         """Whether shape inference ran (some value needed it)."""
         return bool(self._runs)
 
-    def _run(self, scale: int) -> _Run:
-        run = self._runs.get(scale)
-        if run is not None:
-            return run
+    def _light_graph(self) -> _LightGraph | None:
+        """The weightless graph inference runs on, built once (``None`` for a cycle)."""
         if self._light is None:
             index = self._index
             if index is None:
                 try:
                     index = GraphIndex.build(self.graph)
                 except Exception:  # noqa: BLE001 (a cycle: no inference)
-                    self._runs[scale] = _Run({})
-                    return self._runs[scale]
+                    return None
             self._keys = _value_keys(self.graph, index)
             self._light = _LightGraph(self.graph, index, self._keys)
+        return self._light
+
+    def conflict(self) -> tuple[str, str] | None:
+        """A node whose input shapes contradict each other at the planning dims, if any.
+
+        Only when :attr:`dims` binds every symbol (example values prove nothing about the
+        sizes a user chose). ONNX strict shape inference of the weightless graph, as
+        onnxruntime runs it when it loads the model (see ``_LightGraph.conflict``).
+
+        Returns:
+            ``(node name, ONNX's message)``, or ``None`` when nothing contradicts.
+        """
+        if self.unbound:
+            return None
+        light = self._light_graph()
+        return None if light is None else light.conflict(self.probe_dims, self._stated_at)
+
+    def _run(self, scale: int) -> _Run:
+        run = self._runs.get(scale)
+        if run is not None:
+            return run
+        if self._light_graph() is None:
+            self._runs[scale] = _Run({})
+            return self._runs[scale]
+        assert self._light is not None
         bindings = {s: v * scale for s, v in self.probe_dims.items()}
         run = self._runs[scale] = self._light.run(bindings, self._stated_at)
         return run
@@ -902,7 +994,7 @@ class ValueShapes:
     def _stated_at(self, value: ir.Value, bindings: Mapping[str, int]) -> tuple[int, ...] | None:
         tensor = value.const_value
         if tensor is not None:
-            return tuple(tensor.shape.dims)  # type: ignore[arg-type]
+            return tuple(tensor.shape.dims)  # type: ignore[arg-type]  # a tensor's dims are ints
         stated = _stated(value, self.symbols)
         return None if stated is None else evaluate_dims(stated.dims, bindings)
 
@@ -929,7 +1021,7 @@ class ValueShapes:
                 continue
             if value.shape is None or value.dtype is None:
                 return None
-            duals = []
+            duals: list[int | tuple[int, int]] = []
             for dim in normalize_dims(value.name or "", value.shape):
                 if isinstance(dim, int):
                     duals.append(dim)
@@ -1021,7 +1113,9 @@ class ValueShapes:
             entry = fast.get(value)
         return entry
 
-    def _inferred(self, value: ir.Value, scale: int):
+    def _inferred(
+        self, value: ir.Value, scale: int
+    ) -> tuple[int, tuple[int | None, ...] | None] | None:
         run = self._run(scale)
         assert self._keys is not None
         key = self._keys.get(value)
@@ -1064,13 +1158,13 @@ class ValueShapes:
         if tensor is not None and dtype is not None:
             shape = value.shape
             if shape is not None:  # a typed initializer: its stated shape when static
-                dims = shape.dims
+                dims: tuple[Any, ...] = shape.dims  # here ints or symbols; below ints or None
                 key = (dtype, dims)
                 info = self._static.get(key)
                 if info is not None:
                     return info
                 if all(type(d) is int and d >= 0 for d in dims):
-                    info = self._static[key] = _Info(dtype, len(dims), dims, dims, dims)  # type: ignore[arg-type]
+                    info = self._static[key] = _Info(dtype, len(dims), dims, dims, dims)
                     return info
         producer = value.producer()
         if tensor is None and producer is not None and producer.op_type == "Constant":
@@ -1081,7 +1175,7 @@ class ValueShapes:
             dtype = tensor.dtype
         if tensor is not None and value.shape is None:
             dims = tuple(tensor.shape.dims)
-            return _Info(dtype, len(dims), dims, dims, dims)  # type: ignore[arg-type]
+            return _Info(dtype, len(dims), dims, dims, dims)
         stated: _Stated | None
         if value.is_graph_input() and not value.is_initializer():
             shape = value.shape
@@ -1103,6 +1197,7 @@ class ValueShapes:
                 return self._from_stated(dtype or fast_dtype, stated.dims)
             if dtype is None or dtype == fast_dtype:
                 return self._from_fast(entry)
+            probe_dims: tuple[int | None, ...] | None
             probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
             scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
             return self._classify(dtype or fast_dtype, probe_dims, scaled_dims)
@@ -1128,7 +1223,7 @@ class ValueShapes:
                 return _Info(dtype or body_dtype, len(dims), None, None, dims)
             return self._declared_only(value, dtype)
         if not self.symbols:
-            estimate = None if None in probe_dims else probe_dims
+            estimate = None if None in probe_dims else cast("tuple[int, ...]", probe_dims)
             return _Info(dtype, len(probe_dims), estimate, estimate, probe_dims)
         scaled = self._inferred(value, _SCALE)
         return self._classify(dtype, probe_dims, scaled[1] if scaled is not None else None)
@@ -1140,7 +1235,7 @@ class ValueShapes:
         scaled_dims: tuple[int | None, ...] | None,
     ) -> _Info:
         """What the dims at the probe and doubled bindings say (see the module docstring)."""
-        estimate = None if None in probe_dims else probe_dims
+        estimate = None if None in probe_dims else cast("tuple[int, ...]", probe_dims)
         symbolic: list[int | str | None] = []
         known = True
         for axis, size in enumerate(probe_dims):
@@ -1178,10 +1273,7 @@ class ValueShapes:
         shape = value.shape
         if shape is None:
             return _Info(dtype, None, None, None, None)
-        symbolic = tuple(
-            d if type(d) is int and d >= 0 else None
-            for d in shape.dims  # type: ignore[misc]
-        )
+        symbolic = tuple(d if type(d) is int and d >= 0 else None for d in shape.dims)
         return _Info(dtype, len(symbolic), None, None, symbolic)
 
     def dtype(self, value: ir.Value) -> ir.DataType | None:

@@ -21,34 +21,95 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_BATCH",
+    "MAX_TENSOR_BYTES",
     "ValueSizes",
     "check_dims",
+    "oversized_io",
     "planning_dims",
 ]
 
-from collections.abc import Mapping
+import numbers
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import onnx_ir as ir
 
+from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice.analysis.shapes import DEFAULT_BATCH, ValueShapes, batch_symbols
-from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
+from onnx_ir_multidevice.graph.dtypes import dtype_name, stored_nbytes, tensor_nbytes
+from onnx_ir_multidevice.omny.planning_dims import MAX_PLANNING_DIM
+
+MAX_TENSOR_BYTES = 2**50
+"""The largest tensor the package sizes: 2**50 bytes (1 PiB), far above any device's memory
+and far below where sizes overflow the signed 64-bit integers of the memory model. A larger
+one is a shape no device can hold (a dim of 2**62 in a damaged file, or planning dims far too
+large): :class:`ValueSizes` refuses it, and ``check`` reports a graph input or output of such
+a shape (``OMNY123``) and a cut tensor (``OMNY122``)."""
+
+
+def _shape_text(shape: Iterable[object] | None) -> str:
+    return "?" if shape is None else str([d if isinstance(d, int) else str(d) for d in shape])
+
+
+def oversized_io(graph: ir.Graph) -> list[tuple[str, ir.Value, int, int]]:
+    """Graph inputs and outputs whose *stated* static dims alone exceed :data:`MAX_TENSOR_BYTES`.
+
+    Symbolic dims count as 1 (their sizes are the caller's); the element type's bits count
+    as 8 when unknown. Linear in the number of inputs and outputs.
+
+    Returns:
+        ``(kind, value, axis of the largest dim, bytes)`` per such value, ``kind`` being
+        ``"input"`` or ``"output"``.
+    """
+    found = []
+    initializers = graph.initializers
+    values = [("input", v) for v in graph.inputs if v.name not in initializers]
+    values += [("output", v) for v in graph.outputs]
+    for kind, value in values:
+        if value.shape is None:
+            continue
+        dims = [d if isinstance(d, int) and d > 0 else 1 for d in value.shape]
+        nbytes = tensor_nbytes(dims, value.dtype)
+        if nbytes is None:
+            nbytes = tensor_nbytes(dims, ir.DataType.UINT8) or 0
+        if nbytes > MAX_TENSOR_BYTES:
+            axis = max(range(len(dims)), key=dims.__getitem__)
+            found.append((kind, value, axis, nbytes))
+    return found
 
 
 def check_dims(dims: Mapping[str, int] | None) -> dict[str, int]:
-    """Return planning dims given by the user as a new ``dict``, after checking them.
+    """Return dims given by the user as a new ``dict`` of ``str`` to ``int``, after checking them.
+
+    The one validator of dims, used by ``plan``, ``verify``, ``run``, the input generator and
+    the exporters: any integer type is accepted (``numpy.int64`` included) and becomes an
+    ``int``; a value must be from 1 to
+    :data:`~onnx_ir_multidevice.omny.planning_dims.MAX_PLANNING_DIM` (a plan records its dims,
+    and a larger value could not be read back).
 
     Raises:
-        ValueError: If a value is not a positive integer.
+        ValueError: If ``dims`` is not a mapping, a name is not a non-empty string, or a value
+            is not an integer from 1 to ``MAX_PLANNING_DIM`` (the message names the dim).
     """
+    if dims is None:
+        return {}
+    if not isinstance(dims, Mapping):
+        raise ValueError(f'dims must map dim names to sizes (e.g. {{"seq": 512}}), got {dims!r}')
     result: dict[str, int] = {}
-    for name, size in (dims or {}).items():
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    for name, size in dims.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"planning dim names must be non-empty strings, got {name!r}")
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
             raise ValueError(
                 f"planning dim {name!r} must be a positive integer, got {size!r} "
                 '(e.g. dims={"seq": 512})'
             )
-        result[str(name)] = size
+        if size > MAX_PLANNING_DIM:
+            raise ValueError(
+                f"planning dim {name!r} is {size}, over the largest planning dim "
+                f"{MAX_PLANNING_DIM} (2**40); give the size the model will run at"
+            )
+        result[name] = int(size)
     return result
 
 
@@ -98,6 +159,7 @@ class ValueSizes:
         infer: bool = True,
         index: Any = None,
     ) -> None:
+        self._graph = graph
         self.shapes = ValueShapes(graph, check_dims(dims), infer=infer, index=index)
         self.dims = self.shapes.dims
         self._nbytes_cache: dict[ir.Value, int | None] = {}
@@ -155,9 +217,36 @@ class ValueSizes:
         if result is None and value.shape is None:
             tensor = value.const_value
             if tensor is not None:
-                result = tensor.nbytes
+                result = stored_nbytes(tensor)
+        if result is not None and result > MAX_TENSOR_BYTES:
+            raise self._too_large(value, shape, dtype, result)
         self._nbytes_cache[value] = result
         return result
+
+    def _too_large(
+        self,
+        value: ir.Value,
+        shape: Iterable[object] | None,
+        dtype: ir.DataType | None,
+        nbytes: int,
+    ) -> PlanError:
+        """The error for a value no device can hold, naming where its size comes from."""
+        where = f"{value.name!r} (shape {_shape_text(shape)}, {dtype_name(dtype)})"
+        oversized = oversized_io(self._graph)
+        if oversized:
+            kind, io, axis, _ = oversized[0]
+            assert io.shape is not None  # oversized_io reads stated shapes only
+            cause = (
+                f"graph {kind} {io.name!r} states dim {axis} = {io.shape[axis]}: write its real "
+                "size in the model (or a symbolic dim, sized with --dim NAME=N)"
+            )
+        else:
+            dims = ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "none"
+            cause = f"at the planning dims ({dims}): plan at smaller dims (--dim NAME=N)"
+        return PlanError(
+            f"value {where} takes {nbytes} bytes, more than any device holds (the limit is "
+            f"{MAX_TENSOR_BYTES} bytes, 1 PiB); {cause}"
+        )
 
     def estimate_nbytes(self, value: ir.Value) -> int | None:
         """Bytes at the probe dims (every symbol bound, unbound ones to example values).

@@ -229,7 +229,7 @@ def _fused_group(
         for value in cuts:
             if value in bit_of:
                 continue
-            p = position.get(value.producer())  # type: ignore[arg-type]
+            p = position.get(value.producer())  # type: ignore[arg-type]  # no producer: get gives None
             if p is None or len(nodes[p].outputs) != 1:
                 return
             bit = bit_of[value] = 1 << (MARK_SHIFT + len(bit_of))
@@ -246,7 +246,7 @@ def _fused_group(
         stage = list(map(table.__getitem__, flags))
         in_order = True
         for value, j in cut_positions.items():
-            p = position[value.producer()]  # type: ignore[index]
+            p = position[value.producer()]  # type: ignore[index]  # a cut value is a node output
             # The producer's own mark is what its readers get, not a read of its own.
             stage[p] = stage_of(flags[p] & ~bit_of[value])
             if stage[p] > j:
@@ -307,7 +307,7 @@ def _stage_list(
     cut_slot = {value: base + j for value, j in cut_positions.items()}
     # A read of a cut producer's slot may be a read of the cut: those nodes read cut slots
     # instead (from their values, so a multi-output producer's other outputs stay as they are).
-    producers = {position[value.producer()] for value in cut_positions}  # type: ignore[index]
+    producers = {position[value.producer()] for value in cut_positions}  # type: ignore[index]  # cut values are node outputs
     if producers:
         is_producer = producers.__contains__
         uses = index.uses
@@ -315,7 +315,7 @@ def _stage_list(
         for reader, slots in enumerate(index.reads):
             if any(map(is_producer, slots)):
                 reads[reader] = tuple(
-                    cut_slot.get(v) or slot_of(v)  # type: ignore[misc]
+                    cut_slot.get(v) or slot_of(v)  # type: ignore[misc]  # a read value has a slot
                     for v in uses[reader]
                 )
     get = stage.__getitem__
@@ -324,7 +324,7 @@ def _stage_list(
             stage[i] = max(map(get, slots))
 
     for value, j in cut_positions.items():
-        producer_stage = stage[position[value.producer()]]  # type: ignore[index]
+        producer_stage = stage[position[value.producer()]]  # type: ignore[index]  # a cut value is a node output
         if producer_stage > j:
             later = cuts[producer_stage - 1]
             raise StageAssignmentError(
@@ -373,7 +373,7 @@ def _sink_replicable(
     consumers = index.readers_of(candidates)
     outputs = index.output_slots
     position = index.position
-    cut_producers = {position[v.producer()] for v in cut_positions}  # type: ignore[index]
+    cut_producers = {position[v.producer()] for v in cut_positions}  # type: ignore[index]  # cut values are node outputs
     get = stage.__getitem__
     for i in reversed(candidates):
         if i in cut_producers:

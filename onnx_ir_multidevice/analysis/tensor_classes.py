@@ -54,6 +54,7 @@ import math
 import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import compress, islice, repeat
+from typing import cast
 
 import onnx_ir as ir
 
@@ -490,11 +491,12 @@ def default_classes(index: GraphIndex) -> dict[ir.Value, TensorClass]:
     Returns:
         The class of every value (see :func:`classify_values`).
     """
-    cached = index.value_classes
+    # Only this function fills the slot (the graph layer cannot name TensorClass).
+    cached = cast("dict[ir.Value, TensorClass] | None", index.value_classes)
     if cached is None:
         cached = classify_values(index.graph, functions=index.functions, index=index)
-        index.value_classes = cached  # type: ignore[assignment]
-    return cached  # type: ignore[return-value]
+        index.value_classes = cached
+    return cached
 
 
 def slot_classes(index: GraphIndex) -> list[TensorClass]:
@@ -512,7 +514,7 @@ def slot_classes(index: GraphIndex) -> list[TensorClass]:
             flags = index.slot_flags = slot_flags(index, judge)
         by_flags = _CLASS_BY_FLAGS
         cached = index.slot_classes = [by_flags[f] for f in flags[: len(index.nodes)]]
-    return cached  # type: ignore[return-value]
+    return cached  # type: ignore[return-value]  # the slot holds TensorClass values
 
 
 #: Cone flags occupy the low 4 bits; callers' marks (see :func:`propagate_marks`) go above.

@@ -32,7 +32,7 @@ def configuration_names(configurations: Iterable[object]) -> list[str]:
     seen: dict[int, int] = {}
     names = []
     for configuration in configurations:
-        n = configuration.num_shards  # type: ignore[attr-defined]
+        n = configuration.num_shards  # type: ignore[attr-defined]  # any object with num_shards (documented)
         count = seen.get(n, 0)
         seen[n] = count + 1
         base = f"{OMNY_CONFIGURATION_PREFIX}{n}-shards"

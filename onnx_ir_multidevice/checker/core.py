@@ -53,6 +53,8 @@ from onnx_ir_multidevice._errors import (
 from onnx_ir_multidevice._proto import files as _io
 from onnx_ir_multidevice._proto.convert import from_proto
 from onnx_ir_multidevice._proto.external import DATA_RECORD_KEY
+from onnx_ir_multidevice._proto.unrepresentable import find_unrepresentable
+from onnx_ir_multidevice._regular_files import require_regular
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.binding.bind import BoundPlan
 from onnx_ir_multidevice.checker.container_rules import check_container
@@ -66,7 +68,8 @@ from onnx_ir_multidevice.checker.diagnostics import (
     make,
     omitted_summary,
 )
-from onnx_ir_multidevice.checker.format_rules import check_format
+from onnx_ir_multidevice.checker.dims_rules import check_planning_dims
+from onnx_ir_multidevice.checker.format_rules import check_format, check_io_sizes
 from onnx_ir_multidevice.checker.pipeline_rules import check_pipeline
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 from onnx_ir_multidevice.omny.container import (
@@ -216,7 +219,9 @@ def run_check(
             found, entries_list = run_device_rules(ir_model, index)
             diagnostics.extend(found)
             plan, configurations = check_format(ir_model, diagnostics, index)
+            check_planning_dims(ir_model, diagnostics, index)
             check_container(ir_model, diagnostics)
+            check_io_sizes(ir_model, diagnostics)
             try:
                 check_pipeline(
                     ir_model,
@@ -342,7 +347,8 @@ def _from_proto(proto: onnx.ModelProto, diagnostics: list[Diagnostic]) -> ir.Mod
     try:
         return ir.from_proto(proto)
     except Exception as error:  # onnx-ir raises several types on malformed protos
-        diagnostics.append(make("OMNY101", f"onnx-ir cannot read the model: {error}", "model"))
+        if not find_unrepresentable(proto):  # else valid ONNX, and OMNY106 said what and why
+            diagnostics.append(make("OMNY101", f"onnx-ir cannot read the model: {error}", "model"))
         return None
 
 
@@ -364,8 +370,10 @@ def _load_path(
             f"{path}: is a directory, not a model file; give the path of a .onnx or .omny "
             "model file"
         )
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise OmnyIOError(f"{path}: no such file; give the path of a .onnx or .omny model")
+    require_regular(path)  # a FIFO or a device: refused before anything is read
+    model: ir.Model | None
     try:
         model = _io.load(path)
     except ExternalDataError as error:  # OMNY108 / OMNY109: one diagnostic per tensor or file
@@ -399,10 +407,13 @@ def _load_path(
 
 def _load_leniently(path: str, diagnostics: list[Diagnostic]) -> ir.Model | None:
     """Read ``path`` with onnx-ir's own reader (external data left in place)."""
+    proto = None
     try:
         proto = onnx.load_model(path, load_external_data=False)
         model = ir.from_proto(proto)
     except Exception as error:  # onnx and onnx-ir raise several types on malformed files
+        if proto is not None and find_unrepresentable(proto):
+            return None  # valid ONNX: OMNY106 said what onnx-ir cannot represent
         diagnostics.append(
             make("OMNY101", f"the file cannot be read as an ONNX model: {error}", "model")
         )

@@ -111,7 +111,7 @@ def run_device_rules(
     if not has_bodies:
         # Main-graph nodes by distinct entry tuple (annotate() shares them), then functions.
         annotated_nodes = len(main) - entries_list.count(())
-        if annotated_nodes and entries_list.count([]) + entries_list.count(None):  # type: ignore[arg-type]
+        if annotated_nodes and entries_list.count([]) + entries_list.count(None):  # type: ignore[arg-type]  # entries set by hand
             annotated_nodes = sum(map(bool, entries_list))
         if annotated_nodes:
             distinct = dict(zip(map(id, entries_list), entries_list))
@@ -122,11 +122,11 @@ def run_device_rules(
                 else:
                     odd.add(key)
             if odd:
-                for position in compress(
+                for main_position in compress(
                     range(len(main)), map(odd.__contains__, map(id, entries_list))
                 ):
-                    node = main[position]
-                    location = node_location(node, position)
+                    node = main[main_position]
+                    location = node_location(node, main_position)
                     _check_node_configurations(node, location, registered, diagnostics)
         others: Iterable[tuple[ir.Node, int | None]] = (
             (inner, None) for function in model.functions.values() for inner in function.all_nodes()
@@ -165,9 +165,7 @@ def run_device_rules(
     return diagnostics, entries_list
 
 
-def _plain_entries(
-    entries: tuple[ir.NodeDeviceConfiguration, ...], registered_ids: set[int]
-) -> bool:
+def _plain_entries(entries: Sequence[ir.NodeDeviceConfiguration], registered_ids: set[int]) -> bool:
     """Whether :func:`_check_node_configurations` would find nothing, by a quick test.
 
     True for entries bound to registered configurations (each at most once), with a stage

@@ -190,6 +190,13 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY120", _W, True, "A memory estimate is not positive."),
     ("OMNY121", _W, True, "Memory estimates are inconsistent with each other."),
     ("OMNY122", _E, True, "A cut tensor's shape is larger than any device holds (1 PiB)."),
+    (
+        "OMNY123",
+        _E,
+        True,
+        "A graph input or output's stated shape is larger than any device holds.",
+    ),
+    ("OMNY124", _E, True, "The model cannot take its planning dims (shapes contradict)."),
     ("OMNY130", _E, True, "No shard configuration is defined."),
     ("OMNY131", _E, True, "A configuration does not list num_shards - 1 cut points."),
     ("OMNY132", _E, True, "A configuration names a cut point id that is not defined."),
@@ -294,7 +301,7 @@ DEFAULT_MAX_PER_CODE = 20
 by default; the rest are counted and summed up in one diagnostic."""
 
 
-class DiagnosticCollector(list):  # type: ignore[type-arg]
+class DiagnosticCollector(list):
     """A list of diagnostics that keeps at most ``limit`` of each code and severity.
 
     The rules append to it as to a list; past the limit a diagnostic is only counted

@@ -21,8 +21,9 @@ import dataclasses
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError
-from onnx_ir_multidevice._util import plural
+from onnx_ir_multidevice._util import format_bytes, plural
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
+from onnx_ir_multidevice.analysis.sizes import MAX_TENSOR_BYTES, oversized_io
 from onnx_ir_multidevice.binding.bind import BoundConfiguration, BoundPlan, bind
 from onnx_ir_multidevice.binding.naming import configuration_names
 from onnx_ir_multidevice.checker.diagnostics import Diagnostic, make, value_location
@@ -32,22 +33,11 @@ from onnx_ir_multidevice.omny._schema import (
     OMNY_FORMAT_VERSION,
     OMNY_METADATA_KEY,
     OMNY_VERSION_KEY,
+    CutPoint,
     OmnyMetadata,
     Sharding,
 )
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
-
-#: The largest cut tensor the checker accepts (``OMNY122``): 2**50 bytes (1 PiB), far above
-#: any device's memory and far below where sizes overflow a signed 64-bit integer.
-MAX_TENSOR_BYTES = 2**50
-
-
-def _bytes(nbytes: int) -> str:
-    """``nbytes`` in the largest binary unit that keeps the figure at least 1."""
-    for unit, power in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 2**power:
-            return f"{nbytes / 2**power:,.1f} {unit}"
-    return f"{nbytes} bytes"
 
 
 def _same_dtype(name: str, dtype: ir.DataType) -> bool:
@@ -98,6 +88,25 @@ def check_format(
     return rules.plan, configurations
 
 
+def check_io_sizes(model: ir.Model, diagnostics: list[Diagnostic]) -> None:
+    """OMNY123: a graph input or output whose stated dims no device can hold (1 PiB).
+
+    Such a shape (a dim of 2**62 in a damaged or hand-edited file) cannot be planned, split
+    or run; it runs on plain models too, before any plan is read.
+    """
+    for kind, value, axis, nbytes in oversized_io(model.graph):
+        assert value.shape is not None  # oversized_io reads stated shapes only
+        diagnostics.append(
+            make(
+                "OMNY123",
+                f"graph {kind} {value.name!r}: dim {axis} is {value.shape[axis]}, so the tensor "
+                f"takes at least {format_bytes(nbytes)}, more than any device holds (the limit is "
+                f"{format_bytes(MAX_TENSOR_BYTES)}); write its real size (or a symbolic dim)",
+                value_location(value),
+            )
+        )
+
+
 class _FormatRules:
     """Runs the OMNY1xx rules on one model."""
 
@@ -123,7 +132,8 @@ class _FormatRules:
             except OmnyFormatError:
                 dims = {}
             # Only the cut tensors are asked about: walk only what they are computed from.
-            focus = [b.value for b in (self.plan.cut_points if self.plan else ()) if b.resolved]
+            cuts = self.plan.cut_points if self.plan else ()
+            focus = [b.value for b in cuts if b.resolved and b.value is not None]
             self._shapes = ValueShapes.cached(self.graph, dims, index=self._index, focus=focus)
         if shape is None:
             shape = self._shapes.onnx_shape(value)
@@ -221,7 +231,7 @@ class _FormatRules:
             self._check_cut_memory(cut, path, previous_cumulative)
             previous_cumulative = cut.cumulative_memory_mb
 
-    def _check_cut_shape(self, cut, path: str, value: ir.Value | None) -> None:
+    def _check_cut_shape(self, cut: CutPoint, path: str, value: ir.Value | None) -> None:
         if not self._check_cut_sizes(cut, path):
             return
         for i, dim in enumerate(cut.shape):
@@ -283,7 +293,7 @@ class _FormatRules:
                 )
             )
 
-    def _check_cut_sizes(self, cut, path: str) -> bool:
+    def _check_cut_sizes(self, cut: CutPoint, path: str) -> bool:
         """OMNY122: the tensor's bytes at its fixed dims fit a device.
 
         The schema already refuses dims below -1 (``OMNY104``). Returns whether the shape
@@ -293,7 +303,8 @@ class _FormatRules:
         for dim in cut.shape:
             elements *= max(dim, 1)
         try:
-            bits = dtype_bits(dtype_from_name(cut.dtype))
+            dtype = dtype_from_name(cut.dtype)
+            bits = 8 if dtype is None else dtype_bits(dtype)
         except ValueError:  # an unknown dtype name: OMNY116 says so when the graph knows it
             bits = 8
         if elements * bits > MAX_TENSOR_BYTES * 8:
@@ -301,15 +312,15 @@ class _FormatRules:
                 make(
                     "OMNY122",
                     f"cut point {cut.id!r}: shape {list(cut.shape)} of {cut.dtype} is "
-                    f"{_bytes(elements * bits // 8)}, more than any device holds (the limit "
-                    f"is {_bytes(MAX_TENSOR_BYTES)}); write the tensor's real shape",
+                    f"{format_bytes(elements * bits // 8)}, more than any device holds (the limit "
+                    f"is {format_bytes(MAX_TENSOR_BYTES)}); write the tensor's real shape",
                     f"{path}.shape",
                 )
             )
             return False
         return True
 
-    def _check_cut_memory(self, cut, path: str, previous_cumulative: int | None) -> None:
+    def _check_cut_memory(self, cut: CutPoint, path: str, previous_cumulative: int | None) -> None:
         for field in ("cumulative_memory_mb", "shard_memory_mb"):
             amount = getattr(cut, field)
             if amount <= 0:
@@ -361,7 +372,7 @@ class _FormatRules:
             entries.append(entry)
         return entries
 
-    def _check_limits(self, sharding) -> None:
+    def _check_limits(self, sharding: Sharding) -> None:
         for field in ("min_vram_mb", "max_shard_size_mb"):
             if getattr(sharding, field) <= 0:
                 self.out.append(

@@ -79,7 +79,7 @@ def check_pipeline(
     _PipelineRules(model, relaxed_cuts, diagnostics, index, entries_list).run(plan)
 
 
-def _names(items: Iterable[str], limit: int = _MAX_NAMES) -> str:
+def _names(items: Iterable[str | None], limit: int = _MAX_NAMES) -> str:
     items = list(items)
     shown = ", ".join(repr(i) for i in items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
@@ -150,9 +150,9 @@ class _PipelineRules:
             # Every configuration's stages in one graph walk (cached on the index).
             with contextlib.suppress(AnalysisError):  # reported by _plan_stages
                 precompute_stages(self.graph, cut_lists, index=self.index)
-        for entry in plan:
-            if entry.cuts is not None:
-                self._plan_stages(entry)
+        for planned in plan:
+            if planned.cuts is not None:
+                self._plan_stages(planned)
         by_name = {entry.name: entry for entry in plan}
         annotated: set[str] = set()
         seen_names: set[str] = set()
@@ -178,7 +178,7 @@ class _PipelineRules:
                 self.out.append(
                     make(
                         "OMNY312",
-                        f"configuration {entry.index} ({entry.num_shards} shards) is not "
+                        f"configuration {entry.index} ({plural(entry.num_shards, 'shard')}) is not "
                         f"annotated in the IR; `omny annotate` would add it as {entry.name!r}",
                         f"sharding.configurations[{entry.index}]",
                     )
@@ -271,7 +271,7 @@ class _PipelineRules:
         ):
             # The plan's stages (keyed in topological = graph order), as annotate() writes
             # them: the same dict serves.
-            stages: dict[ir.Node, int | None] = plan_stages  # type: ignore[assignment]
+            stages: dict[ir.Node, int | None] = plan_stages  # type: ignore[assignment]  # dict is invariant
         else:
             stages = dict(zip(nodes, stage_list))
         if stages is plan_stages:
@@ -279,10 +279,10 @@ class _PipelineRules:
         elif (
             not has_none
             and stage_list
-            and min(stage_list) >= 0  # type: ignore[type-var, operator]
-            and max(stage_list) <= MAX_STAGE  # type: ignore[type-var, operator]
+            and min(stage_list) >= 0  # type: ignore[type-var, operator]  # no None (has_none)
+            and max(stage_list) <= MAX_STAGE  # type: ignore[type-var, operator]  # no None (has_none)
         ):
-            staged = stages  # type: ignore[assignment]
+            staged = stages  # type: ignore[assignment]  # no None (has_none)
         else:
             staged = {n: s for n, s in stages.items() if s is not None and 0 <= s <= MAX_STAGE}
         if self.bodies:
@@ -432,7 +432,7 @@ class _PipelineRules:
                 make(
                     "OMNY313",
                     f"{name!r} has num_devices={configuration.num_devices} but .omny "
-                    f"configuration {entry.index} has {entry.num_shards} shards; run "
+                    f"configuration {entry.index} has {plural(entry.num_shards, 'shard')}; run "
                     "`omny annotate` again",
                     location,
                 )
@@ -501,7 +501,7 @@ def _idle_stages(
     return [s for s, produced in enumerate(produces) if not produced]
 
 
-def _crossing_info(name: str, boundary, location: str) -> Diagnostic:
+def _crossing_info(name: str, boundary: Boundary, location: str) -> Diagnostic:
     by_class: dict[TensorClass, list[str]] = {}
     for value, value_class in boundary.tensors:
         by_class.setdefault(value_class, []).append(value.name or "<unnamed>")

@@ -11,7 +11,7 @@ __all__ = ["parse_choice", "parse_configuration", "parse_dims", "parse_flag"]
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from onnx_ir_multidevice._errors import ExportError
+from onnx_ir_multidevice._errors import ExportUsageError
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -21,7 +21,7 @@ def parse_flag(value: Any, option: str) -> bool:
     """A boolean option: ``True``/``False``, or ``true``/``false``/``1``/``0``/``yes``/``no``.
 
     Raises:
-        ExportError: Any other value.
+        ExportUsageError: Any other value.
     """
     if isinstance(value, bool):
         return value
@@ -30,18 +30,20 @@ def parse_flag(value: Any, option: str) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise ExportError(f"option {option}: expected true or false, got {value!r}")
+    raise ExportUsageError(f"option {option}: expected true or false, got {value!r}")
 
 
 def parse_choice(value: Any, option: str, choices: Sequence[str]) -> str:
     """One of ``choices`` (case-insensitive).
 
     Raises:
-        ExportError: Any other value.
+        ExportUsageError: Any other value.
     """
     text = str(value).strip().lower()
     if text not in choices:
-        raise ExportError(f"option {option}: expected one of {', '.join(choices)}, got {value!r}")
+        raise ExportUsageError(
+            f"option {option}: expected one of {', '.join(choices)}, got {value!r}"
+        )
     return text
 
 
@@ -57,7 +59,7 @@ def parse_dims(value: Any, option: str = "dims") -> dict[str, int]:
     """Planning dims: a mapping, or ``"seq=128,batch=1"`` as it comes from the command line.
 
     Raises:
-        ExportError: A name is empty or a value is not a positive integer.
+        ExportUsageError: A name is empty or a value is not a positive integer.
     """
     if value is None:
         return {}
@@ -70,20 +72,20 @@ def parse_dims(value: Any, option: str = "dims") -> dict[str, int]:
                 continue
             name, sep, size = part.partition("=")
             if not sep:
-                raise ExportError(
+                raise ExportUsageError(
                     f"option {option}: expected NAME=N[,NAME=N...] (e.g. seq=128), got {value!r}"
                 )
             items.append((name.strip(), size.strip()))
     dims: dict[str, int] = {}
     for name, size in items:
         if not isinstance(name, str) or not name or isinstance(size, bool):
-            raise ExportError(f"option {option}: bad dimension {name!r}={size!r}")
+            raise ExportUsageError(f"option {option}: bad dimension {name!r}={size!r}")
         if isinstance(size, int) and size >= 1:
             dims[name] = size
         elif isinstance(size, str) and size.isdigit() and int(size) >= 1:
             dims[name] = int(size)
         else:
-            raise ExportError(
+            raise ExportUsageError(
                 f"option {option}: {name}={size!r}: expected a positive integer (e.g. {name}=128)"
             )
     return dims

@@ -15,6 +15,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import ExportError
+from onnx_ir_multidevice._proto.write_errors import typed_write_errors
 from onnx_ir_multidevice._util import require_model
 from onnx_ir_multidevice.exporters.ark import ArkExporter
 from onnx_ir_multidevice.exporters.protocol import Exporter, ExportResult
@@ -153,13 +154,14 @@ def export(
         raise ExportError(f"shards must be a positive integer, got {shards!r}")
     if shards is not None and shards < 1:
         raise ExportError(f"shards must be a positive integer, got {shards}")
-    result = exporter.export(
-        model,
-        Path(destination).absolute(),
-        shards=shards,
-        options=types.MappingProxyType(dict(options)),
-        force=force,
-    )
+    with typed_write_errors(destination):  # a full disk: OmnyIOError naming the output
+        result = exporter.export(
+            model,
+            Path(destination).absolute(),
+            shards=shards,
+            options=types.MappingProxyType(dict(options)),
+            force=force,
+        )
     if not isinstance(result, ExportResult):
         raise TypeError(
             f"exporter {format!r} ({type(exporter).__name__}) returned "

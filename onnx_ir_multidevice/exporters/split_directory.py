@@ -13,7 +13,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import ExportError
+from onnx_ir_multidevice._errors import ExportError, ExportUsageError
 from onnx_ir_multidevice._split import save_split
 from onnx_ir_multidevice.exporters._options import parse_configuration
 from onnx_ir_multidevice.exporters.protocol import ExportResult
@@ -62,7 +62,10 @@ class SplitDirectoryExporter:
     ) -> ExportResult:
         """Write the split directory of ``model`` to ``destination`` (see the class)."""
         if shards is None:
-            raise ExportError("the split format needs the number of stages: pass shards=N")
+            raise ExportUsageError(
+                "the split format needs the number of stages: pass shards=N",
+                cli_message="the split format needs the number of stages: pass --shards N",
+            )
         manifest = save_split(
             model,
             destination,
@@ -74,14 +77,14 @@ class SplitDirectoryExporter:
             ),
         )
         files = []
-        for stage in manifest["stages"]:
-            files.append(destination / stage["file"])
-            files.extend(destination / data for data in stage["external_data"])
+        for stage in manifest.stages:
+            files.append(destination / stage.file)
+            files.extend(destination / data for data in stage.external_data)
         files.append(destination / "manifest.json")
         return ExportResult(
             format=self.name,
             destination=destination,
             files=tuple(files),
             manifest=manifest,
-            details={"num_stages": manifest["num_stages"]},
+            details={"num_stages": manifest.num_stages},
         )

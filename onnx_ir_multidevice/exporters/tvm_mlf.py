@@ -42,7 +42,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import ExportError
+from onnx_ir_multidevice._errors import ExportError, ExportUsageError
 from onnx_ir_multidevice._proto.atomic import (
     check_output_directory,
     check_output_file,
@@ -72,8 +72,12 @@ _KDL_CPU = 1
 """``kDLCPU``: the device every saved array is stored for."""
 
 _D = ir.DataType
-# ONNX data type -> (DLDataType code, bits, TVM's name) as TVM v0.18 spells them. Data is one
-# element per ((bits + 7) // 8) bytes, as ONNX stores these types too.
+# ONNX data type -> (DLDataType code, bits, TVM's name). The codes and bits are those that
+# apache-tvm 0.27 (DLPack 1.1) writes with ``save_param_dict`` and reads back with
+# ``load_param_dict``: ``bool`` is ``kDLBool`` (6) of 8 bits, the float8 types have DLPack's codes
+# (10 and 12). TVM v0.18's spellings (``uint1`` for bool, 6 and 7 for float8) are misread by 0.27:
+# it sizes a 1-bit element as packed bits, so a large bool weight overflows its buffer. Data is
+# one element per ((bits + 7) // 8) bytes, as ONNX stores these types too.
 _TVM_DTYPES: dict[ir.DataType, tuple[int, int, str]] = {
     _D.INT8: (0, 8, "int8"),
     _D.INT16: (0, 16, "int16"),
@@ -83,13 +87,13 @@ _TVM_DTYPES: dict[ir.DataType, tuple[int, int, str]] = {
     _D.UINT16: (1, 16, "uint16"),
     _D.UINT32: (1, 32, "uint32"),
     _D.UINT64: (1, 64, "uint64"),
-    _D.BOOL: (1, 1, "bool"),
+    _D.BOOL: (6, 8, "bool"),
     _D.FLOAT16: (2, 16, "float16"),
     _D.FLOAT: (2, 32, "float32"),
     _D.DOUBLE: (2, 64, "float64"),
     _D.BFLOAT16: (4, 16, "bfloat16"),
-    _D.FLOAT8E4M3FN: (6, 8, "e4m3_float8"),
-    _D.FLOAT8E5M2: (7, 8, "e5m2_float8"),
+    _D.FLOAT8E4M3FN: (10, 8, "e4m3_float8"),
+    _D.FLOAT8E5M2: (12, 8, "e5m2_float8"),
 }
 
 # Device kind (``--providers``) -> (DLDevice type, TVM target kind).
@@ -156,17 +160,17 @@ def _devices(value: Any, num_stages: int) -> list[Device]:
     try:
         devices = [parse_device(spec.strip() if isinstance(spec, str) else spec) for spec in specs]
     except ValueError as error:
-        raise ExportError(f"option providers: {error}") from None
+        raise ExportUsageError(f"option providers: {error}") from None
     if len(devices) == 1:
         devices = devices * num_stages
     if len(devices) != num_stages:
-        raise ExportError(
+        raise ExportUsageError(
             f"option providers: {len(devices)} devices for {num_stages} stages; give one for "
             "every stage (e.g. cpu,cuda:0) or one for all"
         )
     for device in devices:
         if device.kind not in _TVM_DEVICES:
-            raise ExportError(
+            raise ExportUsageError(
                 f"option providers: {device} has no TVM device type here; use one of "
                 f"{', '.join(_TVM_DEVICES)}"
             )
@@ -198,13 +202,13 @@ def _params_pieces(initializers: Sequence[ir.Value]) -> tuple[list[bytes | ir.Va
         head.append(struct.pack("<Q", len(encoded)) + encoded)
     head.append(struct.pack("<Q", len(initializers)))
     pieces.append(b"".join(head))
-    size = len(pieces[0])
+    size = sum(map(len, head))
     for value in initializers:
         tensor = value.const_value
         if tensor is None:
             raise ExportError(f"initializer {value.name!r} has no data to write")
         code, bits, _ = _tvm_dtype(value)
-        shape = [int(d) for d in tensor.shape]
+        shape = list(tensor.shape.numpy())
         numel = 1
         for dim in shape:
             numel *= dim
@@ -225,8 +229,8 @@ def _tensor_bytes(value: ir.Value) -> bytes:
     data = tensor.tobytes()
     _, bits, _ = _tvm_dtype(value)
     numel = 1
-    for dim in tensor.shape:
-        numel *= int(dim)
+    for dim in tensor.shape.numpy():
+        numel *= dim
     if len(data) != numel * ((bits + 7) // 8):
         raise ExportError(
             f"initializer {value.name!r}: {len(data)} bytes of data for {numel} elements of "
@@ -309,19 +313,24 @@ def _module_metadata(
 ) -> tuple[dict[str, Any], list[ir.Value]]:
     """The ``modules[<module>]`` entry of stage ``k`` and the initializers for its ``.params``."""
     stage = stages.stages[k]
-    entry = stages.manifest["stages"][k]
-    memory = stages.memory[k]  # type: ignore[index]
+    entry = stages.manifest.stages[k]
+    memory = stages.memory[k]  # type: ignore[index]  # export_mlf measured it (measure_memory)
     initializers = list(stage.graph.initializers.values())
     params = {v.name for v in initializers}
+    # split names every stage input and output (SplitError otherwise)
     inputs = {
-        v.name: _tensor_entry(stages, v.name) for v in stage.graph.inputs if v.name not in params
+        v.name: _tensor_entry(stages, v.name)  # type: ignore[arg-type]  # named by split
+        for v in stage.graph.inputs
+        if v.name not in params
     }
-    outputs = {v.name: _tensor_entry(stages, v.name) for v in stage.graph.outputs}
+    outputs = {v.name: _tensor_entry(stages, v.name) for v in stage.graph.outputs}  # type: ignore[arg-type]  # named by split
     io_size = sum(e["size"] for e in inputs.values()) + sum(e["size"] for e in outputs.values())
     _, params_size = _params_pieces(initializers)
     params_data = sum(
-        tensor_nbytes(v.const_value.shape, v.const_value.dtype) or 0 for v in initializers
-    )  # type: ignore[union-attr]
+        tensor_nbytes(t.shape.numpy(), t.dtype) or 0
+        for t in (v.const_value for v in initializers)
+        if t is not None  # _params_pieces refused an initializer without data
+    )
     device_type, target = _TVM_DEVICES[device.kind]
     extra: dict[str, Any] = {
         "note": _NOTE,
@@ -348,8 +357,8 @@ def _module_metadata(
         },
         "params_data_bytes": params_data,
         "params_file_bytes": params_size,
-        "inputs_from": {item["name"]: item["from"] for item in entry["inputs"]},
-        "outputs_to": {item["name"]: list(item["to"]) for item in entry["outputs"]},
+        "inputs_from": {item.name: item.source for item in entry.inputs},
+        "outputs_to": {item.name: list(item.to) for item in entry.outputs},
     }
     document = {
         "model_name": module,
@@ -466,15 +475,31 @@ class TvmMlfExporter:
     ) -> ExportResult:
         """Write the archive (or, with ``per_stage``, the directory of archives)."""
         if shards is None:
-            raise ExportError("the mlf format needs the number of stages: pass shards=N")
+            raise ExportUsageError(
+                "the mlf format needs the number of stages: pass shards=N",
+                cli_message="the mlf format needs the number of stages: pass --shards N",
+            )
         per_stage = parse_flag(options.get("per_stage", False), "per_stage")
         moment = _export_datetime(options.get("export_datetime"))
         configuration = parse_configuration(options.get("configuration"))
         dims = parse_dims(options.get("dims"))
+        if not per_stage and destination.suffix != ".tar":  # `out/` is not a file name
+            where = "a directory" if destination.is_dir() else "not a .tar file name"
+            raise ExportUsageError(
+                f"{destination}: {where}; the mlf format writes one .tar archive: name it "
+                f"(e.g. {destination / 'model.tar'}), or pass per_stage=True for a directory "
+                "of .tar files, one per stage",
+                cli_message=f"{destination}: {where}; the mlf format writes one .tar archive: "
+                f"name it (e.g. {destination / 'model.tar'}), or pass --per-stage for a "
+                "directory of .tar files, one per stage",
+            )
         if per_stage and destination.suffix == ".tar":
-            raise ExportError(
+            raise ExportUsageError(
                 f"{destination}: with per_stage, OUT is a directory that receives one .tar per "
-                f"stage; pass a directory name such as {destination.with_suffix('')}"
+                f"stage; pass a directory name such as {destination.with_suffix('')}",
+                cli_message=f"{destination}: with --per-stage, OUT is a directory that receives "
+                f"one .tar per stage; pass a directory name such as "
+                f"{destination.with_suffix('')}",
             )
         holds = "with per_stage the output is a directory of .tar files"
         if per_stage:

@@ -188,7 +188,8 @@ class GraphFingerprint:
             return NotImplemented
         return self._graph is other._graph and self._state == other._state
 
-    __hash__ = None  # type: ignore[assignment]  (mutable references: compared, not hashed)
+    # Compared, not hashed: it holds references to mutable objects.
+    __hash__ = None  # type: ignore[assignment]
 
 
 _META_KEY = "onnx_ir_multidevice.graph_cache"

@@ -30,7 +30,7 @@ import operator
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress, islice, repeat
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 import onnx_ir as ir
@@ -40,6 +40,8 @@ from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.graph.fingerprint import GraphCache
 
 _T = TypeVar("_T")
+_INDEX_KEY = "GraphIndex.for_model"
+"""Key of the index :meth:`GraphIndex.for_model` keeps in the graph's cache."""
 
 
 class AnalysisError(OmnyError, ValueError):
@@ -65,7 +67,7 @@ def _fast_name_getter() -> operator.attrgetter:
     try:
         node = ir.Node("", "Identity", [], name="probe_node")
         value = ir.Value(name="probe_value")
-        if node._name == node.name and value._name == value.name:  # type: ignore[attr-defined]
+        if node._name == node.name and value._name == value.name:
             return operator.attrgetter("_name")
     except Exception:  # noqa: BLE001 (any change in onnx-ir: use the property)
         pass
@@ -217,13 +219,13 @@ def node_uses(node: ir.Node) -> tuple[ir.Value, ...]:
 def _plain_uses(inputs: Sequence[ir.Value | None]) -> tuple[ir.Value, ...]:
     """:func:`node_uses` of a node without subgraphs, from its inputs (fast paths first)."""
     if len(inputs) == 1:
-        return tuple(inputs) if inputs[0] is not None else ()
+        return (inputs[0],) if inputs[0] is not None else ()
     if not inputs:
         return ()
     unique = tuple(dict.fromkeys(inputs))
     if None in unique:
         return tuple(v for v in unique if v is not None)
-    return unique
+    return cast("tuple[ir.Value, ...]", unique)  # None is not in it
 
 
 def graph_uses(graph: ir.Graph) -> dict[ir.Node, tuple[ir.Value, ...]]:
@@ -266,7 +268,7 @@ def _flat_reads(
     flat = list(chain.from_iterable(inputs_list))
     has_none = None in flat
     if has_none:
-        slot_of[None] = -2  # type: ignore[index]
+        slot_of[None] = -2
     slot_array = np.fromiter(map(slot_of.get, flat, repeat(-1)), np.int64, len(flat))
     # In graph order when every read of a node output comes from an earlier node.
     owners = np.repeat(np.arange(n, dtype=np.int64), counts)
@@ -275,7 +277,8 @@ def _flat_reads(
     is_external = slot_array == -1
     external_slot: dict[ir.Value, int] = {}
     if is_external.any():
-        external_reads = list(compress(flat, is_external.tolist()))
+        # An external read is never None (None has the slot -2).
+        external_reads = cast("list[ir.Value]", list(compress(flat, is_external.tolist())))
         external = dict.fromkeys(external_reads)
         external_slot = dict(zip(external, range(n, n + len(external))))
         slot_of.update(external_slot)
@@ -321,7 +324,7 @@ def _node_reads(
             bodies.append((node, tuple(node_subgraphs(node))))
             node_reads = node_uses(node)
         elif len(inputs) == 1 and inputs[0] is not None and type(inputs) is tuple:
-            node_reads = inputs  # type: ignore[assignment]
+            node_reads = inputs
         else:
             node_reads = _plain_uses(inputs)
         uses.append(node_reads)
@@ -335,11 +338,11 @@ def _node_reads(
                         slot = external_slot[value] = n + len(external_slot)
                 fixed.append(slot)
             slots = tuple(fixed)
-            if any(i <= p < n for p in slots):
+            if any(i <= p < n for p in fixed):
                 in_order = False
-        elif slots and max(slots) >= i:
+        elif slots and max(slots) >= i:  # type: ignore[type-var, operator]  # None is not in slots
             in_order = False
-        reads.append(slots)
+        reads.append(slots)  # type: ignore[arg-type]  # any None was replaced by an external slot
     return uses, reads, external_slot, bodies, in_order
 
 
@@ -443,7 +446,7 @@ class GraphIndex:
     """Default tensor class of each node's outputs, by position (filled by
     :func:`~onnx_ir_multidevice.analysis.tensor_classes.slot_classes`)."""
 
-    value_classes: dict[ir.Value, enum.Enum] | None = dataclasses.field(
+    value_classes: Mapping[ir.Value, enum.Enum] | None = dataclasses.field(
         default=None, init=False, repr=False
     )
     """Default tensor class of every value (filled by
@@ -625,7 +628,7 @@ class GraphIndex:
         if model.functions:
             return cls.build(graph, functions=model.functions)
         cache = GraphCache.of(graph)
-        index = cache.get(cls, lambda: cls.build(graph, functions=model.functions))
+        index = cache.get(_INDEX_KEY, lambda: cls.build(graph, functions=model.functions))
         index.cache = cache
         return index
 
@@ -693,7 +696,7 @@ class GraphIndex:
 
     def slot_of(self, value: ir.Value) -> int | None:
         """The slot of ``value`` (see the class), or ``None`` when no node reads or makes it."""
-        slot = self.position.get(value.producer())  # type: ignore[arg-type]
+        slot = self.position.get(value.producer())  # type: ignore[arg-type]  # no producer: get gives None
         return slot if slot is not None else self.external_slot.get(value)
 
     @property
@@ -791,8 +794,9 @@ class GraphIndex:
         cached = self._output_slots
         if cached is None:
             pos_get = self.position.get
+            producers = (v.producer() for v in self.graph.outputs)
             cached = self._output_slots = frozenset(
-                p for p in (pos_get(v.producer()) for v in self.graph.outputs) if p is not None
+                p for p in map(pos_get, filter(None, producers)) if p is not None
             )
         return cached
 
@@ -855,7 +859,7 @@ class GraphIndex:
             found = {}
             nodes = self.graph_nodes
             for node in compress(nodes, map(wanted.__contains__, map(_NAME_OF, nodes))):
-                found.setdefault(node.name, []).append(node)  # type: ignore[arg-type]
+                found.setdefault(node.name, []).append(node)  # type: ignore[arg-type]  # a wanted name: a str
             self._nodes_named[wanted] = found
         return {name: list(nodes) for name, nodes in found.items()}
 
@@ -879,7 +883,7 @@ class GraphIndex:
         candidates.extend(compress(outputs, map(wanted.__contains__, map(_NAME_OF, outputs))))
         found: dict[str, list[ir.Value]] = {}
         for value in candidates:
-            same = found.setdefault(value.name, [])  # type: ignore[arg-type]
+            same = found.setdefault(value.name, [])  # type: ignore[arg-type]  # a wanted name: a str
             if value not in same:
                 same.append(value)
         return found
@@ -904,7 +908,7 @@ class GraphIndex:
             names = list(map(_NAME_OF, values))
             # First value of each name (reversed, so the first one wins), then the duplicates.
             first = dict(zip(reversed(names), reversed(values)))
-            first.pop(None, None)  # type: ignore[call-overload]
+            first.pop(None, None)
             first.pop("", None)
             cached = {name: [value] for name, value in first.items()}
             if len(first) != len(values) - names.count(None) - names.count(""):

@@ -22,8 +22,10 @@ The configuration (``config.json``), every key optional::
     {"shards": 3, "devices": ["4GiB", "4GiB", "4GiB"], "dims": {"batch": 1, "seq": 128},
      "relaxed": false}
 
-``shards``: number of pipeline stages (default 2, or the ``.omny`` input's configuration);
-``devices``: memory of each device, in pipeline order (the planner's ``devices``); ``dims``:
+``shards``: number of pipeline stages (default: the number of ``devices``, else the ``.omny``
+input's configuration, else 2); ``devices``: memory of each device, in pipeline order (the
+planner's ``devices``; an ``.omny`` input's configuration is kept only where each stage fits
+its device with the planner's headroom, else a plan is made for the devices); ``dims``:
 sizes of symbolic dimensions to plan and verify at; ``relaxed``: also cut where small side
 activations cross. Any other key is refused (a typo would otherwise be ignored silently).
 
@@ -54,7 +56,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._regular_files import open_regular
+from onnx_ir_multidevice.analysis.sizes import check_dims
 from onnx_ir_multidevice.oaax.codes import ConversionError
+from onnx_ir_multidevice.planner.devices import parse_size
 
 CONFIG_NAME = "config.json"
 """Base name of the configuration member of an archive."""
@@ -174,6 +180,16 @@ def parse_config(data: bytes, source: str) -> ToolchainConfig:
             raise bad(
                 f'devices must be a list of memory sizes like ["4GiB", "4GiB"], got {devices!r}'
             )
+        for i, device in enumerate(devices):
+            try:
+                parse_size(device)
+            except ValueError as error:
+                raise bad(f"devices[{i}]: {error}") from None
+        if shards is not None and len(devices) < shards:
+            raise bad(
+                f"devices gives {len(devices)} memory sizes for {shards} shards; give one per "
+                "pipeline stage, in order (or leave shards out: it is then the number of devices)"
+            )
     dims = document.get("dims", {})
     if not isinstance(dims, dict) or not all(
         isinstance(k, str) and k and type(v) is int and v >= 1 for k, v in dims.items()
@@ -181,6 +197,10 @@ def parse_config(data: bytes, source: str) -> ToolchainConfig:
         raise bad(
             f'dims must map dimension names to positive integers, e.g. {{"seq": 128}}, got {dims!r}'
         )
+    try:
+        dims = check_dims(dims)  # the one dims validator (the bound of a recorded planning dim)
+    except ValueError as error:
+        raise bad(f"dims: {error}") from None
     relaxed = document.get("relaxed", False)
     if not isinstance(relaxed, bool):
         raise bad(f"relaxed must be true or false, got {relaxed!r}")
@@ -360,13 +380,15 @@ def read_input(path: str | os.PathLike, workdir: Path) -> ToolchainInput:
             several), ``OAAX105`` (a malformed configuration).
     """
     path = Path(path)
+    if path.is_dir():
+        raise _fail("OAAX101", f"{path}: is a directory; give a model file or an archive")
+    if not path.exists():
+        raise _fail("OAAX101", f"{path}: no such file")
     try:
-        with open(path, "rb") as file:
+        with open_regular(path, "model file or archive") as file:
             head = file.read(4)
-    except IsADirectoryError:
-        raise _fail("OAAX101", f"{path}: is a directory; give a model file or an archive") from None
-    except FileNotFoundError:
-        raise _fail("OAAX101", f"{path}: no such file") from None
+    except OmnyIOError as error:  # a FIFO, a device...: refused before reading
+        raise _fail("OAAX101", str(error)) from None
     except OSError as error:
         raise _fail("OAAX101", f"{path}: cannot be read ({error.strerror})") from None
     kind = _archive_kind(path, head)

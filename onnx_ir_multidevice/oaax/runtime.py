@@ -35,19 +35,23 @@ key                    meaning
 ``providers``          device of each stage, comma-separated (``"cpu,cuda:0"``) or one
                        for all (``"cpu"``, the default); alias ``devices``
 ``threads``            onnxruntime intra-op threads per stage (one int, or comma-
-                       separated per stage); aliases ``intra_op_num_threads`` and the
-                       reference runtime's ``num_threads``
+                       separated per stage; 0 = onnxruntime's default); aliases
+                       ``intra_op_num_threads`` and the reference runtime's ``num_threads``
 ``max_in_flight``      requests inside the stages at once (default: twice the stages)
 ``max_queued``         requests sent and not received at once (default 1024)
 ``backend``            pipeline engine: ``thread`` (default), ``ray``, or a registered one
 ``shards``             which configuration of a several-configuration ``.omny`` to run
-``send_timeout``       seconds ``send_input`` waits for room in the stages (default 60)
-``log_level``          ``debug``/``info``/``warning``/``error``/``critical`` or 0-4
-                       (0 debug ... 4 critical): log at that level on stderr
+``send_timeout``       seconds ``send_input`` waits for room in the stages (default 60;
+                       ``inf``: no limit)
+``log_level``          the OAAX reference runtime's levels: 0 trace, 1 debug, 2 info,
+                       3 warning, 4 error, 5 critical, 6 off (a number outside 0-6 is
+                       clamped; the names ``trace`` ... ``critical``, ``off`` also work;
+                       an unreadable value falls back to 2 and says so in the log): log
+                       at that level on stderr
 ``log_file``           a file that receives the runtime's log lines
 =====================  ===========================================================
 
-Without ``log_level`` or ``log_file`` the runtime is silent (its logger,
+Without ``log_level`` (or with level 6) and without ``log_file`` the runtime is silent (its logger,
 ``onnx_ir_multidevice.oaax.runtime.<n>``, still propagates to the application's logging).
 
 .. versionadded:: 0.1
@@ -76,11 +80,15 @@ __all__ = [
 import enum
 import itertools
 import logging
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import onnx
+import onnx_ir as ir
 
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import OmnyError, PipelineError
@@ -109,20 +117,17 @@ NOT_READY = 2
 request is still running, or none was sent): not an error, call again later. (The
 specification only says 0 / non-zero.)"""
 
-_LEVELS = {
-    "trace": logging.DEBUG,
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "0": logging.DEBUG,
-    "1": logging.INFO,
-    "2": logging.WARNING,
-    "3": logging.ERROR,
-    "4": logging.CRITICAL,
-}
+_TRACE = logging.DEBUG - 5
+_OFF = logging.CRITICAL + 10
+_LEVELS = (_TRACE, logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR,
+           logging.CRITICAL, _OFF)  # fmt: skip
+"""Python logging level of each OAAX reference-runtime level 0-6 (spdlog's: 6 is off)."""
+
+_LEVEL_NAMES = {"trace": 0, "debug": 1, "info": 2, "warning": 3, "warn": 3, "error": 4,
+                "err": 4, "critical": 5, "off": 6}  # fmt: skip
+
+DEFAULT_LOG_LEVEL = 2
+"""The ``log_level`` an unreadable value falls back to (info, as in the reference runtime)."""
 _instances = itertools.count()
 
 
@@ -143,6 +148,38 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _log_level(value: Any) -> tuple[int, bool]:
+    """The OAAX level (0-6) of a ``log_level`` value, and whether the value was readable.
+
+    Numbers are clamped into 0-6, as the reference runtime does; a name (``"info"``) is
+    looked up; anything else gives :data:`DEFAULT_LOG_LEVEL`.
+    """
+    if isinstance(value, bool):
+        return DEFAULT_LOG_LEVEL, False
+    text = _text(value).strip().lower() if not isinstance(value, int) else str(value)
+    if text in _LEVEL_NAMES:
+        return _LEVEL_NAMES[text], True
+    try:
+        number = int(text)
+    except ValueError:
+        return DEFAULT_LOG_LEVEL, False
+    return min(max(number, 0), len(_LEVELS) - 1), True
+
+
+def _thread_count(key: str, value: Any) -> int | None:
+    """A thread count; 0 means onnxruntime's default (``None``), as in the reference runtime."""
+    try:
+        number = int(_text(value)) if not isinstance(value, int) else value
+    except ValueError:
+        number = -1
+    if isinstance(number, bool) or number < 0:
+        raise _Refused(
+            f"init key {key!r}: expected a thread count (0 for onnxruntime's default), "
+            f"got {value!r}"
+        )
+    return number or None
+
+
 def _positive_int(key: str, value: Any) -> int:
     try:
         number = int(_text(value)) if not isinstance(value, int) else value
@@ -153,13 +190,27 @@ def _positive_int(key: str, value: Any) -> int:
     return number
 
 
-def _threads(key: str, value: Any) -> int | list[int]:
+def _threads(key: str, value: Any) -> int | list[int | None] | None:
     if isinstance(value, (list, tuple)):
-        return [_positive_int(key, v) for v in value]
+        return [_thread_count(key, v) for v in value]
     text = _text(value)
     if "," in text:
-        return [_positive_int(key, v.strip()) for v in text.split(",")]
-    return _positive_int(key, value)
+        return [_thread_count(key, v.strip()) for v in text.split(",")]
+    return _thread_count(key, value)
+
+
+def _seconds(key: str, value: Any) -> float:
+    """A timeout in seconds: a number of at least 0 (``inf``: no limit)."""
+    try:
+        seconds = float(_text(value)) if not isinstance(value, (int, float)) else float(value)
+    except (ValueError, OverflowError):
+        seconds = math.nan
+    if isinstance(value, bool) or not seconds >= 0:  # NaN fails too
+        raise _Refused(
+            f"init key {key!r}: expected a number of seconds of at least 0 (inf: no limit), "
+            f"got {value!r}"
+        )
+    return seconds
 
 
 class OaaxRuntime:
@@ -247,13 +298,18 @@ class OaaxRuntime:
 
     def _configure(self, args: Mapping[str, Any]) -> None:
         options: dict[str, Any] = {}
+        notes: list[str] = []
         for key, value in args.items():
             if key in ("providers", "devices"):
                 options["providers"] = (
                     [_text(v) for v in value] if isinstance(value, (list, tuple)) else _text(value)
                 )
             elif key in ("threads", "intra_op_num_threads", "num_threads"):
-                options["intra_op_num_threads"] = _threads(key, value)
+                threads = _threads(key, value)
+                if threads is None:
+                    options.pop("intra_op_num_threads", None)
+                else:
+                    options["intra_op_num_threads"] = threads
             elif key == "max_in_flight":
                 options["max_in_flight"] = _positive_int(key, value)
             elif key == "backend":
@@ -263,18 +319,17 @@ class OaaxRuntime:
             elif key == "shards":
                 self._shards = _positive_int(key, value)
             elif key == "send_timeout":
-                try:
-                    self._send_timeout = float(_text(value))
-                except ValueError:
-                    raise _Refused(f"init key 'send_timeout': not a number: {value!r}") from None
+                self._send_timeout = _seconds(key, value)
             elif key == "log_level":
-                level = _LEVELS.get(_text(value).strip().lower())
-                if level is None:
-                    raise _Refused(
-                        f"init key 'log_level': {value!r} is not one of {sorted(_LEVELS)}"
+                level, readable = _log_level(value)
+                self._logger.setLevel(_LEVELS[level])
+                if _LEVELS[level] < _OFF:
+                    self._add_handler(logging.StreamHandler())
+                if not readable:  # said once every handler is in place
+                    notes.append(
+                        f"init key 'log_level': {value!r} is not a level 0-6 or a level name; "
+                        f"using {DEFAULT_LOG_LEVEL} (info)"
                     )
-                self._logger.setLevel(level)
-                self._add_handler(logging.StreamHandler())
             elif key == "log_file":
                 try:
                     self._add_handler(logging.FileHandler(_text(value), encoding="utf-8"))
@@ -282,6 +337,8 @@ class OaaxRuntime:
                     raise _Refused(f"init key 'log_file': cannot open {value} ({error})") from None
             else:
                 self._logger.debug("ignoring unknown init key %r", key)
+        for note in notes:
+            self._logger.warning("%s", note)
         self._options = options
 
     def _add_handler(self, handler: logging.Handler) -> None:
@@ -304,7 +361,17 @@ class OaaxRuntime:
         try:
             with self._lock:
                 self._require(_State.READY, what="runtime_model_loading")
-                path = Path(_text(file_path) if isinstance(file_path, bytes) else file_path)
+                if not isinstance(file_path, (str, bytes, os.PathLike)):
+                    raise _Refused(
+                        "runtime_model_loading: expected the path of a model file or split "
+                        f"directory, got {type(file_path).__name__}"
+                    )
+                path = Path(os.fsdecode(file_path))
+                if not str(path) or "\x00" in str(path):
+                    raise _Refused(
+                        f"runtime_model_loading: {str(path)!r} is not a valid path; give the "
+                        "path of a model file or split directory"
+                    )
                 self._pipeline = self._open(path)
                 self._state = _State.LOADED
                 self._error = ""
@@ -318,11 +385,20 @@ class OaaxRuntime:
         except _Refused as refused:
             return self._fail(str(refused))
         except (OmnyError, OSError, ValueError) as error:
-            return self._fail(f"runtime_model_loading: {file_path}: {error}")
+            return self._fail(f"runtime_model_loading: {file_path!r}: {error}")
+        except Exception as error:  # never raise to the host
+            return self._fail(
+                f"runtime_model_loading: {file_path!r}: {type(error).__name__}: {error}"
+            )
 
     def _open(self, path: Path) -> Pipeline:
         if path.is_dir():
             pipeline = Pipeline(path, self._shards, **self._options)
+            try:
+                self._check_output_types(path, pipeline)
+            except BaseException:
+                pipeline.close()
+                raise
         else:
             model = load(path)
             shards = self._shards
@@ -353,6 +429,50 @@ class OaaxRuntime:
             pipeline.close()
             raise
         return pipeline
+
+    @staticmethod
+    def _check_output_types(path: Path, pipeline: Pipeline) -> None:
+        """Refuse a split directory whose outputs OAAX tensors cannot carry (before any run).
+
+        The stage models declare the outputs' element types (the pipeline's input specs give
+        only the inputs'); an output the manifest names and no stage declares is refused too,
+        since ``receive_output`` could not describe it.
+        """
+        declared: dict[str | None, ir.DataType | None] = {}
+        for stage in pipeline.chain.stages:
+            source = stage.source
+            if isinstance(source, ir.Model):
+                graph_outputs = [(v.name, v.dtype) for v in source.graph.outputs]
+            else:
+                try:
+                    proto = (
+                        onnx.ModelProto.FromString(source)
+                        if isinstance(source, bytes)
+                        else onnx.load(source, load_external_data=False)
+                    )
+                except Exception as error:  # onnx's and protobuf's own errors
+                    raise _Refused(
+                        f"runtime_model_loading: {path}: stage {stage.index} cannot be read "
+                        f"({error})"
+                    ) from None
+                graph_outputs = [
+                    (o.name, ir.DataType(o.type.tensor_type.elem_type)
+                     if o.type.HasField("tensor_type") else None)
+                    for o in proto.graph.output
+                ]  # fmt: skip
+            for name, dtype in graph_outputs:
+                declared[name] = dtype
+        bad = [
+            f"{name!r} ({declared.get(name) or 'no declared type'})"
+            for name in pipeline.output_names
+            if name not in pipeline.input_names and oaax_data_type(declared.get(name)) is None
+        ]
+        if bad:
+            raise _Refused(
+                f"runtime_model_loading: {path}: output {', '.join(bad)}: OAAX tensors have no "
+                "such data type (no float16, bfloat16 or 8-bit float); cast the model's outputs "
+                "to float32 and split it again"
+            )
 
     def _check_types(self, path: Path, model: Any) -> None:
         initializers = model.graph.initializers
@@ -406,6 +526,7 @@ class OaaxRuntime:
                         f"(max_queued {self._max_queued}); call receive_output first"
                     )
                 request = pipeline.send_input(arrays, timeout=self._send_timeout)
+            self._error = ""
             self._logger.debug("request %d queued", request)
             return OK
         except _Refused as refused:
@@ -414,6 +535,8 @@ class OaaxRuntime:
             return self._fail(f"send_input: {error}; nothing was queued")
         except PipelineError as error:  # closed while waiting (destroyed)
             return self._fail(f"send_input: {error}")
+        except Exception as error:  # never raise to the host
+            return self._fail(f"send_input: {type(error).__name__}: {error}")
 
     def receive_output(self, output_tensors: list[TensorsStruct]) -> int:
         """Take the outputs of the oldest request sent, if they are ready; never blocks.
@@ -450,6 +573,7 @@ class OaaxRuntime:
             except PipelineError as error:
                 return self._fail(self._describe_failure(pipeline, error))
             output_tensors[:] = [TensorsStruct.from_arrays(outputs)]
+            self._error = ""
             return OK
         except _Refused as refused:
             return self._fail(str(refused))

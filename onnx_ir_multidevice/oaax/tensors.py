@@ -122,7 +122,11 @@ class TensorsStruct:
         Raises:
             ValueError: An array's dtype has no OAAX data type (float16, bfloat16...).
         """
-        names, types, ranks, shapes, data = [], [], [], [], []
+        names: list[str] = []
+        types: list[TensorDataType | int] = []
+        ranks: list[int] = []
+        shapes: list[Sequence[int]] = []
+        data: list[Any] = []
         for name, value in arrays.items():
             array = np.asarray(value)
             data_type = oaax_data_type(array.dtype)

@@ -5,17 +5,26 @@
 
 1. **read** -- the input: a model file, or an archive with one model and a ``config.json``
    (:mod:`~onnx_ir_multidevice.oaax.inputs`); archives are extracted into a private folder
-   inside ``OUTDIR``, removed at the end;
+   inside ``OUTDIR`` (``.oaax-input.omny-<pid>-<hex>.tmp``, locked by this run), removed at
+   the end; one left by a killed run is removed by the next run into ``OUTDIR`` (any
+   writer's clean-up of the folder: :func:`~onnx_ir_multidevice._proto.atomic.remove_stale`);
 2. **load** -- the model (``.onnx``, v1 ``.omny`` or a v2 container);
 3. **validate** -- the ONNX checker, element types OAAX tensors can carry, and an
    onnxruntime session of the whole model (operator support);
 4. **plan** -- the configuration: the ``.omny`` input's one configuration (or the one with
-   the configured ``shards``), else a plan for ``shards`` (default 2) stages;
+   the configured ``shards``) when it fits the configured ``devices``, else a plan for
+   ``shards`` (default: one per device, else 2) stages on those devices; an input annotated
+   for IR v11 loses its ``omny/`` annotations (those of the configurations not chosen would
+   contradict the plan, and the plan says the rest), listed in the log, and gets the lowest IR
+   version its content needs, so that onnxruntime 1.20 to 1.22 (which refuse IR 11, and which
+   OAAX runtimes bundle) load the artifact;
 5. **check** -- the checker, with the plan in the model (no error allowed, except the spec
    departures of :data:`SPEC_DEPARTURES`, which run correctly here);
 6. **split** -- the stage models;
-7. **verify** -- the chained stages against the whole model on onnxruntime (``rtol`` and
-   ``atol`` 1e-4);
+7. **verify** -- the chained stages against the whole model on onnxruntime, with the
+   tolerance rule of :func:`~onnx_ir_multidevice.runtime.verify` (``rtol`` and ``atol`` by
+   the model's arithmetic, :func:`~onnx_ir_multidevice.analysis.default_tolerance`: 1e-4
+   for fp32, 1e-2 for fp16 and quantized models; small outputs compared at their scale);
 8. **write** -- the artifact ``OUTDIR/<model name>.omny``: the input model (its input and
    output names and shapes unchanged) with a plan of exactly the chosen configuration. Any
    ONNX runtime loads it as a whole model; :class:`~onnx_ir_multidevice.oaax.OaaxRuntime`
@@ -35,9 +44,7 @@ from __future__ import annotations
 
 __all__ = [
     "ARTIFACT_MIME_TYPE",
-    "ATOL",
     "DEFAULT_SHARDS",
-    "RTOL",
     "SPEC_DEPARTURES",
     "SUCCESS_MESSAGE",
     "TOOLCHAIN_NAME",
@@ -52,7 +59,6 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 import warnings
@@ -71,9 +77,11 @@ from onnx_ir_multidevice._errors import (
     SplitError,
     VerifyError,
 )
+from onnx_ir_multidevice._proto import atomic
 from onnx_ir_multidevice._proto.files import EXTERNAL_DATA_TOTAL_BYTES, load, save
 from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._util import plural
+from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX
 from onnx_ir_multidevice.checker.core import run_check
 from onnx_ir_multidevice.graph.dtypes import dtype_name
 from onnx_ir_multidevice.oaax.codes import ERROR_CODES, ConversionError, ErrorCode
@@ -82,6 +90,9 @@ from onnx_ir_multidevice.oaax.log import LOG_FILE_NAMES, ConversionLog
 from onnx_ir_multidevice.oaax.tensors import oaax_data_type
 from onnx_ir_multidevice.omny import OmnyMetadata, read_planning_dims, write_planning_dims
 from onnx_ir_multidevice.omny.container import CONTAINER_META_KEY, Container
+from onnx_ir_multidevice.passes.strip import StripAnnotationsPass
+from onnx_ir_multidevice.planner.devices import parse_size
+from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM, format_bytes, usable_bytes
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.runtime.sessions import ModelSession
@@ -93,17 +104,12 @@ TOOLCHAIN_NAME = "omny-oaax-toolchain"
 SUCCESS_MESSAGE = "Successful Conversion"
 """The last log message of a successful conversion (what OAAX's conformance checks read)."""
 
-ARTIFACT_MIME_TYPE = "application/octet-stream"
-"""MIME type of the artifact in the log (ONNX has no registered one)."""
+ARTIFACT_MIME_TYPE = "application/x-omnynet-model"
+"""MIME type of the artifact in the log: the one the ``.omny`` specification names (the
+artifact is always an ``.omny`` file)."""
 
 DEFAULT_SHARDS = 2
 """Pipeline stages when neither the configuration nor an ``.omny`` input says."""
-
-RTOL = 1e-4
-"""Relative tolerance of the verification."""
-
-ATOL = 1e-4
-"""Absolute tolerance of the verification."""
 
 SPEC_DEPARTURES = frozenset({"OMNY114"})
 """Checker codes that do not stop a conversion: departures from the ``.omny`` spec that run
@@ -148,6 +154,10 @@ def _io(values: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _is_ours(configuration: ir.ModelConfiguration) -> bool:
+    return configuration.name.startswith(OMNY_CONFIGURATION_PREFIX)
+
+
 def _graph_inputs(model: ir.Model) -> list[ir.Value]:
     return [v for v in model.graph.inputs if v.name not in model.graph.initializers]
 
@@ -173,6 +183,8 @@ class _Conversion:
         self.stages: list[ir.Model] = []
         self.md5 = ""
         self.step = "read"
+        self.misfit: str | None = None
+        """Why the input's configuration was not kept for the configured devices."""
 
     def record(self, message: str, data: Mapping[str, Any], started: float) -> None:
         entry = self.log.add(message, {**data, "Seconds": round(time.perf_counter() - started, 3)})
@@ -272,22 +284,22 @@ class _Conversion:
             return None
         configurations = metadata.sharding.configurations
         wanted = self.config.shards
-        if wanted is None:
-            if len(configurations) > 1:
-                counts = [c.num_shards for c in configurations]
-                raise ConversionError(
-                    "OAAX106",
-                    "plan",
-                    f"the .omny input has {len(configurations)} configurations ({counts} "
-                    "shards); the artifact holds one: put the model in an archive with a "
-                    'config.json such as {"shards": ' + str(counts[0]) + "}",
-                )
-            chosen = configurations[0]
-        else:
-            matching = [c for c in configurations if c.num_shards == wanted]
-            if not matching or self.config.devices is not None:
-                return None
-            chosen = matching[0]
+        position = metadata.sharding.configuration_index(wanted)
+        if position is None and wanted is None:
+            counts = [c.num_shards for c in configurations]
+            raise ConversionError(
+                "OAAX106",
+                "plan",
+                f"the .omny input has {len(configurations)} configurations ({counts} "
+                "shards); the artifact holds one: put the model in an archive with a "
+                'config.json such as {"shards": ' + str(counts[0]) + "}",
+            )
+        if position is None:
+            return None
+        chosen = configurations[position]
+        self.misfit = self._misfit(chosen)
+        if self.misfit is not None:
+            return None  # plan for the devices instead
         ids = set(chosen.cut_point_ids)
         n = chosen.num_shards
         sharding = dataclasses.replace(
@@ -303,6 +315,28 @@ class _Conversion:
             sharding=sharding,
         )
 
+    def _misfit(self, configuration: Any) -> str | None:
+        """Why the input's ``configuration`` does not fit the configured devices (or ``None``).
+
+        Stage ``k`` fits device ``k`` when its ``memory_per_shard_mb`` plus the planner's
+        headroom is at most the device's memory, as the planner decides for its own plans.
+        """
+        devices = self.config.devices
+        if devices is None:
+            return None
+        n = configuration.num_shards
+        if len(devices) < n:
+            return f"its {n} stages need {n} devices and config.json gives {len(devices)}"
+        memory = list(configuration.memory_per_shard_mb)
+        for k, (device, mib) in enumerate(zip(devices, memory)):
+            usable = usable_bytes(parse_size(device), DEFAULT_HEADROOM)
+            if mib * 2**20 > usable:
+                return (
+                    f"stage {k} needs {mib} MiB and device {k} ({device}) leaves "
+                    f"{format_bytes(usable)} after the {DEFAULT_HEADROOM:.0%} headroom"
+                )
+        return None
+
     def step_plan(self) -> dict[str, Any]:
         assert self.model is not None and self.input is not None
         model = self.model
@@ -314,7 +348,10 @@ class _Conversion:
             metadata = chosen
         else:
             source = "planned"
-            shards = self.config.shards or DEFAULT_SHARDS
+            if self.misfit is not None:
+                source = f"planned (the input's configuration does not fit: {self.misfit})"
+            devices = self.config.devices
+            shards = self.config.shards or (len(devices) if devices else DEFAULT_SHARDS)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # the caveats go to the log
@@ -336,6 +373,7 @@ class _Conversion:
         omny.write(model, metadata)
         if self.config.dims:
             write_planning_dims(model, self.dims)
+        removed, ir_version = self._strip_annotations(model)
         configuration = metadata.sharding.configurations[0]
         self.shards = configuration.num_shards
         cuts = {c.id: c for c in metadata.cut_points}
@@ -352,7 +390,24 @@ class _Conversion:
         }
         if caveats:
             data["Caveats"] = caveats
+        if removed:
+            data["Annotations removed"] = removed
+        if ir_version is not None:
+            data["IR version"] = ir_version
         return data
+
+    @staticmethod
+    def _strip_annotations(model: ir.Model) -> tuple[list[str], list[int] | None]:
+        """Remove an annotated input's ``omny/`` configurations; lower its IR version.
+
+        Returns:
+            The names of the configurations removed, and ``[old, new]`` IR versions when the
+            version changed (else ``None``).
+        """
+        removed = [c.name for c in model.device_configurations if _is_ours(c)]
+        before = model.ir_version
+        StripAnnotationsPass()(model)
+        return removed, None if model.ir_version == before else [before, model.ir_version]
 
     def step_check(self) -> dict[str, Any]:
         assert self.model is not None
@@ -392,9 +447,7 @@ class _Conversion:
     def step_verify(self) -> dict[str, Any]:
         assert self.model is not None
         try:
-            report = verify_stages(
-                self.model, self.stages, rtol=RTOL, atol=ATOL, dims=self.dims or None
-            )
+            report = verify_stages(self.model, self.stages, dims=self.dims or None)
         except VerifyError as error:
             raise ConversionError("OAAX404", "verify", str(error)) from None
         outputs = [
@@ -406,19 +459,21 @@ class _Conversion:
             for o in report.outputs
         ]
         data = {
-            "rtol": RTOL,
-            "atol": ATOL,
+            "rtol": report.rtol,
+            "atol": report.atol,
             "Inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in report.inputs],
             "Outputs": outputs,
             "Max abs diff": max((o.max_abs_diff for o in report.outputs), default=0.0),
         }
+        if report.near_zero_outputs:
+            data["Near-zero outputs"] = list(report.near_zero_outputs)
         if not report.ok:
             bad = [o.name for o in report.outputs if not o.ok]
             raise ConversionError(
                 "OAAX403",
                 "verify",
-                f"the stages' outputs {bad} differ from the whole model's beyond rtol={RTOL}, "
-                f"atol={ATOL}",
+                f"the stages' outputs {bad} differ from the whole model's beyond "
+                f"rtol={report.rtol:g}, atol={report.atol:g}",
                 data,
             )
         return data
@@ -485,6 +540,10 @@ def _echo(line: str) -> None:
     print(line, flush=True)
 
 
+_WORKDIR_NAME = "oaax-input"
+"""The extraction folder is ``OUTDIR/.oaax-input.omny-<pid>-<hex>.tmp`` (a staging name)."""
+
+
 def convert(
     input_path: str | os.PathLike,
     outdir: str | os.PathLike,
@@ -512,7 +571,8 @@ def convert(
     run = _Conversion(outdir, echo)
     try:
         outdir.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(dir=outdir, prefix=".oaax-input-"))
+        atomic.remove_stale(outdir)  # what killed runs (and other writers) left
+        workdir = atomic.make_staging(outdir, _WORKDIR_NAME)
     except OSError as error:
         message = f"{outdir}: the output directory cannot be created or written ({error})"
         print(f"{TOOLCHAIN_NAME}: error: OAAX101 (input): {message}", file=sys.stderr)
@@ -556,6 +616,7 @@ def convert(
         _failure(run.log, _internal(error, run.step))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        atomic.release(workdir)
     if error_code is not None:
         print(
             f"{TOOLCHAIN_NAME}: error: {error_code.code} ({error_code.category}): "

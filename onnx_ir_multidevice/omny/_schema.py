@@ -156,7 +156,7 @@ class _FrozenDict(dict):
     __setitem__ = __delitem__ = __ior__ = _readonly
     clear = pop = popitem = setdefault = update = _readonly
 
-    def __hash__(self) -> int:  # type: ignore[override]
+    def __hash__(self) -> int:  # type: ignore[override]  # frozen: hashable
         return hash(frozenset(self.items()))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -225,7 +225,7 @@ class _Record:
             value = getattr(self, name)
             if type(value) is not tuple:
                 object.__setattr__(self, name, tuple(value))
-        extra = self.extra  # type: ignore[attr-defined]
+        extra = self.extra  # type: ignore[attr-defined]  # every record class declares extra
         if type(extra) is not _FrozenDict:
             frozen = _freeze(extra, "extra")
             if not isinstance(frozen, _FrozenDict):
@@ -379,6 +379,36 @@ class Sharding(_Record):
     """Keys the specification does not define (read-only); see :attr:`TensorInfo.extra`."""
 
     _json_keys: tuple[str, ...] | None = _private_field()
+
+    def configuration_index(
+        self, shards: int | None = None, choice: int | ShardConfiguration | None = None
+    ) -> int | None:
+        """Return the position in :attr:`configurations` of the one to use; ``None`` if none fits.
+
+        The one rule of every part that picks a configuration (split, exporters, OAAX, the
+        binding, the command line):
+
+        * ``choice`` an ``int``: that index, if it exists;
+        * ``choice`` a :class:`ShardConfiguration`: its position (the very object, else the
+          first equal one);
+        * else the first configuration with ``num_shards == shards``;
+        * with neither: the only configuration (``None`` when there are several).
+
+        The caller checks that the chosen configuration has the shard count it needs.
+
+        .. versionadded:: 0.1
+        """
+        configurations = self.configurations
+        if isinstance(choice, int):
+            return choice if 0 <= choice < len(configurations) else None
+        if choice is not None:
+            found = next((i for i, c in enumerate(configurations) if c is choice), None)
+            if found is None:
+                found = next((i for i, c in enumerate(configurations) if c == choice), None)
+            return found
+        if shards is None:
+            return 0 if len(configurations) == 1 else None
+        return next((i for i, c in enumerate(configurations) if c.num_shards == shards), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1185,7 +1215,7 @@ _LITERAL_RE = re.compile(r'[^ \t\r\n,:\[\]{}"]+')
 def _tokens(text: str, pos: int, end: int) -> Any:
     """Yields ``(first character, start, end)`` of each token of valid JSON text."""
     while True:
-        pos = _WS_RE.match(text, pos, end).end()  # type: ignore[union-attr]
+        pos = _WS_RE.match(text, pos, end).end()  # type: ignore[union-attr]  # \s* always matches
         if pos >= end:
             return
         char = text[pos]
@@ -1347,7 +1377,7 @@ class _Writer:
             if not value:
                 out.append("{}")
                 return
-            inner = style.newline + style.indent * (level + 1)  # type: ignore[operator]
+            inner = style.newline + style.indent * (level + 1)  # type: ignore[operator]  # block(): only with an indent
             separator = style.line_sep + inner
             out.append("{" + inner)
             for i, (key, item) in enumerate(value.items()):
@@ -1359,7 +1389,7 @@ class _Writer:
                     self.block(item, level + 1)
                 else:
                     out.append(self.scalar(item))
-            out.append(style.newline + style.indent * level + "}")  # type: ignore[operator]
+            out.append(style.newline + style.indent * level + "}")  # type: ignore[operator]  # block(): only with an indent
         elif kind in _ARRAY_TYPES:
             if not value:
                 out.append("[]")
@@ -1368,7 +1398,7 @@ class _Writer:
             if style.inline_scalar_arrays and not any(containers):
                 out.append("[" + style.item_sep.join(map(self.scalar, value)) + "]")
                 return
-            inner = style.newline + style.indent * (level + 1)  # type: ignore[operator]
+            inner = style.newline + style.indent * (level + 1)  # type: ignore[operator]  # block(): only with an indent
             separator = style.line_sep + inner
             out.append("[" + inner)
             for i, item in enumerate(value):
@@ -1378,6 +1408,6 @@ class _Writer:
                     self.block(item, level + 1)
                 else:
                     out.append(self.scalar(item))
-            out.append(style.newline + style.indent * level + "]")  # type: ignore[operator]
+            out.append(style.newline + style.indent * level + "]")  # type: ignore[operator]  # block(): only with an indent
         else:
             out.append(self.scalar(value))

@@ -89,6 +89,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError
+from onnx_ir_multidevice._regular_files import open_regular
 from onnx_ir_multidevice._util import plural
 
 MAGIC = b"OMNY"
@@ -122,7 +123,6 @@ CONTAINER_META_KEY = "onnx_ir_multidevice.container"
 v1 whatever it holds."""
 
 METADATA_KEY = "omnynet_metadata"
-VERSION_KEY = "omnynet_version"
 MANIFEST_VERSION = "2.0"
 
 # magic, version u32, flags u64, model offset/size, reserved offset/size, manifest offset/size
@@ -300,9 +300,11 @@ def detect(data: bytes | bytearray | memoryview | str | os.PathLike) -> Literal[
     elif isinstance(data, (str, os.PathLike)):
         path = Path(data)
         try:
-            with open(path, "rb") as file:
+            with open_regular(path) as file:
                 head = file.read(4)
         except OSError as error:
+            if isinstance(error, OmnyIOError):
+                raise
             raise OmnyIOError(f"{path}: cannot be read ({error.strerror})") from error
     else:
         raise TypeError(f"detect() takes bytes or a path, not {type(data).__name__}")
@@ -553,7 +555,7 @@ def read_container(path: str | os.PathLike, *, check_model: bool = True) -> Cont
     path = Path(path)
     source = str(path)
     try:
-        with open(path, "rb") as file:
+        with open_regular(path, "container") as file:
             file_size = os.fstat(file.fileno()).st_size
             _check_header(file.read(HEADER_SIZE), file_size, source)
             if file_size > MAX_FILE_SIZE:
@@ -565,6 +567,8 @@ def read_container(path: str | os.PathLike, *, check_model: bool = True) -> Cont
                 )
             file.seek(0)
             data = file.read()
+    except OmnyIOError:  # not a regular file (a FIFO, a device, a directory) or missing
+        raise
     except IsADirectoryError as error:
         raise OmnyIOError(f"{path}: is a directory, not an .omny file") from error
     except FileNotFoundError as error:

@@ -28,6 +28,7 @@ __all__ = [
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 import onnx_ir as ir
 
@@ -43,7 +44,7 @@ MAX_PLANNING_DIM = 2**40
 _PATH = f"metadata_props[{PLANNING_DIMS_KEY}]"
 
 
-def _checked(dims: Mapping[object, object], path: str) -> dict[str, int]:
+def _checked(dims: Mapping[Any, object], path: str) -> dict[str, int]:
     result: dict[str, int] = {}
     for name, value in dims.items():
         if not isinstance(name, str) or not name:

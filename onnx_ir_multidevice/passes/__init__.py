@@ -19,6 +19,7 @@ __all__ = [
     "StripAnnotationsPass",
     "annotate",
     "configuration_names",
+    "stage_weight_bytes",
 ]
 
 from onnx_ir_multidevice._util import set_public_module
@@ -30,7 +31,7 @@ from onnx_ir_multidevice.passes.annotation import (
 )
 from onnx_ir_multidevice.passes.api import annotate
 from onnx_ir_multidevice.passes.check import CheckPass
-from onnx_ir_multidevice.passes.reverse import StagesToOmnyPass
+from onnx_ir_multidevice.passes.reverse import StagesToOmnyPass, stage_weight_bytes
 from onnx_ir_multidevice.passes.strip import StripAnnotationsPass
 
 set_public_module(globals(), root={"annotate"})

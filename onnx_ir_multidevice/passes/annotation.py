@@ -162,7 +162,7 @@ def ensure_configuration(
     existing = next((c for c in model.device_configurations if c.name == name), None)
     if device_names is None:
         keep = existing is not None and len(existing.device_names) == num_devices
-        device_names = existing.device_names if keep else ()  # type: ignore[union-attr]
+        device_names = existing.device_names if keep else ()  # type: ignore[union-attr]  # keep: existing is set
     if (
         existing is not None
         and existing.num_devices == num_devices
@@ -209,34 +209,6 @@ def _upsert(
         ),
     )
     return True
-
-
-class _SharedUpserts:
-    """:func:`_upsert` with no specs (or specs untouched), memoised on the node's entry tuple.
-
-    The result only depends on the entry tuple and the stage, so nodes with the same entries
-    get the very same (immutable) new tuple: one allocation per distinct case instead of one
-    per node.
-    """
-
-    def __init__(self, configuration: ir.ModelConfiguration, specs: tuple[()] | None) -> None:
-        self.configuration = configuration
-        self.specs = specs
-        # (id(entries), stage) -> (entries, new entries); entries kept alive for the id.
-        self._memo: dict[tuple[int, int | None], tuple[tuple, tuple]] = {}
-
-    def __call__(self, node: ir.Node, stage: int | None) -> bool:
-        entries = node.device_configurations
-        key = (id(entries), stage)
-        hit = self._memo.get(key)
-        if hit is None or hit[0] is not entries:
-            _upsert(node, self.configuration, stage=stage, specs=self.specs)
-            hit = self._memo[key] = (entries, node.device_configurations)
-        new = hit[1]
-        if new is entries:
-            return False
-        node.device_configurations = new
-        return True
 
 
 def _raise_ir_version(model: ir.Model) -> bool:

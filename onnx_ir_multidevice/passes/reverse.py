@@ -13,7 +13,7 @@ The reverse of :class:`~onnx_ir_multidevice.passes.annotation.AnnotatePass`. Rul
 * Cut points are shared between configurations (same tensor, same cut point), sorted in
   topological order. A cut point already in the document with the same tensor keeps its
   id; new ones are ``cut_<n>`` with the smallest free ``n``.
-* The document is written by :func:`~onnx_ir_multidevice.planner.builder.build_metadata`,
+* The document is written by :func:`~onnx_ir_multidevice.analysis.omny_document.build_metadata`,
   the builder :func:`~onnx_ir_multidevice.planner.planning.plan` uses: the same tensor
   descriptions (shapes with ``-1`` for symbolic dims, dtypes spelled by
   :func:`~onnx_ir_multidevice.graph.dtypes.dtype_name`, both inferred where the graph lacks
@@ -50,13 +50,13 @@ from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import BindingError
 from onnx_ir_multidevice._util import plural
 from onnx_ir_multidevice.analysis.boundaries import boundary_crossings, edge_violations
+from onnx_ir_multidevice.analysis.omny_document import StagedConfiguration, build_metadata, weights
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import stages_from_annotations
-from onnx_ir_multidevice.analysis.tensor_classes import classify_values
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
 from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
 from onnx_ir_multidevice.graph.index import graph_uses, node_subgraphs, topological_order
 from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY
-from onnx_ir_multidevice.planner.builder import StagedConfiguration, build_metadata, weights
 
 
 def _tensor_bytes(tensor: ir.TensorProtocol | None, value: ir.Value | None = None) -> int:
@@ -214,7 +214,7 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
         self,
         graph: ir.Graph,
         configuration: ir.ModelConfiguration,
-        classes: Mapping[ir.Value, object],
+        classes: Mapping[ir.Value, TensorClass],
         sizes: ValueSizes,
     ) -> _Derived | None:
 
@@ -250,7 +250,7 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
             graph,
             staged,
             classes=classes,
-            num_stages=num_stages,  # type: ignore[arg-type]
+            num_stages=num_stages,
         ):
             activations = boundary.activations
             if not activations:
@@ -291,7 +291,7 @@ def _cut_bytes(graph: ir.Graph, derived: Sequence[_Derived]) -> dict[ir.Value, i
     position = {node: i for i, node in enumerate(topological_order(graph))}
     listed = sorted(
         {value for item in derived for value in item.cuts},
-        key=lambda v: position[v.producer()],  # type: ignore[index]
+        key=lambda v: position[v.producer()],  # type: ignore[index]  # a cut value is a node output
     )
     index = {value: k for k, value in enumerate(listed)}
     segments: dict[ir.Node, int] = dict.fromkeys(position, 0)

@@ -5,7 +5,10 @@ A configuration is ours when its name starts with ``omny/`` (see
 those configurations from the model and every node entry that refers to them -- by object,
 or by name for the unresolved placeholders onnx-ir creates when loading a dangling
 reference -- in the main graph, in subgraph bodies and in functions, so no dangling reference
-remains. Configurations of other tools and the ``.omny`` metadata are left alone.
+remains. Configurations of other tools and the ``.omny`` metadata are left alone. A model at
+IR 11 or above left without any multi-device field gets the lowest IR version its content
+needs (:func:`~onnx_ir_multidevice.graph.ir_versions.lowest_ir_version`: annotating raised it
+to 11, which onnxruntime 1.20 to 1.22 refuse).
 
 .. versionadded:: 0.1
 """
@@ -20,6 +23,7 @@ from collections.abc import Callable, Sequence
 import onnx_ir as ir
 
 from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX
+from onnx_ir_multidevice.graph.ir_versions import lowest_ir_version
 
 _ENTRIES = operator.attrgetter("device_configurations")
 
@@ -91,10 +95,15 @@ class StripAnnotationsPass(ir.passes.InPlacePass):
     """Remove the ``omny/`` configurations and their node annotations.
 
     Leaves the ``.omny`` metadata (the plan) and other configurations alone; annotating
-    again restores what this removed.
+    again restores what this removed. A model left with no multi-device field gets the
+    lowest IR version its content needs (never a higher one).
     """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        """Strip ``model`` in place; ``modified`` when anything was removed."""
+        """Strip ``model`` in place; ``modified`` when anything was removed or lowered."""
         modified = strip_configurations(model, _is_ours)
+        lowest = lowest_ir_version(model)
+        if lowest != model.ir_version:
+            model.ir_version = lowest
+            modified = True
         return ir.passes.PassResult(model, modified=modified)

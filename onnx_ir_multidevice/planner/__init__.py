@@ -6,8 +6,9 @@
 * :mod:`~onnx_ir_multidevice.planner.partition` -- exactly optimal cuts for N devices;
 * :mod:`~onnx_ir_multidevice.planner.planning` -- :func:`plan`: the ``.omny`` metadata;
 * :mod:`~onnx_ir_multidevice.planner.options` -- :class:`PlanOptions`: what to plan for;
-* :mod:`~onnx_ir_multidevice.planner.builder` -- the one ``.omny`` document builder, shared
-  with :class:`~onnx_ir_multidevice.passes.StagesToOmnyPass`;
+* :func:`build_metadata` -- the one ``.omny`` document builder, shared with
+  :class:`~onnx_ir_multidevice.passes.StagesToOmnyPass` (it lives in the analysis layer:
+  :mod:`~onnx_ir_multidevice.analysis.omny_document`);
 * :mod:`~onnx_ir_multidevice.planner.static_dims` -- :func:`pin_dims`: symbolic dims pinned
   to numbers (``omny plan --static``);
 * :mod:`~onnx_ir_multidevice.planner.devices` -- parsing ``24GiB`` and ``seq=512``
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_HEADROOM",
+    "MIB",
     "MemoryModel",
     "Partition",
     "PlanOptions",
@@ -30,6 +32,7 @@ __all__ = [
     "StagedConfiguration",
     "StageMemory",
     "build_metadata",
+    "describe",
     "parse_devices",
     "parse_dims",
     "parse_memory_sizes",
@@ -42,7 +45,7 @@ __all__ = [
 ]
 
 from onnx_ir_multidevice._util import set_public_module
-from onnx_ir_multidevice.planner.builder import StagedConfiguration, build_metadata
+from onnx_ir_multidevice.analysis.omny_document import StagedConfiguration, build_metadata
 from onnx_ir_multidevice.planner.devices import (
     parse_devices,
     parse_dims,
@@ -51,6 +54,7 @@ from onnx_ir_multidevice.planner.devices import (
 )
 from onnx_ir_multidevice.planner.memory import (
     DEFAULT_HEADROOM,
+    MIB,
     RUNTIME_NODE_BYTES,
     RUNTIME_OP_TYPE_BYTES,
     RUNTIME_OVERHEAD_BYTES,
@@ -59,7 +63,13 @@ from onnx_ir_multidevice.planner.memory import (
 )
 from onnx_ir_multidevice.planner.options import PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
-from onnx_ir_multidevice.planner.planning import PlanResult, plan, plan_model, plan_summary
+from onnx_ir_multidevice.planner.planning import (
+    PlanResult,
+    describe,
+    plan,
+    plan_model,
+    plan_summary,
+)
 from onnx_ir_multidevice.planner.static_dims import pin_dims
 
 set_public_module(globals(), root={"PlanOptions", "plan"})

@@ -32,15 +32,18 @@ _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str) -> int:
-    """Parse a memory size such as ``"24GiB"`` into bytes.
+    """Parse a memory size such as ``"24GiB"``, or a byte count (``"1073741824"``), into bytes.
 
     Raises:
-        ValueError: If the text is not a positive number followed by a known unit.
+        ValueError: If the text is neither a positive number followed by a known unit nor a
+            whole number of bytes (a fraction without a unit, ``"1.5"``, is refused).
     """
     match = _SIZE_RE.match(text)
     if match is None:
         raise ValueError(f"cannot read memory size {text!r}: expected e.g. 24GiB, 8GB, 512MiB")
     number, unit = match.groups()
+    if not unit and number.isdigit():  # digits only: a byte count
+        unit = "B"
     if not unit:
         raise ValueError(f"memory size {text!r} has no unit; write e.g. {number}GiB or {number}MB")
     factor = _UNITS.get(unit.lower())

@@ -323,6 +323,6 @@ def nodes_flops(
             if found is None:
                 total = None
                 break
-            total += prod(found)  # type: ignore[operator]
+            total += prod(found)  # type: ignore[operator]  # an int until the loop breaks
         result.append(total)
     return result

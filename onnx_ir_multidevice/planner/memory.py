@@ -85,24 +85,28 @@ import bisect
 import dataclasses
 import math
 import operator
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from fractions import Fraction
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import chain, compress, repeat
 
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice._util import format_bytes
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
+from onnx_ir_multidevice.analysis.memory_units import (
+    DEFAULT_HEADROOM,
+    MIB,
+    required_bytes,
+    to_mib,
+    usable_bytes,
+)
+from onnx_ir_multidevice.analysis.memory_units import headroom_fraction as _fraction
 from onnx_ir_multidevice.analysis.ops import CONV_OPS, RECURRENT_OPS
+from onnx_ir_multidevice.analysis.sparse_table import SparseTable
+from onnx_ir_multidevice.analysis.sparse_table import floor_log2 as _floor_log2  # noqa: F401  (planner.partition)
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.graph.index import OP_TYPE_OF, node_subgraphs
 from onnx_ir_multidevice.planner.flops import nodes_flops
-
-MIB = 1 << 20
-"""Bytes in a MiB (the unit of every ``*_mb`` field of ``.omny``)."""
-
-DEFAULT_HEADROOM = 0.2
-"""Share of a device's memory kept for the runtime (20 %, the spec's lower bound)."""
 
 PREPACKED_WEIGHT_INPUTS: Mapping[str, tuple[int, ...]] = {
     **dict.fromkeys(("MatMul", "FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat"), (1,)),
@@ -151,28 +155,6 @@ RUNTIME_OP_TYPE_BYTES = 64 * 1024
 """Resident memory onnxruntime adds per distinct op type of a stage (the kernel's
 registration and the code and data it touches the first time it runs); see
 :data:`RUNTIME_NODE_BYTES`."""
-
-
-def to_mib(nbytes: int) -> int:
-    """Round a byte count up to whole MiB (never under-report)."""
-    return -(-nbytes // MIB)
-
-
-def format_bytes(nbytes: int) -> str:
-    """Format a byte count for people: ``"312 B"``, ``"231.5 KiB"``, ``"1.2 GiB"``."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def _fraction(headroom: float) -> Fraction:
-    value = Fraction(str(headroom))
-    if not 0 <= value < 1:
-        raise ValueError(f"headroom must be in [0, 1), got {headroom}")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,57 +243,6 @@ class StageMemory:
         return not self.unknown
 
 
-def required_bytes(total: int, headroom: float) -> int:
-    """Device bytes for a stage of ``total`` bytes keeping ``headroom`` for the runtime."""
-    h = _fraction(headroom)
-    return math.ceil(Fraction(total) / (1 - h))
-
-
-def usable_bytes(capacity: int, headroom: float) -> int:
-    """Largest stage total that fits a device of ``capacity`` bytes with ``headroom``."""
-    h = _fraction(headroom)
-    return math.floor(capacity * (1 - h))
-
-
-class _SparseMax:
-    """Vectorized range-maximum queries over a fixed array (one 2-D table, no loops)."""
-
-    def __init__(self, values: np.ndarray) -> None:
-        size = len(values)
-        levels = max(1, size.bit_length())
-        table = np.zeros((levels, max(size, 1)), dtype=np.int64)
-        table[0, :size] = values
-        span = 1
-        for k in range(1, levels):
-            table[k, : size - 2 * span + 1] = np.maximum(
-                table[k - 1, : size - 2 * span + 1], table[k - 1, span : size - span + 1]
-            )
-            span *= 2
-        self.table = table
-        self.log2 = _floor_log2(np.arange(size + 1))
-        self.spans = np.left_shift(1, self.log2)
-        # Flat views for 1-D ``take`` (faster than 2-D fancy indexing): level ``k`` starts
-        # at ``offsets[length]`` when ``k = log2[length]``; ``back`` is that minus the span.
-        width = table.shape[1]
-        self._flat = table.reshape(-1)
-        self._offsets = self.log2 * width
-        self._back = self._offsets - self.spans
-
-    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """Maximum over ``[lo, hi)`` element-wise (``hi > lo`` everywhere)."""
-        length = hi - lo
-        flat = self._flat
-        return np.maximum(
-            flat.take(self._offsets.take(length) + lo), flat.take(self._back.take(length) + hi)
-        )
-
-
-def _floor_log2(length: np.ndarray) -> np.ndarray:
-    """``floor(log2(n))`` of positive integers, exactly (0 for 0)."""
-    _, exponent = np.frexp(np.maximum(length, 1).astype(np.float64))
-    return exponent.astype(np.int64) - 1
-
-
 class MemoryModel:
     """Memory (and FLOPs) of every stage ``[i, j)`` of segments along the planning chain.
 
@@ -375,10 +306,10 @@ class MemoryModel:
         self._prefix_io = np.concatenate([[0], np.cumsum(self._io)])
         self._prefix_additive = self._prefix_weights + self._prefix_io
         self._prefix_flops = np.concatenate([[0], np.cumsum(self._flops)])
-        self._peak_table = _SparseMax(self._peak)
-        self._upcast_table = _SparseMax(self._peak_upcast)
-        self._prepack_table = _SparseMax(self._count_prepacked())
-        self._workspace_table = _SparseMax(self._count_workspace())
+        self._peak_table = SparseTable(self._peak, "max")
+        self._upcast_table = SparseTable(self._peak_upcast, "max")
+        self._prepack_table = SparseTable(self._count_prepacked(), "max")
+        self._workspace_table = SparseTable(self._count_workspace(), "max")
         self._prefix_mapped = np.concatenate([[0], np.cumsum(self._count_mapped())])
         self._op_masks, body_nodes = self._count_op_types()
         self._prefix_nodes = np.concatenate(
@@ -531,12 +462,12 @@ class MemoryModel:
             self._shared_bytes = np.array([n for n, _, _ in self._shared], dtype=np.int64)
             self._shared_weight = np.array([w for _, w, _ in self._shared], dtype=bool)
         # Graph outputs are held by the stage producing them until the pipeline ends.
-        position = self._position
+        position_of = self._position
         for value in graph.outputs:
             producer = value.producer()
-            if producer is None or producer not in position:
+            if producer is None or producer not in position_of:
                 continue
-            s = int(self._segment_of[position[producer]])
+            s = int(self._segment_of[position_of[producer]])
             n = self._nbytes(value)
             if n is None:
                 self._unknown[s][value.name or "<unnamed>"] = None
@@ -693,7 +624,7 @@ class MemoryModel:
             if None in sizes:
                 continue
             s = int(segment_of[position])
-            workspace[s] = max(workspace[s], sum(sizes))  # type: ignore[arg-type]
+            workspace[s] = max(workspace[s], sum(sizes))  # type: ignore[arg-type]  # None in sizes: skipped above
         return workspace
 
     def _count_mapped(self) -> np.ndarray:
@@ -718,7 +649,7 @@ class MemoryModel:
             if value not in tables:
                 continue
             tensor = value.const_value
-            shape = tensor.shape.numpy() if tensor is not None else ()
+            shape: tuple[int, ...] = tensor.shape.numpy() if tensor is not None else ()
             if tensor is None or len(shape) < 1 or shape[0] < 1:
                 continue
             uses = value.uses()
@@ -935,13 +866,15 @@ _FLOAT16_CPU_OPS = frozenset(
 computing with it); for every other op it inserts casts to and from float32."""
 
 
-def _generates(producer: ir.Node, value: ir.Value, nbytes) -> bool:
+def _generates(
+    producer: ir.Node, value: ir.Value, nbytes: Callable[[ir.Value], int | None]
+) -> bool:
     """Whether ``value`` is larger than all of ``producer``'s inputs together."""
     n = nbytes(value)
     if n is None:
         return False
     sizes = [0 if v is None else nbytes(v) for v in producer.inputs]
-    return None not in sizes and n > sum(sizes)
+    return None not in sizes and n > sum(s or 0 for s in sizes)
 
 
 def _plain(mapping: Mapping) -> Mapping:

@@ -146,7 +146,7 @@ class PlanOptions:
     def shard_counts(self) -> tuple[int, ...]:
         """The shard counts to try: ``shards``, else ``len(devices)``, else 2 to 8."""
         if self.shards is not None:
-            return self.shards  # type: ignore[return-value]
+            return self.shards  # type: ignore[return-value]  # __post_init__ made it a tuple
         if self.devices is not None:
             return (len(self.devices),)
         return tuple(range(2, DEFAULT_MAX_SHARDS + 1))
@@ -205,7 +205,7 @@ def _is_fraction(x: object) -> bool:
 
 def _is_count(n: object) -> bool:
     """Whether ``n`` is an integer (Python or NumPy, not a bool) of at least 1."""
-    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and int(n) >= 1
 
 
 def _shard_counts(shards: int | Iterable[int] | None) -> tuple[int, ...] | None:

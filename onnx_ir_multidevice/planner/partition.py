@@ -46,7 +46,7 @@ __all__ = ["BALANCES", "Partition", "partition"]
 
 import dataclasses
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -238,7 +238,7 @@ class _Search:
                     step = max(2 * step, 1, lo >> 12)
         return lo
 
-    def smallest(self, lo: int, hi: int, ok) -> int:
+    def smallest(self, lo: int, hi: int, ok: Callable[[int], bool]) -> int:
         """Smallest integer in ``[lo, hi]`` for which monotone ``ok`` holds (``ok(hi)``)."""
         while lo < hi:
             mid = (lo + hi) // 2
@@ -374,7 +374,7 @@ def partition(
     usable = int(search.allowed[1 : search.size].sum())
     if num_stages - 1 > usable:
         error = PlanError(_too_few_cuts(model, usable, num_stages))
-        error.max_stages = usable + 1  # type: ignore[attr-defined] (read by plan_model)
+        error.max_stages = usable + 1  # type: ignore[attr-defined]  # read by plan_model
         raise error
     if balance not in BALANCES:
         raise PlanError(f"balance must be one of {', '.join(map(repr, BALANCES))}, got {balance!r}")
@@ -429,7 +429,8 @@ def _too_few_cuts(model: MemoryModel, usable: int, num_stages: int) -> str:
     if multi:
         names = ", ".join(f"{c.node.name!r} ({c.node.op_type})" for c in multi[:3])
         text += (
-            f" ({plural(len(multi), 'more cut')} come after a node with several outputs, which "
+            f" ({plural(len(multi), 'more cut')} {'comes' if len(multi) == 1 else 'come'} after "
+            "a node with several outputs, which "
             f".omny cannot name as a cut: {names})"
         )
     if usable:

@@ -50,6 +50,7 @@ __all__ = [
     "BusyPeriod",
     "PipelineStats",
     "StageStats",
+    "StatsRecorder",
 ]
 
 from typing import Any
@@ -63,7 +64,7 @@ from onnx_ir_multidevice.runtime.pipeline import Pipeline, PipelineTimeoutError
 from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failure_message
 from onnx_ir_multidevice.runtime.sessions import ModelSession
 from onnx_ir_multidevice.runtime.stages import StageChain, StageModel, load_stages
-from onnx_ir_multidevice.runtime.stats import BusyPeriod, PipelineStats, StageStats
+from onnx_ir_multidevice.runtime.stats import BusyPeriod, PipelineStats, StageStats, StatsRecorder
 from onnx_ir_multidevice.runtime.verification import (
     OutputComparison,
     VerifyReport,

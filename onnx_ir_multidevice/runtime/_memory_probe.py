@@ -73,9 +73,9 @@ def main(argument: str) -> None:
     outputs = session.run(None, feeds)
     run_seconds = time.perf_counter() - start
     after = _status()
-    names = [o.name for o in session.get_outputs()]
+    output_names = [o.name for o in session.get_outputs()]
     if request.get("save_outputs"):
-        np.savez(request["save_outputs"], **dict(zip(names, outputs)))
+        np.savez(request["save_outputs"], **dict(zip(output_names, outputs)))
     report = {
         "baseline_bytes": base["VmRSS"],
         "peak_bytes": after["VmHWM"] - base["VmRSS"],

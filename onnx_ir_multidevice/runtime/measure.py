@@ -132,7 +132,7 @@ def measure_memory(
     with tempfile.TemporaryDirectory(prefix="omny-measure-") as folder:
         if inputs is None or isinstance(inputs, Mapping):
             archive = os.path.join(folder, "inputs.npz")
-            np.savez(archive, **dict(inputs or {}))
+            np.savez(archive, **dict(inputs or {}))  # type: ignore[arg-type]  # numpy types **kwds as allow_pickle
         else:
             archive = os.fspath(inputs)
         request = {
@@ -188,11 +188,15 @@ def measure_stages(
         env = dict(inputs)
         for entry in manifest.stages:
             archive = os.path.join(folder, "env.npz")
-            np.savez(archive, **env)
+            np.savez(archive, **env)  # type: ignore[arg-type]  # numpy types **kwds as allow_pickle
             outputs = os.path.join(folder, "outputs.npz")
             results.append(
                 measure_memory(
-                    entry.path, archive, arena=arena, threads=threads, save_outputs=outputs
+                    manifest.stage_path(entry.index),
+                    archive,
+                    arena=arena,
+                    threads=threads,
+                    save_outputs=outputs,
                 )
             )
             with np.load(outputs) as produced:

@@ -39,6 +39,8 @@ __all__ = ["Pipeline", "PipelineTimeoutError"]
 
 import collections
 import inspect
+import math
+import numbers
 import threading
 import time
 import warnings
@@ -184,7 +186,7 @@ class _Book:
                 return
             if request in self.waiting:
                 self.results[request] = result
-            if failed and result.fatal and self.broken is None:
+            if isinstance(result, StageFailure) and result.fatal and self.broken is None:
                 self.broken = (request, result)
             self.cond.notify_all()
         self.recorder.done(request, failed=failed)
@@ -346,6 +348,43 @@ def _check_engine_options(backend: str, factory: Any, options: Mapping[str, Any]
             f"backend {backend!r} does not take the {'option' if len(options) == 1 else 'options'} "
             f"{sorted(options)}: {exc}"
         ) from exc
+
+
+def _timeout(value: Any, what: str) -> float | None:
+    """A caller's ``timeout`` as the waits take it: seconds, or ``None`` for no limit.
+
+    ``None``, ``math.inf`` and any value of :data:`threading.TIMEOUT_MAX` or more (which the
+    lock primitives refuse with ``OverflowError``) mean "no limit"; a negative value means
+    "do not wait".
+
+    Raises:
+        PipelineError: ``value`` is not a real number of seconds, or is NaN.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise PipelineError(
+            f"{what}: timeout must be a number of seconds or None (no limit), got {value!r}"
+        )
+    seconds = float(value)
+    if math.isnan(seconds):
+        raise PipelineError(f"{what}: timeout is NaN; give a number of seconds or None (no limit)")
+    if seconds >= threading.TIMEOUT_MAX:
+        return None
+    return max(seconds, 0.0)
+
+
+def _array(name: str, value: Any) -> np.ndarray:
+    """A request input as a numpy array (an array is passed on as it is), or a clear refusal."""
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:  # a ragged nested list, an odd object
+        raise PipelineError(
+            f"bad request input {name!r}: not an array ({exc}); give a numpy array or a "
+            "nested list of numbers with the same length at each level"
+        ) from None
 
 
 def _threads(value: Any) -> int | None:
@@ -552,6 +591,13 @@ class Pipeline:
             raise PipelineError(
                 f"inputs must be a mapping of input name to array, got {type(inputs).__name__}"
             )
+        not_names = [k for k in inputs if not isinstance(k, str)]
+        if not_names:
+            raise PipelineError(
+                f"bad request inputs: the keys must be input names (strings), got "
+                f"{', '.join(repr(k) for k in not_names[:5])}; the pipeline reads "
+                f"{list(self._chain.graph_inputs)}"
+            )
         expected = self._chain.graph_inputs
         missing = [n for n in expected if n not in inputs]
         unknown = sorted(set(inputs).difference(expected))
@@ -564,13 +610,13 @@ class Pipeline:
             raise PipelineError(
                 f"bad request inputs: {'; '.join(parts)}; the pipeline reads {list(expected)}"
             )
-        return {n: v if isinstance(v, np.ndarray) else np.asarray(v) for n, v in inputs.items()}
+        return {name: _array(name, value) for name, value in inputs.items()}
 
     def _dispatch(self, request: int, env: dict[str, Any], *, inline: bool) -> None:
         """Hand an admitted request to the engine (or run it in this thread, ``inline``)."""
         try:
             if inline:
-                self._engine.run_inline(request, env)  # type: ignore[attr-defined]
+                self._engine.run_inline(request, env)  # type: ignore[attr-defined]  # inline: an InlineEngine
             else:
                 self._engine.submit(request, env)
         except Exception as exc:  # e.g. Ray refused the call: the failure keeps its turn
@@ -595,7 +641,8 @@ class Pipeline:
 
         Args:
             inputs: Graph input name -> array (numpy arrays are passed on without a copy).
-            timeout: Seconds to wait for room in the pipeline (``None``: no limit).
+            timeout: Seconds to wait for room in the pipeline (``None`` or ``math.inf``: no
+                limit).
 
         Returns:
             The request number (0-based, in admission order, shared with :meth:`run` and
@@ -607,6 +654,7 @@ class Pipeline:
             PipelineTimeoutError: No room within ``timeout``; nothing was sent.
             BaseException: Interrupted (``KeyboardInterrupt``): nothing is left to receive.
         """
+        timeout = _timeout(timeout, "send_input")
         env = self._check_inputs(inputs)
         mine: list[int] = []
         try:
@@ -625,7 +673,7 @@ class Pipeline:
         and :meth:`map` are not in this queue: they deliver their own results.
 
         Args:
-            timeout: Seconds to wait for it (``None``: until it is ready).
+            timeout: Seconds to wait for it (``None`` or ``math.inf``: until it is ready).
 
         Returns:
             Output name -> numpy array.
@@ -637,7 +685,7 @@ class Pipeline:
                 pipeline was closed.
             PipelineTimeoutError: Not ready within ``timeout``; a later call can receive it.
         """
-        return self._book.take(timeout)
+        return self._book.take(_timeout(timeout, "receive_output"))
 
     # -- convenience ---------------------------------------------------------------------
 
@@ -657,7 +705,7 @@ class Pipeline:
         Args:
             inputs: Graph input name -> array.
             timeout: Seconds to wait for room in the pipeline, and then for the result
-                (``None``: no limit).
+                (``None`` or ``math.inf``: no limit).
 
         Returns:
             Output name -> numpy array.
@@ -669,6 +717,7 @@ class Pipeline:
             BaseException: An exception raised in the calling thread while it ran the stages
                 (``KeyboardInterrupt``...): the request is dropped, the pipeline stays usable.
         """
+        timeout = _timeout(timeout, "run()")
         env = self._check_inputs(inputs)
         mine: list[int] = []
         try:
@@ -706,12 +755,15 @@ class Pipeline:
                 closed or broken (raised by ``map()`` itself when it already is).
             PipelineTimeoutError: A result took longer than ``timeout``.
         """
+        timeout = _timeout(timeout, "map()")
         refusal = self._book.refusal()
         if refusal is not None:
             raise refusal
         return self._map(iter(requests), timeout)
 
-    def _map(self, requests: Iterator[Mapping[str, Any]], timeout: float | None):
+    def _map(
+        self, requests: Iterator[Mapping[str, Any]], timeout: float | None
+    ) -> Iterator[Outputs]:
         mine: collections.deque[int] = collections.deque()
         book = self._book
         try:
@@ -789,8 +841,9 @@ class Pipeline:
             timeout: Seconds to wait for the workers to end (onnxruntime stops a run between
                 two operators).
         """
+        limit = _timeout(timeout, "close()")
         self._finalizer.detach()
-        _shutdown(self._book, self._engine, timeout)
+        _shutdown(self._book, self._engine, threading.TIMEOUT_MAX if limit is None else limit)
 
     def __enter__(self) -> Pipeline:
         return self

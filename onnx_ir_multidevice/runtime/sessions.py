@@ -17,6 +17,11 @@ serialized bytes of one, or a path:
   folder is removed when the session is closed (:meth:`ModelSession.close`, or leaving its
   ``with`` block), and at the latest when the :class:`ModelSession` is garbage-collected.
 
+An IR model's multi-device fields (IR v11 configurations, which onnxruntime does not use) are
+left out of what onnxruntime gets, and its IR version lowered to the lowest its content then
+needs (:func:`~onnx_ir_multidevice.graph.ir_versions.lowest_ir_version`): onnxruntime 1.20 to
+1.22 refuse a model above IR 10, which an annotated whole model is. The model is not changed.
+
 :func:`session_source` makes the same decision ahead of time, for a session that is created
 later or in another process (a Ray actor): it keeps the bytes or the path, or the IR model
 itself when only a file can carry it.
@@ -31,13 +36,15 @@ __all__ = ["PROTO_LIMIT_BYTES", "ModelSession", "session_options", "session_sour
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Union
 
 import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._proto.external import external_attributes_embedded, proto_tensors
+from onnx_ir_multidevice.graph.dtypes import stored_nbytes
+from onnx_ir_multidevice.graph.ir_versions import MULTI_DEVICE_IR_VERSION, lowest_ir_version
 
 PROTO_LIMIT_BYTES = 1_800_000_000
 """Models whose weights or serialized proto reach this size go through a temporary file
@@ -60,13 +67,21 @@ def _onnxruntime() -> Any:
     return onnxruntime
 
 
+_LOG_FATAL_ONLY = 4
+"""onnxruntime's log severity for fatal messages only (0 verbose ... 3 error, 4 fatal)."""
+
+
 def session_options(
     *,
     intra_op_num_threads: int | None = None,
     sequential: bool = False,
     spinning: bool | None = None,
 ) -> Any:
-    """:class:`onnxruntime.SessionOptions` with the package's defaults (warnings not logged).
+    """:class:`onnxruntime.SessionOptions` with the package's defaults (nothing logged).
+
+    onnxruntime logs nothing on stderr (``log_severity_level`` 4, fatal only): its error
+    lines, in terminal colours, only repeat what the exception raised to the caller says,
+    which every command reports in its own words. Runs inherit the level.
 
     Args:
         intra_op_num_threads: onnxruntime's intra-op thread count (``None``: its default).
@@ -83,7 +98,7 @@ def session_options(
     """
     ort = _onnxruntime()
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = _LOG_FATAL_ONLY
     if intra_op_num_threads is not None:
         options.intra_op_num_threads = intra_op_num_threads
     if sequential:
@@ -106,8 +121,41 @@ def _needs_file(model: ir.Model) -> bool:
                 continue
             if isinstance(tensor, ir.ExternalTensor):
                 return True
-            total += tensor.nbytes
+            total += stored_nbytes(tensor) or 0  # no size (UNDEFINED): onnxruntime says why
     return total >= PROTO_LIMIT_BYTES
+
+
+def _all_node_protos(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``proto``: main graph, subgraphs at any depth, functions."""
+    pending = [proto.graph.node, *(f.node for f in proto.functions)]
+    while pending:
+        for node in pending.pop():
+            yield node
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    pending.append(attr.g.node)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    pending.extend(g.node for g in attr.graphs)
+
+
+def _single_device(proto: onnx.ModelProto, model: ir.Model) -> bool:
+    """Drop ``proto``'s multi-device fields and lower its IR version; whether it changed.
+
+    ``proto`` is ``model`` serialized; ``model`` is not changed.
+    """
+    if proto.ir_version < MULTI_DEVICE_IR_VERSION:
+        return False
+    changed = bool(proto.configuration)
+    del proto.configuration[:]
+    for node in _all_node_protos(proto):
+        if node.device_configurations:
+            del node.device_configurations[:]
+            changed = True
+    lowest = lowest_ir_version(model, kept=lambda entry: False, configurations=())
+    if lowest != proto.ir_version:
+        proto.ir_version = lowest
+        changed = True
+    return changed
 
 
 def session_source(model: ModelSource) -> bytes | str | ir.Model:
@@ -141,6 +189,7 @@ def session_source(model: ModelSource) -> bytes | str | ir.Model:
             return model
         with external_attributes_embedded(model):
             proto = ir.to_proto(model)
+        _single_device(proto, model)
         if proto.ByteSize() < PROTO_LIMIT_BYTES:
             return proto.SerializeToString()
         return model
@@ -191,6 +240,10 @@ class ModelSession:
                 path = os.path.join(self._folder.name, _MODEL_FILE)
                 with external_attributes_embedded(source):
                     ir.save(source, path, external_data=f"{_MODEL_FILE}.data")
+                if source.ir_version >= MULTI_DEVICE_IR_VERSION:
+                    proto = onnx.load_model(path, load_external_data=False)  # no weights
+                    if _single_device(proto, source):
+                        onnx.save_model(proto, path)
                 source = path
             self.session = ort.InferenceSession(
                 source,

@@ -43,8 +43,14 @@ import onnx_ir as ir
 from onnx_ir_multidevice._errors import OmnyFormatError, OmnyIOError, PipelineError
 from onnx_ir_multidevice._proto.convert import from_proto
 from onnx_ir_multidevice._proto.files import load as load_model
+from onnx_ir_multidevice._regular_files import require_regular
 from onnx_ir_multidevice._split import split
-from onnx_ir_multidevice._split.manifest import ManifestError, read_manifest
+from onnx_ir_multidevice._split.manifest import (
+    MANIFEST_NAME,
+    ManifestError,
+    ManifestStage,
+    read_manifest,
+)
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 from onnx_ir_multidevice.runtime.inputs import TensorSpec, input_specs
 from onnx_ir_multidevice.runtime.sessions import session_source
@@ -186,6 +192,7 @@ def _stage_from_ir(
 
 def _stage_from_path(index: int, path: str | os.PathLike) -> _Stage:
     path = os.fspath(path)
+    require_regular(path, "stage model")
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as exc:  # onnx raises OSError, DecodeError or its own errors
@@ -274,12 +281,35 @@ def _chain_from_stages(
     )
 
 
+def _agrees(file: pathlib.Path, entry: ManifestStage, stage: StageModel) -> None:
+    """The stage file reads and writes what its manifest entry says (a stale manifest fails)."""
+    where = f"{file}: stages[{entry.index}]"
+    listed = set(entry.input_names)
+    unlisted = [name for name in stage.inputs if name not in listed]
+    if unlisted:
+        raise PipelineError(
+            f"{where}.inputs: {entry.file} reads {unlisted}, which the manifest does not list; "
+            "the stage files and the manifest come from different splits (split the model "
+            "again with `omny split`)"
+        )
+    if tuple(stage.outputs) != entry.output_names:
+        raise PipelineError(
+            f"{where}.outputs: {entry.file} writes {list(stage.outputs)}, the manifest says "
+            f"{list(entry.output_names)}; the stage files and the manifest come from different "
+            "splits (split the model again with `omny split`)"
+        )
+
+
 def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -> StageChain:
     try:
         manifest = read_manifest(folder)
     except ManifestError as exc:  # a pipeline's errors are PipelineErrors (the path stays)
         raise PipelineError(str(exc)) from exc
-    stages = [_stage_from_path(entry.index, entry.path) for entry in manifest.stages]
+    stages = [
+        _stage_from_path(entry.index, manifest.stage_path(entry.index)) for entry in manifest.stages
+    ]
+    for entry, (stage, _, _) in zip(manifest.stages, stages):
+        _agrees(folder / MANIFEST_NAME, entry, stage)
     graph_outputs = outputs if outputs is not None else manifest.graph_outputs
     return _chain_from_stages(stages, graph_outputs, manifest.graph_inputs)
 
@@ -296,7 +326,13 @@ def _chain_from_model(model: ir.Model, shards: int, outputs: Sequence[str] | Non
     # The whole model's specs: its Gather analysis sees every use of an input, whichever
     # stage it lands in, and gives the bounds `verify` uses.
     specs = input_specs(model)
-    return _chain_from_stages(stages, graph_outputs, list(specs), specs, _recorded_dims(model))
+    return _chain_from_stages(
+        stages,
+        graph_outputs,  # type: ignore[arg-type]  # onnx-ir types names Optional; outputs are named
+        list(specs),
+        specs,
+        _recorded_dims(model),
+    )
 
 
 def load_stages(

@@ -72,8 +72,9 @@ import dataclasses
 import hashlib
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -163,7 +164,7 @@ class LlamaConfig:
     def num_bytes(self) -> int:
         """Bytes of all weights and rotary tables in :attr:`dtype`."""
         tables = 2 * self.max_positions * self.head_dim
-        return (self.num_parameters + tables) * ir.DataType(self.dtype).itemsize
+        return (self.num_parameters + tables) * (ir.DataType(self.dtype).bitwidth // 8)
 
 
 TINYLLAMA_1_1B = LlamaConfig(
@@ -260,7 +261,7 @@ class _ExternalDataWriter:
             file.write(b"\0" * padding)
         offset = position + padding
         for chunk in _weight_chunks(self._config, spec):
-            file.write(memoryview(np.ascontiguousarray(chunk).view(np.uint8)))
+            file.write(np.ascontiguousarray(chunk).view(np.uint8).data)
         length = file.tell() - offset
         return ir.ExternalTensor(
             self._location,
@@ -314,7 +315,7 @@ class _GraphBuilder:
         self,
         op_type: str,
         inputs: Sequence[ir.Value | None],
-        attributes: dict[str, object] | None = None,
+        attributes: Mapping[str, Any] | None = None,
         *,
         name: str,
         dtype: ir.DataType,

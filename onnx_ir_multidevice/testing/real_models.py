@@ -223,7 +223,11 @@ def run_job(
 
 
 def _run_pipeline(
-    report: JobReport, planned, folder: Path, dims: Mapping[str, int] | None, requests: int
+    report: JobReport,
+    planned: ir.Model,
+    folder: Path,
+    dims: Mapping[str, int] | None,
+    requests: int,
 ) -> None:
     with (
         Pipeline(folder, intra_op_num_threads=1) as pipeline,

@@ -48,6 +48,7 @@ __all__ = [
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -122,7 +123,7 @@ class _Builder:
         self,
         op_type: str,
         inputs: Sequence[ir.Value | None],
-        attributes: Mapping[str, object] | None = None,
+        attributes: Mapping[str, Any] | None = None,
         *,
         name: str,
         dtype: ir.DataType,
@@ -188,7 +189,9 @@ def _linear(
     return b.op("Add", [y, bias], name=out_name or prefix, dtype=_F32, shape=shape)
 
 
-def _layer_norm(b: _Builder, x: ir.Value, prefix: str, hidden: int, shape: Sequence[Dim]):
+def _layer_norm(
+    b: _Builder, x: ir.Value, prefix: str, hidden: int, shape: Sequence[Dim]
+) -> ir.Value:
     scale = b.ones(f"{prefix}.weight", (hidden,))
     bias = b.zeros(f"{prefix}.bias", (hidden,))
     return b.op(
@@ -355,7 +358,9 @@ def resnet(
     b = _Builder(seed)
     x = b.input("image", _F32, (_BATCH, 3, image, image))
 
-    def conv(x: ir.Value, prefix: str, c_in: int, c_out: int, k: int, stride: int, size: int):
+    def conv(
+        x: ir.Value, prefix: str, c_in: int, c_out: int, k: int, stride: int, size: int
+    ) -> tuple[ir.Value, int]:
         fan_in = c_in * k * k
         w = b.weight(f"{prefix}.weight", (c_out, c_in, k, k), std=math.sqrt(2.0 / fan_in))
         bias = b.zeros(f"{prefix}.bias", (c_out,))
@@ -790,16 +795,17 @@ def synthetic_transformer(
     initializers: list[ir.Value] = []
 
     def tensor(name: str, array: np.ndarray) -> ir.Value:
-        value = ir.Value(name=name, const_value=ir.Tensor(np.asarray(array), name=name))
-        value.type = ir.TensorType(value.const_value.dtype)  # type: ignore[union-attr]
-        value.shape = ir.Shape(value.const_value.shape)  # type: ignore[union-attr]
+        data = ir.Tensor(np.asarray(array), name=name)
+        value = ir.Value(name=name, const_value=data)
+        value.type = ir.TensorType(data.dtype)
+        value.shape = ir.Shape(data.shape)
         initializers.append(value)
         return value
 
     def weight(name: str, shape: tuple[int, ...]) -> ir.Value:
         return tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
 
-    def op(op_type: str, inputs: Sequence[ir.Value], name: str, **attributes: object) -> ir.Value:
+    def op(op_type: str, inputs: Sequence[ir.Value], name: str, **attributes: Any) -> ir.Value:
         out = ir.Value(name=name)
         attrs = [ir.convenience.convert_attribute(k, v) for k, v in attributes.items()]
         nodes.append(ir.Node("", op_type, inputs, attrs, outputs=[out], name=name))

@@ -112,7 +112,6 @@ class EngineFactory(Protocol):
         /,
         *,
         spinning: bool,
-        **options: Any,
     ) -> Engine:
         """Start the engine.
 
@@ -124,7 +123,9 @@ class EngineFactory(Protocol):
             on_done: The pipeline's callback, see :class:`Engine`.
             spinning: Whether onnxruntime's threads spin while idle.
             **options: The pipeline's ``engine_options`` (and ``actor_options`` from its
-                ``ray_actor_options``).
+                ``ray_actor_options``), as further keyword parameters of the factory's own
+                (not part of this protocol: each engine takes its own, and the pipeline
+                refuses those its factory does not take).
 
         Returns:
             The running engine.

@@ -1,4 +1,4 @@
-"""The one builder of ``.omny`` documents from a graph, used by :func:`plan` and the reverse pass.
+"""The one builder of ``.omny`` documents from a graph, used by the planner and the reverse pass.
 
 :func:`~onnx_ir_multidevice.planner.planning.plan` (cuts chosen by the memory model) and
 :class:`~onnx_ir_multidevice.passes.reverse.StagesToOmnyPass` (cuts read from hand-set
@@ -18,14 +18,17 @@ configuration and the bytes of each stage -- and this module writes the document
   of an existing document with the same tensor and node keeps its id, the others get
   ``cut_<n>`` with the smallest free ``n``. ``after_node`` is the cut tensor's producer.
 * **Memory**: every ``*_mb`` figure is MiB rounded up, never under-reported
-  (:func:`~onnx_ir_multidevice.planner.memory.to_mib`); the memory of a stage or a shard is at
-  least 1 MiB (:func:`memory_mb`: the spec requires positive figures). A cut point's
+  (:func:`~onnx_ir_multidevice.analysis.memory_units.to_mib`); the memory of a stage or a
+  shard is at least 1 MiB (:func:`memory_mb`: the spec requires positive figures). A cut point's
   ``shard_memory_mb`` is the stage from the previous listed cut (or the model start) to it,
   ``cumulative_memory_mb`` the running sum of those. ``max_shard_size_mb`` is the caller's
   limit, else the largest shard of any configuration; ``min_vram_mb`` is that plus the runtime
   headroom. With an existing document, its limits are kept and its shard counts widened.
 * **Export info**: now (UTC), this package's version, ``source_framework="onnx"``, the onnx
   version and the model's default-domain opset.
+
+It belongs to the analysis layer (a pure function of the graph and the caller's figures), so
+that the planner and the passes, above it, both import it downward.
 
 What the stage bytes *are* is the caller's: the planner gives the full memory model (weights,
 peak activations, input/output buffers, at the planning dims); the reverse pass the weights
@@ -50,6 +53,7 @@ __all__ = [
 import dataclasses
 import datetime
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
@@ -58,6 +62,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._version import __version__
+from onnx_ir_multidevice.analysis.memory_units import DEFAULT_HEADROOM, MIB, required_bytes, to_mib
 from onnx_ir_multidevice.analysis.ops import ATTENTION_OPS
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.dtypes import dtype_name
@@ -71,7 +76,6 @@ from onnx_ir_multidevice.omny._schema import (
     Sharding,
     TensorInfo,
 )
-from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM, MIB, required_bytes, to_mib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,10 +196,18 @@ def model_info(
     )
 
 
+def _export_moment() -> datetime.datetime:
+    """``SOURCE_DATE_EPOCH`` when set to whole seconds (reproducible builds), else now (UTC)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch.isdigit():
+        return datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc)
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
 def export_info(model: ir.Model) -> ExportInfo:
-    """Who wrote the document and when: now, this package, from ONNX."""
+    """Who wrote the document and when: now (or ``SOURCE_DATE_EPOCH``), this package, from ONNX."""
     return ExportInfo(
-        exported_at=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        exported_at=_export_moment().strftime("%Y-%m-%dT%H:%M:%SZ"),
         exporter_version=__version__,
         source_framework="onnx",
         source_version=onnx.__version__,
@@ -211,7 +223,7 @@ def _after_node(value: ir.Value) -> str:
 def _cut_ids(values: Iterable[ir.Value], existing: OmnyMetadata | None) -> dict[ir.Value, str]:
     """Ids of the listed cut values: kept from ``existing`` when the cut is the same."""
     values = list(values)
-    old = (
+    old: dict[tuple[str | None, str], str] = (
         {}
         if existing is None
         else {(c.tensor_name, c.after_node): c.id for c in existing.cut_points}
