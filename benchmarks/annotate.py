@@ -5,7 +5,8 @@ Builds ``zoo.synthetic_chain(N)`` (``--model chain``, every value typed) or
 ``value_info``, as dynamo exports are) with a ``.omny`` plan (one configuration per
 ``--shards`` count, default a 2-shard and a 4-shard one, cutting at evenly spaced block /
 layer outputs; cut shapes from the shape layer, cut tensors typed as ``omny plan`` writes
-them, or left untyped as ``plan()`` leaves them with ``--untyped-cuts``), saves it, then in
+them, or left untyped with ``--untyped-cuts``, as other writers and older files leave them),
+saves it, then in
 the same run times:
 
 * ``onnx_ir.load`` of the file (the reference);
@@ -22,7 +23,7 @@ the machine's cores are shared).
     python benchmarks/annotate.py --sizes 3000 20000 --repeat 1
     python benchmarks/annotate.py --model transformer --sizes 13000 52000
     python benchmarks/annotate.py --model transformer --sizes 3000 13000 52000 \
-        --shards 2,4,8 --untyped-cuts --no-shared-index   # plan() output, separate calls
+        --shards 2,4,8 --untyped-cuts --no-shared-index   # untyped cuts, separate calls
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def add_plan(model: ir.Model, shards: Sequence[int] = (2, 4), *, typed_cuts: boo
     """Write one configuration per shard count, cutting at evenly spaced block outputs.
 
     ``typed_cuts``: give the cut tensors their dtype and shape, as ``omny plan`` writes them
-    (``plan()`` leaves them as they are: untyped in the transformer).
+    (``False``: left as they are, untyped in the transformer, as other writers leave them).
     """
     outs = [  # block.<i>.out / layer.<i>.out (not layer.<i>.attn.out)
         v
@@ -151,7 +152,7 @@ def main() -> None:
     parser.add_argument(
         "--untyped-cuts",
         action="store_true",
-        help="leave the cut tensors untyped, as plan() writes them (check infers their shapes)",
+        help="leave the cut tensors untyped, as other writers do (check infers their shapes)",
     )
     args = parser.parse_args()
     sizes = sorted(args.sizes)
