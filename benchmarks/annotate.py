@@ -6,8 +6,7 @@ Builds ``zoo.synthetic_chain(N)`` (``--model chain``, every value typed) or
 ``--shards`` count, default a 2-shard and a 4-shard one, cutting at evenly spaced block /
 layer outputs; cut shapes from the shape layer, cut tensors typed as ``omny plan`` writes
 them, or left untyped with ``--untyped-cuts``, as other writers and older files leave them),
-saves it, then in
-the same run times:
+saves it, then in the same run times:
 
 * ``onnx_ir.load`` of the file (the reference);
 * ``annotate(model)`` (checker gate included) followed by ``check(model)``, sharing one
