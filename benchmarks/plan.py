@@ -16,8 +16,11 @@ of per-node plan time from the smallest to the largest model of each shape (targ
 and for every configuration the ratio of its largest stage to the lower bound
 ``max(total / N, largest single segment)``.
 
+``--shards 2,4,8`` plans those shard counts only (default: every count from 2 to 8).
+
 Usage: ``python benchmarks/plan.py [--models chain,transformer] [--repeat 3] [--relaxed]
-[--chain-sizes 3000,13000,50000] [--transformer-sizes 13000,52000] [--dim seq=128]``
+[--chain-sizes 3000,13000,50000] [--transformer-sizes 13000,52000] [--dim seq=128]
+[--shards 2,4,8]``
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ def build(kind: str, nodes: int) -> ir.Model:
 def measure(kind, sizes, args, folder):
     dims = dict(item.split("=") for item in args.dim)
     dims = {name: int(value) for name, value in dims.items()}
+    shards = [int(n) for n in args.shards.split(",")] if args.shards else None
     rows = []
     for n in sizes:
         path = Path(folder) / f"{kind}_{n}.onnx"
@@ -79,7 +83,9 @@ def measure(kind, sizes, args, folder):
             warnings.simplefilter("ignore")
             plan_s, result = best_of(
                 args.repeat,
-                lambda m=model: plan_model(m, relaxed=args.relaxed, dims=dims or None),
+                lambda m=model: plan_model(
+                    m, relaxed=args.relaxed, dims=dims or None, shards=shards
+                ),
             )
         rows.append((len(model.graph), load_s, plan_s, result))
     return rows
@@ -93,6 +99,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--relaxed", action="store_true")
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=N")
+    parser.add_argument("--shards", help="shard counts to plan (default: 2 to 8)")
     args = parser.parse_args()
     sizes = {
         "chain": [int(s) for s in args.chain_sizes.split(",")],

@@ -22,7 +22,7 @@ reference. A test checks that both agree wherever this module answers.
 
 from __future__ import annotations
 
-__all__ = ["propagate"]
+__all__ = ["Propagation", "propagate"]
 
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -517,70 +517,100 @@ def propagate(
 
     .. versionadded:: 0.1
     """
-    known: dict[ir.Value, _T] = {v: _T(dtype, dims) for v, (dtype, dims) in inputs.items()}
-    known_get = known.get
-    rules = _RULES
-    result: dict[ir.Value, tuple[ir.DataType, tuple[Dual, ...]]] = {}
-    # Records are interned (one object per dtype, dims and data), so that a node whose op,
-    # attributes and input records repeat an earlier node's (the layers of a transformer)
-    # reuses its output records instead of running its rule again.
-    interned: dict[tuple, _T] = {}
-    memo: dict[tuple, list[_T]] = {}
+    propagation = Propagation(inputs)
+    return propagation.result if propagation.run(nodes) else None
 
-    def intern(record: _T) -> _T:
+
+class Propagation:
+    """A :func:`propagate` that can be continued: nodes are added as questions come.
+
+    :meth:`run` walks the nodes it is given (each node's inputs must be graph inputs,
+    constants or outputs of nodes already run); :attr:`result` grows with every run. A node
+    that is not covered stops its run; what was found before it stays valid (each record
+    follows from its own inputs only).
+
+    Args:
+        inputs: Dtype and dual dims of each graph input.
+
+    .. versionadded:: 0.1
+    """
+
+    def __init__(self, inputs: Mapping[ir.Value, tuple[ir.DataType, tuple[Dual, ...]]]) -> None:
+        self._known: dict[ir.Value, _T] = {
+            v: _T(dtype, dims) for v, (dtype, dims) in inputs.items()
+        }
+        self.result: dict[ir.Value, tuple[ir.DataType, tuple[Dual, ...]]] = {}
+        """``{value: (dtype, dims)}`` of every output of the nodes run so far."""
+        # Records are interned (one object per dtype, dims and data), so that a node whose
+        # op, attributes and input records repeat an earlier node's (the layers of a
+        # transformer) reuses its output records instead of running its rule again.
+        self._interned: dict[tuple, _T] = {}
+        self._memo: dict[tuple, list[_T]] = {}
+
+    def _intern(self, record: _T) -> _T:
         key = (record.dtype, record.dims, record.data)
-        found = interned.get(key)
+        found = self._interned.get(key)
         if found is None:
-            found = interned[key] = record
+            found = self._interned[key] = record
             record.key = (record.dtype, record.dims)
         return found
 
-    try:
-        for node in nodes:
-            domain, op, node_inputs, outputs, attributes = NODE_FIELDS_OF(node)
-            if domain and domain != "ai.onnx":
-                return None
-            if op == "Constant":
-                attr = node.attributes.get("value")
-                if attr is None or attr.type != ir.AttributeType.TENSOR:
-                    return None
-                record = known[outputs[0]] = intern(_tensor_record(attr.value))
-                result[outputs[0]] = record.key
-                continue
-            rule = rules.get(op)
-            if rule is None:
-                return None
-            ins: list[_T | None] = list(map(known_get, node_inputs))
-            if None in ins:
-                for k, value in enumerate(node_inputs):
-                    if ins[k] is None and value is not None:
-                        tensor = value.const_value
-                        if tensor is None:
-                            return None  # an outer-scope or unknown value
-                        ins[k] = known[value] = intern(_tensor_record(tensor, value))
-            if ins and ins[0] is None:
-                return None
-            attribute_key = _attribute_key(attributes) if attributes else ()
-            key = (
-                None if attribute_key is None else (op, len(outputs), attribute_key, *map(id, ins))
-            )
-            outs = None if key is None else memo.get(key)
-            if outs is None:
-                if op in _TWO_INPUT_DATA and len(ins) == 2:
-                    outs = _elementwise(node, ins)
-                else:
-                    outs = rule(node, ins)
-                if len(outs) < len(outputs):
-                    return None
-                outs = list(map(intern, outs))
-                if key is not None:
-                    memo[key] = outs
-            for value, record in zip(outputs, outs):
-                known[value] = record
-                result[value] = record.key
-    except (_GiveUp, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
-        return None
-    return result
+    def run(self, nodes: Sequence[ir.Node]) -> bool:
+        """Propagate through ``nodes`` (topological order); ``False`` at a node not covered."""
+        known = self._known
+        known_get = known.get
+        rules = _RULES
+        result = self.result
+        memo = self._memo
+        intern = self._intern
+        try:
+            for node in nodes:
+                domain, op, node_inputs, outputs, attributes = NODE_FIELDS_OF(node)
+                if domain and domain != "ai.onnx":
+                    return False
+                if op == "Constant":
+                    attr = node.attributes.get("value")
+                    if attr is None or attr.type != ir.AttributeType.TENSOR:
+                        return False
+                    record = known[outputs[0]] = intern(_tensor_record(attr.value))
+                    result[outputs[0]] = record.key
+                    continue
+                rule = rules.get(op)
+                if rule is None:
+                    return False
+                ins: list[_T | None] = list(map(known_get, node_inputs))
+                if None in ins:
+                    for k, value in enumerate(node_inputs):
+                        if ins[k] is None and value is not None:
+                            tensor = value.const_value
+                            if tensor is None:
+                                return False  # an outer-scope or unknown value
+                            ins[k] = known[value] = intern(_tensor_record(tensor, value))
+                if ins and ins[0] is None:
+                    return False
+                attribute_key = _attribute_key(attributes) if attributes else ()
+                key = (
+                    None
+                    if attribute_key is None
+                    else (op, len(outputs), attribute_key, *map(id, ins))
+                )
+                outs = None if key is None else memo.get(key)
+                if outs is None:
+                    if op in _TWO_INPUT_DATA and len(ins) == 2:
+                        outs = _elementwise(node, ins)
+                    else:
+                        outs = rule(node, ins)
+                    if len(outs) < len(outputs):
+                        return False
+                    outs = list(map(intern, outs))
+                    if key is not None:
+                        memo[key] = outs
+                for value, record in zip(outputs, outs):
+                    known[value] = record
+                    result[value] = record.key
+        except (_GiveUp, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
+            return False
+        return True
 
 
 _PLAIN_ATTRIBUTE_VALUES = (int, float, str)

@@ -69,6 +69,7 @@ __all__ = [
 ]
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -80,8 +81,9 @@ import onnx_ir as ir
 from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_dim
 from onnx_ir_multidevice.analysis.element_types import element_types
 from onnx_ir_multidevice.analysis.shape_data import evaluate_cone, shape_cone
-from onnx_ir_multidevice.analysis.shape_propagation import propagate
+from onnx_ir_multidevice.analysis.shape_propagation import Propagation
 from onnx_ir_multidevice.graph.dtypes import INTEGER_OR_BOOL_DTYPES as _INTEGER_TYPES
+from onnx_ir_multidevice.graph.fingerprint import GraphCache
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 
 DEFAULT_BATCH = 1
@@ -797,20 +799,6 @@ def _set_shape(info: onnx.ValueInfoProto, dtype: ir.DataType, dims: Sequence[int
         shape.dim.add().dim_value = size
 
 
-def _ancestors(index: GraphIndex, values: Sequence[ir.Value]) -> list[ir.Node]:
-    """The nodes ``values`` are computed from, in topological order."""
-    position = index.position
-    wanted: set[ir.Node] = set()
-    stack = [v.producer() for v in values]
-    while stack:
-        node = stack.pop()
-        if node is None or node in wanted or node not in position:
-            continue
-        wanted.add(node)
-        stack.extend(u.producer() for u in index.uses_of(node))
-    return sorted(wanted, key=position.__getitem__)
-
-
 def _value_keys(graph: ir.Graph, index: GraphIndex) -> dict[ir.Value, str]:
     """A unique name for every main-graph value (its own when unique and not empty)."""
     values: list[ir.Value] = list(graph.inputs)
@@ -916,10 +904,45 @@ class ValueShapes:
         self._runs: dict[int, _Run] = {}
         self._checked: set[ir.Value] = set()
         self._fast: Any = _UNSET
+        self._propagation: Propagation | None = None
+        self._walked = bytearray()
+        self._same: dict[tuple, _Info] = {}
         self._dtypes: Mapping[ir.Value, ir.DataType] | None = None
         self._probe_values: dict[int, list[str]] = {}
         for symbol, value in self.probe_dims.items():
             self._probe_values.setdefault(value, []).append(symbol)
+
+    @classmethod
+    def cached(
+        cls,
+        graph: ir.Graph,
+        dims: Mapping[str, int] | None = None,
+        *,
+        index: GraphIndex | None = None,
+        focus: Iterable[ir.Value] | None = None,
+    ) -> ValueShapes:
+        """The shapes of ``graph`` at ``dims``, computed once and kept while it is unchanged.
+
+        Kept in the graph's :class:`~onnx_ir_multidevice.graph.fingerprint.GraphCache` (the
+        one of ``index``, when it came from
+        :meth:`~onnx_ir_multidevice.graph.index.GraphIndex.for_model`): the checker gate of
+        ``annotate()`` and a later ``check()`` of the same model share one propagation, and
+        any change to the graph in between starts a new one. ``focus`` only says where the
+        first walk stops (see the class); every value is answered whatever the focus was.
+
+        Args:
+            graph: The main graph.
+            dims: The planning dims.
+            index: The graph's index, when already built.
+            focus: The values the caller will ask about, when only a few.
+
+        .. versionadded:: 0.1
+        """
+        cache = getattr(index, "cache", None)
+        if cache is None or index is None or index.graph is not graph:
+            cache = GraphCache.of(graph)
+        key = (cls, tuple(sorted((name, int(size)) for name, size in (dims or {}).items())))
+        return cache.get(key, lambda: cls(graph, dims, index=index, focus=focus))
 
     # -- inference ----------------------------------------------------------------------------
 
@@ -975,8 +998,12 @@ class ValueShapes:
         stated = _stated(value, self.symbols)
         return None if stated is None else evaluate_dims(stated.dims, bindings)
 
-    def _propagated(self) -> dict[ir.Value, tuple[ir.DataType, tuple]] | None:
-        """The fast propagation (:mod:`.shape_propagation`) of the whole graph, once."""
+    def _propagated(self) -> Mapping[ir.Value, tuple[ir.DataType, tuple]] | None:
+        """The fast propagation (:mod:`.shape_propagation`): the focus's cone, or the graph.
+
+        ``None`` when it does not cover that part of the graph (then ONNX inference answers).
+        Values outside what it walked are added later by :meth:`_fast_entry`.
+        """
         if self._fast is not _UNSET:
             return self._fast
         self._fast = None
@@ -1004,27 +1031,87 @@ class ValueShapes:
                     return None
                 duals.append(p if p == q else (p, q))
             inputs[value] = (value.dtype, tuple(duals))
-        nodes = index.nodes if self._focus is None else _ancestors(index, self._focus)
-        self._fast = fast = propagate(nodes, inputs)
+        propagation = Propagation(inputs)
+        self._walked = bytearray(len(index.nodes))
+        if self._focus is None:
+            nodes: Sequence[ir.Node] = index.nodes
+            self._walked[:] = b"\x01" * len(nodes)
+        else:
+            nodes = self._cone(self._focus)
         self._focus = None
-        if fast is not None:  # every untyped value at once (the common case of a large graph)
-            cache, classify = self._cache, self._classify
-            same: dict[tuple, _Info] = {}  # values of one dtype and dims share their answer
-            for value, key in fast.items():
-                if value.shape is not None or value.type is not None or value in cache:
-                    continue
-                info = same.get(key)
-                if info is None:
-                    dtype, key_duals = key
-                    if all(type(d) is int for d in key_duals):
-                        info = _Info(dtype, len(key_duals), key_duals, key_duals, key_duals)
-                    else:
-                        probe_dims = tuple(d if type(d) is int else d[0] for d in key_duals)
-                        scaled_dims = tuple(d if type(d) is int else d[1] for d in key_duals)
-                        info = classify(dtype, probe_dims, scaled_dims)
-                    same[key] = info
-                cache[value] = info
-        return fast
+        if not propagation.run(nodes):
+            return None
+        self._propagation = propagation
+        self._fast = propagation.result
+        if len(nodes) == len(index.nodes):  # the whole graph: every value will be asked
+            self._fill(0)
+        return self._fast
+
+    def _cone(self, values: Iterable[ir.Value]) -> list[ir.Node]:
+        """The nodes ``values`` are computed from that the propagation has not walked yet.
+
+        Marks them walked; topological order. Costs the size of what it returns.
+        """
+        index = self._index
+        assert index is not None
+        position, reads, walked = index.position, index.reads, self._walked
+        n = len(walked)
+        found: list[int] = []
+        stack = [position.get(v.producer()) for v in values]  # type: ignore[arg-type]
+        while stack:
+            i = stack.pop()
+            if i is None or i >= n or walked[i]:
+                continue
+            walked[i] = 1
+            found.append(i)
+            stack.extend(reads[i])
+        found.sort()
+        nodes = index.nodes
+        return [nodes[i] for i in found]
+
+    def _fill(self, start: int) -> None:
+        """Answer every untyped value the propagation found from position ``start`` on."""
+        fast = self._fast
+        assert fast is not None and fast is not _UNSET
+        cache, same, from_fast = self._cache, self._same, self._from_fast
+        items = iter(fast.items())
+        if start:
+            items = itertools.islice(items, start, None)
+        for value, key in items:
+            if value.shape is not None or value.type is not None or value in cache:
+                continue
+            info = same.get(key)
+            cache[value] = info if info is not None else from_fast(key)
+
+    def _from_fast(self, key: tuple[ir.DataType, tuple]) -> _Info:
+        """What a fast propagation record ``(dtype, duals)`` says (shared by equal records)."""
+        info = self._same.get(key)
+        if info is None:
+            dtype, duals = key
+            if all(type(d) is int for d in duals):
+                info = _Info(dtype, len(duals), duals, duals, duals)
+            else:
+                probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
+                scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
+                info = self._classify(dtype, probe_dims, scaled_dims)
+            self._same[key] = info
+        return info
+
+    def _fast_entry(self, value: ir.Value) -> tuple[ir.DataType, tuple] | None:
+        """What the fast propagation says of ``value``, walking its cone first if needed."""
+        fast = self._propagated()
+        if fast is None:
+            return None
+        entry = fast.get(value)
+        if entry is not None or self._propagation is None:
+            return entry
+        nodes = self._cone((value,))
+        if nodes:
+            start = len(fast)
+            self._propagation.run(nodes)  # what it finds before a node it cannot cover counts
+            self._fill(start)
+            entry = fast.get(value)
+        return entry
 
     def _inferred(
         self, value: ir.Value, scale: int
@@ -1103,17 +1190,17 @@ class ValueShapes:
             return self._from_stated(dtype, stated.dims)
         if not self._infer or (producer is not None and producer.graph is not self.graph):
             return self._declared_only(value, dtype)
-        fast = self._propagated()
-        if fast is not None:
-            entry = fast.get(value)
-            if entry is not None:
-                fast_dtype, duals = entry
-                probe_dims: tuple[int | None, ...] | None
-                probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
-                scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
-                if stated is not None:
-                    return self._from_stated(dtype or fast_dtype, stated.dims)
-                return self._classify(dtype or fast_dtype, probe_dims, scaled_dims)
+        entry = self._fast_entry(value)
+        if entry is not None:
+            fast_dtype, duals = entry
+            if stated is not None:
+                return self._from_stated(dtype or fast_dtype, stated.dims)
+            if dtype is None or dtype == fast_dtype:
+                return self._from_fast(entry)
+            probe_dims: tuple[int | None, ...] | None
+            probe_dims = tuple(d if type(d) is int else d[0] for d in duals)
+            scaled_dims = tuple(d if type(d) is int else d[1] for d in duals)
+            return self._classify(dtype or fast_dtype, probe_dims, scaled_dims)
         probe = self._inferred(value, 1)
         if probe is None:
             if stated is not None:
@@ -1231,6 +1318,7 @@ class ValueShapes:
         if (
             symbolic is None
             or not self._runs  # the fast propagation answered: its arithmetic is exact
+            or (self._propagation is not None and value in self._propagation.result)
             or not self.symbols
             or value.shape is not None
             or value in self._checked

@@ -134,7 +134,7 @@ class _FormatRules:
             # Only the cut tensors are asked about: walk only what they are computed from.
             cuts = self.plan.cut_points if self.plan else ()
             focus = [b.value for b in cuts if b.resolved and b.value is not None]
-            self._shapes = ValueShapes(self.graph, dims, index=self._index, focus=focus)
+            self._shapes = ValueShapes.cached(self.graph, dims, index=self._index, focus=focus)
         if shape is None:
             shape = self._shapes.onnx_shape(value)
         if dtype is None:

@@ -8,6 +8,9 @@
   sharding specs (onnx-ir drops them).
 * :mod:`~onnx_ir_multidevice.graph.dtypes` -- the one table of ONNX data types: their
   ``.omny`` spelling and their size in bits.
+* :mod:`~onnx_ir_multidevice.graph.fingerprint` -- :class:`GraphFingerprint`, what the
+  analyses read from a graph, and :class:`GraphCache`, their results kept while it is
+  unchanged (the index and the shapes, shared by ``annotate()`` and a later ``check()``).
 
 .. versionadded:: 0.1
 """
@@ -17,6 +20,8 @@ from __future__ import annotations
 __all__ = [
     "AnalysisError",
     "CutListCache",
+    "GraphCache",
+    "GraphFingerprint",
     "GraphIndex",
     "dtype_bits",
     "dtype_from_name",
@@ -34,6 +39,7 @@ __all__ = [
 
 from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.graph.dtypes import dtype_bits, dtype_from_name, dtype_name, tensor_nbytes
+from onnx_ir_multidevice.graph.fingerprint import GraphCache, GraphFingerprint
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,
     CutListCache,

@@ -37,8 +37,11 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyError
 from onnx_ir_multidevice._util import gc_paused
+from onnx_ir_multidevice.graph.fingerprint import GraphCache
 
 _T = TypeVar("_T")
+_INDEX_KEY = "GraphIndex.for_model"
+"""Key of the index :meth:`GraphIndex.for_model` keeps in the graph's cache."""
 
 
 class AnalysisError(OmnyError, ValueError):
@@ -513,6 +516,10 @@ class GraphIndex:
     )
     _op_types: list[str] | None = dataclasses.field(default=None, init=False, repr=False)
 
+    cache: GraphCache | None = dataclasses.field(default=None, init=False, repr=False)
+    """The results of other analyses of :attr:`graph` in the state this index describes (its
+    shapes...), when the index came from :meth:`for_model` (``None`` otherwise)."""
+
     @classmethod
     def build(
         cls,
@@ -609,8 +616,21 @@ class GraphIndex:
 
     @classmethod
     def for_model(cls, model: ir.Model) -> GraphIndex:
-        """Index ``model.graph``, judging calls by ``model.functions``."""
-        return cls.build(model.graph, functions=model.functions)
+        """Index ``model.graph``, judging calls by ``model.functions``.
+
+        The index is kept with the graph (:class:`~onnx_ir_multidevice.graph.fingerprint.
+        GraphCache`) and returned again, analysis results included, while the graph is
+        unchanged: ``annotate()`` and a later ``check()`` of one model index it once. A
+        model with local functions is indexed anew each time (their bodies are not in the
+        graph's fingerprint).
+        """
+        graph = model.graph
+        if model.functions:
+            return cls.build(graph, functions=model.functions)
+        cache = GraphCache.of(graph)
+        index = cache.get(_INDEX_KEY, lambda: cls.build(graph, functions=model.functions))
+        index.cache = cache
+        return index
 
     def _sort(self) -> None:
         """Reorder the index topologically (Kahn, first-in first-out, seeded in graph order)."""

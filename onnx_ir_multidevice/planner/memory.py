@@ -106,7 +106,7 @@ from onnx_ir_multidevice.analysis.sparse_table import SparseTable
 from onnx_ir_multidevice.analysis.sparse_table import floor_log2 as _floor_log2  # noqa: F401  (planner.partition)
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.graph.index import OP_TYPE_OF, node_subgraphs
-from onnx_ir_multidevice.planner.flops import node_flops, nodes_flops
+from onnx_ir_multidevice.planner.flops import nodes_flops
 
 PREPACKED_WEIGHT_INPUTS: Mapping[str, tuple[int, ...]] = {
     **dict.fromkeys(("MatMul", "FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat"), (1,)),
@@ -735,14 +735,24 @@ class MemoryModel:
         order = self.analysis.order
         index = self.analysis.index
         with_bodies = None if index is None else {node for node, _ in index.bodies}
-        counts = nodes_flops(order, self.sizes, with_bodies, self._order_op_types())
-        for i, (node, count) in enumerate(zip(order, counts)):
-            if count is None:
+        op_types = self._order_op_types()
+        counts = nodes_flops(order, self.sizes, with_bodies, op_types)
+        missing = [i for i, count in enumerate(counts) if count is None]
+        if missing:  # counted at the probe dims, to choose cuts (one call for all of them)
+            estimates = nodes_flops(
+                [order[i] for i in missing],
+                self.sizes,
+                with_bodies,
+                [op_types[i] for i in missing],
+                estimate=True,
+            )
+            for i, count in zip(missing, estimates):
+                node = order[i]
                 unknown.append(node.name or node.op_type)
-                count = node_flops(node, self.sizes, estimate=True)  # to choose cuts
-                if count is None:
-                    continue
-            flops[segment_of[i]] += count
+                counts[i] = count
+        for i, count in enumerate(counts):
+            if count is not None:
+                flops[segment_of[i]] += count
         self._flops += np.asarray(flops, dtype=np.int64)
         return tuple(unknown)
 
