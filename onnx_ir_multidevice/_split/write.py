@@ -204,7 +204,13 @@ def _write_stage_direct(
         if holds_subgraphs(node) and not _plain_subgraphs(node):
             raise _NotDirect
         node_proto = node_protos.add()
-        serialize_node_into(node_proto, from_=node, model_ir_version=ir_version)
+        # The node's own configurations are written below (or not): onnx-ir, told the lowered
+        # version, would drop them with one warning per node.
+        serialize_node_into(
+            node_proto,
+            from_=node,
+            model_ir_version=ir_version if holds_subgraphs(node) else None,
+        )
         if node.device_configurations:
             del node_proto.device_configurations[:]
             if keep_configurations:
