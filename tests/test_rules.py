@@ -17,6 +17,9 @@ from onnx.reference import ReferenceEvaluator
 
 from onnx_ir_multidevice.analysis import shape_data
 from onnx_ir_multidevice.analysis.rules import ANY_DOMAIN, RuleRegistry
+from onnx_ir_multidevice.analysis.sizes import ValueSizes
+from onnx_ir_multidevice.analysis.tensor_classes import HEAVY_OPS
+from onnx_ir_multidevice.planner import flops
 
 # -- the registry ---------------------------------------------------------------------------
 
@@ -273,3 +276,41 @@ def test_shape_data_rules_compute_what_onnx_reference_computes(op, data):
     expected = np.asarray(expected)
     assert found.dtype == expected.dtype, (found.dtype, expected.dtype)
     np.testing.assert_array_equal(found, expected, strict=True)
+
+
+# -- FLOPs ----------------------------------------------------------------------------------
+
+
+def _flops_node(domain: str, op_type: str) -> tuple[ir.Node, ValueSizes]:
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 3]))
+    y = ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 3]))
+    node = ir.Node(domain, op_type, [x], outputs=[y], name="n")
+    graph = ir.Graph([x], [y], nodes=[node], opset_imports={"": 21})
+    return node, ValueSizes(graph, infer=False)
+
+
+def test_every_flops_rule_is_reached_by_node_flops_and_nodes_flops(monkeypatch):
+    keys = list(flops.RULES)
+    assert ("", "Attention") in keys and (ANY_DOMAIN, "Attention") in keys
+    assert {op for _, op in keys} == HEAVY_OPS - {"GatherBlockQuantized", "MoE", "QMoE"}
+    for i, (domain, op_type) in enumerate(keys):
+        sentinel = 10**9 + i
+
+        def spy(node: ir.Node, shape: object, sentinel: int = sentinel) -> int:
+            return sentinel
+
+        with monkeypatch.context() as patch:
+            if domain == ANY_DOMAIN:
+                patch.setitem(flops.RULES._any_domain, op_type, spy)
+                domains = ["com.microsoft", "custom"]
+            else:
+                patch.setitem(flops.RULES._rules, (domain, op_type), spy)
+                patch.setitem(flops.RULES._rules, ("ai.onnx", op_type), spy)
+                domains = [domain, "ai.onnx"]
+            for node_domain in domains:
+                node, sizes = _flops_node(node_domain, op_type)
+                assert flops.node_flops(node, sizes) == sentinel, (node_domain, op_type)
+                assert flops.nodes_flops([node], sizes) == [sentinel], (node_domain, op_type)
+    node, sizes = _flops_node("", "Relu")  # no rule: element-wise, in bulk
+    assert flops.RULES.get("", "Relu") is None
+    assert flops.nodes_flops([node], sizes) == [6] == [flops.node_flops(node, sizes)]

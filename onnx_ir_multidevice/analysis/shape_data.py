@@ -132,15 +132,7 @@ def evaluate_cone(
         rule = RULES.get(node.domain, node.op_type)
         if rule is None:
             continue
-        args: list[np.ndarray | None] = []
-        if rule.reads_values:
-            args = [get(value) for value in node.inputs]
-            if any(a is None and v is not None for a, v in zip(args, node.inputs)):
-                continue  # an input without a value
-        try:
-            outputs = rule.compute(node, args, shape_of)
-        except Exception:  # noqa: BLE001 (an op we cannot compute here: unknown)
-            outputs = None
+        outputs = rule.apply(node, get, shape_of)
         if outputs is None:
             continue
         for value, array in zip(node.outputs, outputs):
@@ -169,6 +161,23 @@ class ShapeDataRule:
     reads_values: bool = True
     """Whether the rule needs its inputs' values (every present one known); ``Shape`` does
     not: it reads ``shape_of``."""
+
+    def apply(
+        self,
+        node: ir.Node,
+        get: Callable[[ir.Value | None], np.ndarray | None],
+        shape_of: ShapeOf,
+    ) -> Outputs:
+        """The outputs of ``node``: ``None`` when an input has no value or the op fails."""
+        args: list[np.ndarray | None] = []
+        if self.reads_values:
+            args = [get(value) for value in node.inputs]
+            if any(a is None and v is not None for a, v in zip(args, node.inputs)):
+                return None  # an input without a value
+        try:
+            return self.compute(node, args, shape_of)
+        except Exception:  # noqa: BLE001 (an op we cannot compute here: unknown)
+            return None
 
 
 RULES: RuleRegistry[ShapeDataRule] = RuleRegistry("shape data")
