@@ -16,6 +16,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from onnx_ir_multidevice.analysis import shape_data
+from onnx_ir_multidevice.analysis.element_types import RULES as ELEMENT_TYPE_RULES
 from onnx_ir_multidevice.analysis.rules import ANY_DOMAIN, RuleRegistry
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.tensor_classes import HEAVY_OPS
@@ -314,3 +315,71 @@ def test_every_flops_rule_is_reached_by_node_flops_and_nodes_flops(monkeypatch):
     node, sizes = _flops_node("", "Relu")  # no rule: element-wise, in bulk
     assert flops.RULES.get("", "Relu") is None
     assert flops.nodes_flops([node], sizes) == [6] == [flops.node_flops(node, sizes)]
+
+
+# -- element types --------------------------------------------------------------------------
+
+# Every ``(domain, op_type)`` of the table ELEMENT_TYPE_RULES was before it became a registry.
+OLD_ELEMENT_TYPE_KEYS = {
+    *(
+        ("", op)
+        for op in [
+            "Cast",
+            "Constant",
+            "ConstantOfShape",
+            "QuantizeLinear",
+            "DequantizeLinear",
+            "EyeLike",
+            "RandomNormal",
+            "RandomUniform",
+            "RandomNormalLike",
+            "RandomUniformLike",
+            "Bernoulli",
+            "Multinomial",
+            "SimplifiedLayerNormalization",
+        ]
+    ),
+    *(
+        ("com.microsoft", op)
+        for op in [
+            "QuantizeLinear",
+            "DequantizeLinear",
+            "QLinearConv",
+            "QLinearConcat",
+            "QGemm",
+            "MatMulIntegerToFloat",
+            "DynamicQuantizeMatMul",
+            "MatMulNBits",
+            "SkipLayerNormalization",
+            "SkipSimplifiedLayerNormalization",
+            "SimplifiedLayerNormalization",
+            "Attention",
+            "MultiHeadAttention",
+            "GroupQueryAttention",
+            "QLinearAdd",
+            "QLinearMul",
+            "QLinearSigmoid",
+            "QLinearLeakyRelu",
+            "QLinearSoftmax",
+            "QLinearGlobalAveragePool",
+            "QLinearAveragePool",
+            "QLinearReduceMean",
+            "Gelu",
+            "FastGelu",
+            "BiasGelu",
+            "QuickGelu",
+            "FusedConv",
+            "FusedMatMul",
+            "FusedGemm",
+            "BiasAdd",
+            "RotaryEmbedding",
+            "NhwcConv",
+        ]
+    ),
+}
+
+
+def test_element_type_rules_keep_every_op_of_the_old_table():
+    assert set(ELEMENT_TYPE_RULES) == OLD_ELEMENT_TYPE_KEYS
+    assert ELEMENT_TYPE_RULES.get("", "Cast") is ELEMENT_TYPE_RULES.get("ai.onnx", "Cast")
+    assert ELEMENT_TYPE_RULES.get("com.microsoft", "Cast") is None
