@@ -155,15 +155,15 @@ def job_split(args) -> dict:
     seconds = time.perf_counter() - start
     growth = status()["VmHWM"] - base
     stages = []
-    for entry in manifest["stages"]:
-        file = out / entry["file"]
+    for entry in manifest.stages:
+        file = out / entry.file
         proto = onnx.load(file, load_external_data=False)
         external = sum(
             1 for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
         )
-        data = sum((out / name).stat().st_size for name in entry["external_data"])
+        data = sum((out / name).stat().st_size for name in entry.external_data)
         stages.append({
-            "file": entry["file"],
+            "file": entry.file,
             "model_bytes": file.stat().st_size,
             "data_bytes": data,
             "external_initializers": external,

@@ -14,8 +14,9 @@ The public API, grouped by layer (see the docs for a guide to each):
   :mod:`~onnx_ir_multidevice.passes`;
 * **Planning, splitting, running** -- :func:`plan` (options: :class:`PlanOptions`),
   :func:`split` (:func:`split_at`, :func:`split_by_stages`, :func:`save_split`,
-  :func:`build_manifest`, :func:`read_manifest`), :func:`verify`, :class:`Pipeline`, and
-  :class:`Engine` / :func:`register_engine` to run pipelines on an engine of your own;
+  :class:`SplitManifest`, :func:`build_manifest`, :func:`read_manifest`), :func:`verify`,
+  :class:`Pipeline`, and :class:`Engine` / :func:`register_engine` to run pipelines on an
+  engine of your own;
 * **Exporting** -- :func:`export` to a registered format (:class:`Exporter`,
   :func:`register_exporter`, :mod:`~onnx_ir_multidevice.exporters`); the OAAX toolchain and
   runtime in :mod:`~onnx_ir_multidevice.oaax`;
@@ -62,9 +63,11 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
         to_proto,
     )
     from onnx_ir_multidevice._split import (
-        Manifest,
         ManifestError,
+        ManifestInput,
+        ManifestOutput,
         ManifestStage,
+        SplitManifest,
         build_manifest,
         read_manifest,
         save_split,
@@ -134,9 +137,11 @@ __all__ = [
     "PlanOptions",
     "Pipeline",
     "VerifyReport",
-    "Manifest",
     "ManifestError",
+    "ManifestInput",
+    "ManifestOutput",
     "ManifestStage",
+    "SplitManifest",
     "build_manifest",
     "plan",
     "read_manifest",
@@ -194,9 +199,11 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(("PlanOptions", "plan"), f"{_P}.planner"),
     **dict.fromkeys(
         (
-            "Manifest",
             "ManifestError",
+            "ManifestInput",
+            "ManifestOutput",
             "ManifestStage",
+            "SplitManifest",
             "build_manifest",
             "read_manifest",
             "save_split",
@@ -206,6 +213,8 @@ _HOMES: dict[str, str] = {
         ),
         f"{_P}._split",
     ),
+    # The former name of SplitManifest, still importable (not in __all__: one name per class).
+    "Manifest": f"{_P}._split",
     **dict.fromkeys(("Pipeline", "VerifyReport", "verify"), f"{_P}.runtime"),
     **dict.fromkeys(("Exporter", "export", "register_exporter"), f"{_P}.exporters"),
     **dict.fromkeys(("Engine", "register_engine"), f"{_P}.runtime.engines"),

@@ -95,13 +95,23 @@ class ExternalDataError(OmnyIOError):
     """
 
     MAX_LISTED = 10
-    """Problems listed in the message; the rest are counted."""
+    """Problems listed in the message (tensors with the same location and reason are one
+    problem, said once with their names); the rest are counted."""
+
+    MAX_NAMED = 3
+    """Tensors named for one problem; the rest are counted."""
 
     def __init__(self, file: str, problems: Sequence[ExternalDataProblem]) -> None:
         self.file = file
         self.problems = tuple(problems)
-        lines = [str(p) for p in self.problems[: self.MAX_LISTED]]
-        more = len(self.problems) - len(lines)
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for problem in self.problems:  # one missing file: one line, not one per tensor
+            grouped.setdefault((problem.location, problem.reason), []).append(problem.tensor)
+        lines = [
+            _tensors_at(tensors, location, reason, self.MAX_NAMED)
+            for (location, reason), tensors in list(grouped.items())[: self.MAX_LISTED]
+        ]
+        more = len(grouped) - len(lines)
         if more > 0:
             lines.append(f"... and {more} more")
         advice = (
@@ -114,6 +124,15 @@ class ExternalDataError(OmnyIOError):
             listed = "; ".join(lines)
             message = f"{file}: external data: {len(self.problems)} problems: {listed}; {advice}"
         super().__init__(message)
+
+
+def _tensors_at(tensors: Sequence[str], location: str, reason: str, named: int) -> str:
+    """``tensor 'w' at 'm.data': <reason>``, or the same for several tensors at once."""
+    if len(tensors) == 1:
+        return f"tensor {tensors[0]!r} at {location!r}: {reason}"
+    names = ", ".join(repr(t) for t in tensors[:named])
+    rest = f" and {len(tensors) - named} more" if len(tensors) > named else ""
+    return f"{len(tensors)} tensors ({names}{rest}) at {location!r}: {reason}"
 
 
 class BindingError(OmnyError, ValueError):

@@ -13,7 +13,13 @@ swapped for a FIFO between a check and the open is refused too. Symbolic links a
 
 from __future__ import annotations
 
-__all__ = ["describe_kind", "open_regular", "read_regular", "require_regular"]
+__all__ = [
+    "describe_kind",
+    "open_regular",
+    "read_regular",
+    "require_regular",
+    "require_replaceable",
+]
 
 import errno
 import os
@@ -138,3 +144,30 @@ def read_regular(path: str | os.PathLike, what: str = "model file") -> bytes:
             raise OmnyIOError(
                 f"{os.fspath(path)}: cannot be read ({error.strerror}); check the file"
             ) from error
+
+
+def require_replaceable(path: str | os.PathLike, what: str = "output") -> None:
+    """Refuse an output path that exists and is not a regular file (nor a directory).
+
+    Writers put a new file next to the target and rename it over the target: over a device
+    such as ``/dev/null``, a FIFO or a socket, that rename would replace the special file with
+    a regular one (as root, even ``/dev/null``). Directories are left to the caller, which says
+    what to pass instead. A missing path, or a link to a regular file, is fine.
+
+    Args:
+        path: The output path (symbolic links are followed).
+        what: What the output is, for the message.
+
+    Raises:
+        OmnyIOError: ``path`` names a device, FIFO or socket.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise OmnyIOError(
+            f"{os.fspath(path)}: is {describe_kind(mode)}, not a regular file; the {what} is "
+            "written to a new file renamed over its target, which would replace it: pass the "
+            "path of a regular file (or of one that does not exist yet)"
+        )

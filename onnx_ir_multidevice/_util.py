@@ -1,8 +1,15 @@
-"""Small helpers shared by every layer: the GC, argument checks, module paths, counted nouns."""
+"""Small helpers shared by every layer: GC, argument checks, module paths, counts for people."""
 
 from __future__ import annotations
 
-__all__ = ["ROOT_MODULE", "gc_paused", "plural", "require_model", "set_public_module"]
+__all__ = [
+    "ROOT_MODULE",
+    "format_bytes",
+    "gc_paused",
+    "plural",
+    "require_model",
+    "set_public_module",
+]
 
 import contextlib
 import gc
@@ -92,3 +99,17 @@ def plural(count: int, noun: str, plural_form: str | None = None) -> str:
     by people on the command line and in Python alike, so they never write ``cut point(s)``.
     """
     return f"{count} {noun if count == 1 else plural_form or noun + 's'}"
+
+
+def format_bytes(nbytes: int) -> str:
+    """Format a byte count for people, in binary units: ``"312 B"``, ``"231.5 KiB"``, ``"1.2 GiB"``.
+
+    The one formatter of every message and report (planner, checker, ``omny inspect``): the
+    largest unit up to ``PiB`` that keeps the figure under 1024, one decimal.
+    """
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024:
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:,.1f} PiB"

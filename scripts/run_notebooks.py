@@ -11,6 +11,13 @@ The notebooks are committed with their outputs, so that a reader browsing the re
 them. ``--write`` writes the outputs of a notebook that ran cleanly back into its file (its
 metadata, kernelspec included, kept as it was; no execution timings); without it (as CI runs
 it) nothing is written. Rerun with ``--write`` after changing a notebook or what it shows.
+
+A committed output can go stale while the notebook still runs (a label printed from data the
+code now computes differently). For code cells tagged ``check-text`` (cell metadata
+``"tags": ["check-text"]``), the text a fresh run prints must say what the committed output
+says, numbers aside (timings and measured figures vary between runs): every number is compared
+as ``#``, the digits of a name (``fp16``, ``int8``) as they are. A difference fails the
+notebook, naming the cell and the first line that differs; ``--write`` refreshes it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -47,13 +55,54 @@ def _private_kernelspec(folder: Path) -> None:
     )
 
 
+CHECK_TEXT_TAG = "check-text"
+"""Tag of the code cells whose printed text a fresh run must repeat (numbers aside)."""
+
+_NUMBER = re.compile(r"(?<![A-Za-z_0-9])[0-9]+(?:[.,][0-9]+)*(?:e[+-]?[0-9]+)?")
+"""A number, not the digits of a name (``fp16``, ``int8``, ``stage_0``: labels, compared)."""
+
+
+def masked_text(cell: dict) -> list[str]:
+    """The lines a code cell printed (stream and plain-text outputs), every number as ``#``."""
+    text = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            text.append("".join(output.get("text", "")))
+        elif "text/plain" in output.get("data", {}):
+            text.append("".join(output["data"]["text/plain"]))
+    return [_NUMBER.sub("#", line.rstrip()) for line in "".join(text).splitlines()]
+
+
+def stale_outputs(committed: list[dict], fresh: list[dict]) -> str | None:
+    """Compare the ``check-text`` cells of a notebook as committed and as run again.
+
+    Returns:
+        What differs first (cell number and the two lines), or ``None``.
+    """
+    for number, (old, new) in enumerate(zip(committed, fresh), 1):
+        if CHECK_TEXT_TAG not in old.get("metadata", {}).get("tags", []):
+            continue
+        before, after = masked_text(old), masked_text(new)
+        if before != after:
+            pairs = zip(before + [""] * len(after), after + [""] * len(before))
+            first = next((pair for pair in pairs if pair[0] != pair[1]), ("", ""))
+            return (
+                f"cell {number} (tagged {CHECK_TEXT_TAG}) prints other text than its "
+                f"committed output (numbers aside): committed {first[0]!r}, now {first[1]!r}; "
+                "rerun with --write"
+            )
+    return None
+
+
 def run_notebook(path: Path, timeout: int, *, write: bool = False) -> str | None:
     """Execute one notebook; return an error description, or ``None`` when it ran cleanly.
 
-    With ``write``, a notebook that ran cleanly is written back with its outputs.
+    With ``write``, a notebook that ran cleanly is written back with its outputs; without
+    it, the text of its ``check-text`` cells must repeat the committed one (numbers aside).
     """
     nb = nbformat.read(path, as_version=4)
     metadata = copy.deepcopy(nb.metadata)
+    committed = copy.deepcopy(nb.cells)
     client = NotebookClient(
         nb,
         timeout=timeout,
@@ -66,12 +115,13 @@ def run_notebook(path: Path, timeout: int, *, write: bool = False) -> str | None
         client.execute()
     except (CellExecutionError, CellTimeoutError) as error:
         return str(error)
-    if write:
-        nb.metadata = metadata  # the private kernelspec is this script's, not the notebook's
-        nbformat.validate(nb)
-        text = nbformat.writes(nb) + "\n"
-        if text != path.read_text(encoding="utf-8"):
-            path.write_text(text, encoding="utf-8")
+    if not write:
+        return stale_outputs(committed, nb.cells)
+    nb.metadata = metadata  # the private kernelspec is this script's, not the notebook's
+    nbformat.validate(nb)
+    text = nbformat.writes(nb) + "\n"
+    if text != path.read_text(encoding="utf-8"):
+        path.write_text(text, encoding="utf-8")
     return None
 
 

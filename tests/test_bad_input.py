@@ -245,7 +245,7 @@ CLI_CASES: list[Any] = [
     pytest.param("plan plain.onnx -o OUT/o.omny --dim seq", 2, ["'seq'"], id="plan-dim"),
     pytest.param("plan plain.onnx -o OUT/o.omny --dim seq=x", 2, ["seq=x"], id="plan-dim-x"),
     pytest.param("plan plain.onnx -o OUT/o.omny --headroom 2", 2, ["headroom"], id="headroom"),
-    pytest.param("plan plain.onnx -o OUT/o.omny --max-shard-mb 0", 2, ["max_shard"], id="mb0"),
+    pytest.param("plan plain.onnx -o OUT/o.omny --max-shard-mb 0", 2, ["--max-shard-mb"], id="mb0"),
     *[
         pytest.param(f"{cmd} --dim {dim}", 2, ["--dim", dim], id=f"{cmd.split()[0]}-dim-{dim}")
         for cmd in ("verify good.omny", "run good.omny --shards 2")
@@ -420,7 +420,7 @@ API_CASES: list[Any] = [
         "batch",
         id="make-inputs-dim-0",
     ),  # fmt: skip
-    pytest.param(lambda f: verify(str(f / "good.omny"), 2), TypeError, "load", id="verify-str"),
+    pytest.param(lambda f: verify(onnx.load(f / "good.omny"), 2), TypeError, "load", id="v-proto"),
     # Pipeline construction
     pytest.param(lambda f: Pipeline(f / "missing.onnx", 2), OmnyIOError, "no such", id="p-miss"),
     pytest.param(lambda f: Pipeline(f / "folder", 2), OmnyIOError, "manifest.json", id="p-dir"),
@@ -447,8 +447,8 @@ API_CASES: list[Any] = [
         "directory",
         id="check-dir",
     ),
-    # bind / plan / split take an ir.Model (as verify does): a path or a proto is a TypeError
-    # that says how to load it; the metadata must be an OmnyMetadata
+    # bind takes an ir.Model: a path or a proto is a TypeError that says how to load it (plan,
+    # split and verify load a path, see test_plan.py); the metadata must be an OmnyMetadata
     pytest.param(
         lambda f: __import__("onnx_ir_multidevice").bind(_load_good(f), None),
         TypeError,
@@ -510,22 +510,16 @@ API_CASES: list[Any] = [
         id="plan-shards-float",
     ),
     pytest.param(
-        lambda f: __import__("onnx_ir_multidevice").plan(str(f / "plain.onnx")),
-        TypeError,
-        "load",
-        id="plan-str",
-    ),
-    pytest.param(
         lambda f: __import__("onnx_ir_multidevice").plan(onnx.load(f / "plain.onnx")),
         TypeError,
         "load",
         id="plan-proto",
     ),
     pytest.param(
-        lambda f: __import__("onnx_ir_multidevice").split(str(f / "good.omny"), 2),
+        lambda f: __import__("onnx_ir_multidevice").split(onnx.load(f / "good.omny"), 2),
         TypeError,
         "load",
-        id="split-str",
+        id="split-proto",
     ),
     pytest.param(
         lambda f: __import__("onnx_ir_multidevice").split(onnx.load(f / "good.omny"), 2),

@@ -333,3 +333,26 @@ def test_bind_scales_linearly():
     t_large = min(_bind_cpu_seconds(2000) for _ in range(2))
     # 4x the cut points and nodes: about 4x the time when linear, 16x when quadratic.
     assert t_large < 8 * t_small + 0.05, (t_small, t_large)
+
+
+def test_one_rule_chooses_a_configuration_everywhere():
+    """Sharding.configuration_index is the one home; no other module picks by num_shards."""
+    a = ShardConfiguration(num_shards=2, memory_per_shard_mb=(1, 1), cut_point_ids=("x",))
+    b = ShardConfiguration(num_shards=3, memory_per_shard_mb=(1, 1, 1), cut_point_ids=("x", "y"))
+    c = ShardConfiguration(num_shards=2, memory_per_shard_mb=(2, 2), cut_point_ids=("y",))
+    sharding = Sharding(configurations=(a, b, c))
+    assert [sharding.configuration_index(n) for n in (1, 2, 3)] == [None, 0, 1]
+    assert [sharding.configuration_index(2, i) for i in (-1, 0, 2, 3)] == [None, 0, 2, None]
+    assert sharding.configuration_index(2, c) == 2 and sharding.configuration_index(3, b) == 1
+    assert sharding.configuration_index(2, dataclasses.replace(c)) == 2  # an equal copy
+    assert sharding.configuration_index(2, dataclasses.replace(c, num_shards=5)) is None
+    assert sharding.configuration_index() is None  # several: no default
+    assert Sharding(configurations=(b,)).configuration_index() == 0
+    assert Sharding().configuration_index() is None and Sharding().configuration_index(2) is None
+
+    # binding, split, exporters and OAAX ask it, and none spells the rule again
+    package = pathlib.Path(__file__).resolve().parent.parent / "onnx_ir_multidevice"
+    for path in package.rglob("*.py"):
+        if path.name != "_schema.py":
+            code = [line.split("#")[0] for line in path.read_text().splitlines()]
+            assert not [line for line in code if ".num_shards == " in line], path

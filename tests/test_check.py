@@ -306,6 +306,54 @@ def _t113() -> ir.Model:
     return model
 
 
+def position_table_model(rows: int = 256, width: int = 8) -> ir.Model:
+    """Token embeddings plus a position table sliced to the sequence length, as GPT-style
+    exports write it: the model takes at most ``rows`` positions (``seq`` is symbolic)."""
+    from onnx import TensorProto
+    from onnx import helper as h
+    from onnx.numpy_helper import from_array
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "wte": rng.random((100, width), np.float32),
+        "wpe": rng.random((rows, width), np.float32),
+        "one": np.array(1, np.int64),
+        "zero": np.array([0], np.int64),
+        "w1": rng.random((width, width), np.float32),
+    }
+    nodes = [
+        h.make_node("Gather", ["wte", "input_ids"], ["tok"], name="tok_emb"),
+        h.make_node("Shape", ["input_ids"], ["shape"], name="shape"),
+        h.make_node("Gather", ["shape", "one"], ["seq_len"], name="seq_len", axis=0),
+        h.make_node("Unsqueeze", ["seq_len", "zero"], ["seq_end"], name="seq_end"),
+        h.make_node("Slice", ["wpe", "zero", "seq_end"], ["pos"], name="pos_slice"),
+        h.make_node("Add", ["tok", "pos"], ["h0"], name="add_pos"),
+        h.make_node("MatMul", ["h0", "w1"], ["h1"], name="mm1"),
+        h.make_node("Relu", ["h1"], ["out"], name="relu"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "positions",
+        [h.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [h.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "seq", width])],
+        initializer=[from_array(array, name) for name, array in weights.items()],
+    )
+    proto = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)], ir_version=10)
+    return ir.from_proto(proto)
+
+
+def _t124() -> ir.Model:
+    """Planned at seq=256, then the recorded planning dims say 512 (a file planned elsewhere)."""
+    from onnx_ir_multidevice.omny.planning_dims import write_planning_dims
+    from onnx_ir_multidevice.planner import plan_model
+
+    model = position_table_model(256)
+    result = plan_model(model, shards=[2], dims={"seq": 256})
+    omny.write(model, result.metadata)
+    write_planning_dims(model, {"batch": 1, "seq": 512})
+    return model
+
+
 def _t115() -> ir.Model:
     # A shape neither stated nor inferable: the producer is an op without a schema. (A shape
     # that is only missing from the file is inferred by the checker: no finding, issue 9.)
@@ -559,6 +607,7 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY121": _cut("shard_memory_mb", 100),
     "OMNY122": _cut("shape", [-1, 2**62]),
     "OMNY123": lambda: _huge_input(chain(2)),
+    "OMNY124": _t124,
     "OMNY130": _sharding("configurations", []),
     "OMNY131": _configuration("cut_point_ids", ["cut_h2"]),
     "OMNY132": _configuration("cut_point_ids", ["cut_h2", "cut_3"]),
@@ -1059,3 +1108,56 @@ def test_a_code_row_without_the_blocks_annotate_column_is_refused():
         diagnostics._codes(
             ("OMNY199", Severity.ERROR, True, "A."), ("OMNY199", Severity.INFO, True, "B.")
         )
+
+
+def test_planning_dims_the_model_cannot_take_are_refused_by_plan_and_caught_by_check(tmp_path):
+    """Issue 18 item 25: `plan --dim seq=512 --static` on a 256-position model wrote a plan
+    that check passed and onnxruntime could not load."""
+    import onnxruntime as ort
+
+    from onnx_ir_multidevice._cli import main
+    from onnx_ir_multidevice._errors import PlanError
+    from onnx_ir_multidevice.planner import plan_model
+
+    source = tmp_path / "positions.onnx"
+    save(position_table_model(256), source)
+    out = tmp_path / "p.omny"
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        status = main(["plan", str(source), "-o", str(out), "--dim", "seq=512", "--static"])
+    assert status == 1 and not out.exists()
+    assert "cannot take the planning dims (batch=1, seq=512)" in err.getvalue()
+    assert "node 'add_pos' (Add)" in err.getvalue()
+    with pytest.raises(PlanError, match="cannot take the planning dims"):
+        plan_model(position_table_model(256), shards=[2], dims={"seq": 512})
+    # at sizes it takes: planned, checked clean, loaded by onnxruntime
+    assert main(["plan", str(source), "-o", str(out), "--dim", "seq=256", "--static"]) == 0
+    assert "OMNY124" not in codes(check(out))
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    # a file made elsewhere, pinned at 512: check reports it, and onnxruntime indeed refuses it
+    model = position_table_model(256)
+    result = plan_model(model, shards=[2], dims={"seq": 256})
+    omny.write(model, result.metadata)
+    model.graph.inputs[0].shape = ir.Shape([1, 512])
+    pinned = tmp_path / "pinned.omny"
+    save(model, pinned)
+    found = [d for d in check(pinned) if d.code == "OMNY124"]
+    assert len(found) == 1 and found[0].location == "node:add_pos" and found[0].is_error
+    with pytest.raises(Exception, match="Incompatible dimensions"):
+        ort.InferenceSession(str(pinned), providers=["CPUExecutionProvider"])
+
+
+def test_a_failing_onnxruntime_run_leaves_one_line_on_stderr(tmp_path, capfd):
+    """Issue 18 item 25: onnxruntime's own log line (terminal colours) leaked to stderr
+    besides the command's message. capfd sees what onnxruntime writes to file descriptor 2."""
+    from onnx_ir_multidevice._cli import main
+
+    source = tmp_path / "positions.onnx"
+    save(position_table_model(256), source)
+    planned = tmp_path / "p.omny"
+    assert main(["plan", str(source), "-o", str(planned), "--dim", "seq=256"]) == 0
+    capfd.readouterr()
+    argv = ["run", str(planned), "--shards", "2", "--requests", "1", "--warmup", "0"]
+    assert main([*argv, "--dim", "seq=512"]) == 1  # 512 positions: Add fails in stage 0
+    err = capfd.readouterr().err
+    assert "\x1b[" not in err and "[E:onnxruntime" not in err, err
+    assert err.count("\n") == 1 and err.startswith("omny: error: ") and "add_pos" in err, err

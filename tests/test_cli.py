@@ -431,3 +431,42 @@ def test_json_is_one_envelope_for_every_command_also_on_error(capsys, tmp_path):
         assert document["command"] == name and document["ok"] is False
         assert document["status"] == status and document["result"] is None
         assert words in document["error"] and document["error"] in err
+
+
+def test_command_line_messages_name_flags_not_python_arguments(capsys, tmp_path):
+    """Issue 18 item 27: `force=True in Python`, `intra_op_num_threads`, `max_shard_size_mb`
+    and `shards=N` in messages of the command line."""
+    model = str(EXAMPLE)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "keep").write_text("x")
+    cases = [
+        (["split", model, str(tmp_path / "s"), "--shards", "2"], "pass --force to replace"),
+        (["run", model, "--shards", "2", "--threads", "0"], "--threads"),
+        (["plan", model, "-o", str(tmp_path / "p.omny"), "--max-shard-mb", "0"], "--max-shard-mb"),
+        (["export", "split", model, str(tmp_path / "e")], "pass --shards N"),
+    ]
+    for argv, flag in cases:
+        code, _, err = _run(capsys, *argv)
+        assert code == 2 and flag in err, (argv, err)
+        for python in ("in Python", "force=True", "intra_op_num_threads", "max_shard_size_mb"):
+            assert python not in err, (argv, err)
+        assert "shards=N" not in err, (argv, err)
+
+
+def test_run_prints_the_whole_model_baseline_as_the_demo_does(capsys, tmp_path):
+    """Issue 18 item 27: `omny run` printed no whole-model baseline."""
+    model = str(EXAMPLE)
+    argv = ["run", model, "--shards", "2", "--requests", "3", "--warmup", "0", "--threads", "1"]
+    code, out, err = _run(capsys, *argv)
+    assert code == 0, err
+    line = out.splitlines()[-1]
+    assert line.startswith("baseline: the whole model in one onnxruntime session"), out
+    assert "3 requests in " in line and "the pipeline's throughput is " in line
+    code, out, _ = _run(capsys, *argv, "--json")
+    baseline = json.loads(out)["result"]["baseline"]
+    assert baseline["requests"] == 3 and baseline["wall_s"] > 0 and baseline["throughput"] > 0
+    code, out, _ = _run(capsys, *argv, "--no-baseline")
+    assert code == 0 and "baseline" not in out
+    assert _run(capsys, "split", model, str(tmp_path / "s"), "--shards", "2")[0] == 0
+    code, out, _ = _run(capsys, "run", str(tmp_path / "s"), "--requests", "2", "--warmup", "0")
+    assert code == 0 and out.splitlines()[-1].startswith("baseline: the 2 stages in one thread")

@@ -22,9 +22,14 @@ def planned_file(tmp_path: Path) -> Path:
 
 
 def test_check_ok_file(planned_file: Path, capsys):
+    """Issue 18 item 27: a clean file printed 28 to 35 info lines; a count by default now."""
     assert main(["check", str(planned_file)]) == 0
     out = capsys.readouterr().out
-    assert "info OMNY312" in out and "0 errors" in out
+    assert "info OMNY312" not in out and out.count("\n") == 1, out
+    assert "0 errors, 0 warnings," in out and "infos (--verbose lists them)" in out
+    assert main(["check", str(planned_file), "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "info OMNY312" in out and "0 errors" in out and "--verbose" not in out
 
 
 def test_check_json_schema(planned_file: Path, capsys):

@@ -209,3 +209,35 @@ def test_tensor_bytes_round_up_whole_elements(dtype):
     assert tensor_nbytes((), dtype) == math.ceil(bits / 8)
     assert tensor_nbytes((0, 7), dtype) == 0
     assert tensor_nbytes(None, dtype) is None and tensor_nbytes((2,), None) is None
+
+
+def test_integer_dtype_sets_have_one_home_and_differ_only_on_bool():
+    from onnx_ir_multidevice.analysis import shape_propagation, shapes
+    from onnx_ir_multidevice.graph import dtypes
+
+    # The shape layer keeps small integer and boolean tensors (masks) as data; the fast
+    # propagation carries integer values only, since Cast to BOOL maps non-zero values to 1.
+    assert shapes._INTEGER_TYPES is dtypes.INTEGER_OR_BOOL_DTYPES
+    assert shape_propagation._INTEGERS is dtypes.INTEGER_DTYPES
+    for dtype in ir.DataType:
+        integer = dtype in dtypes.INTEGER_DTYPES
+        assert (dtype in dtypes.INTEGER_OR_BOOL_DTYPES) == (integer or dtype == ir.DataType.BOOL)
+        if integer:
+            assert np.dtype(dtype.numpy()).kind in "iu" and dtype.bitwidth % 8 == 0, dtype
+
+
+@pytest.mark.parametrize("dims", [(), (0,), (3, 5), (7,), (2, 3, 1001)])
+def test_external_data_sizes_use_the_dtype_table(dims):
+    import onnx
+
+    from onnx_ir_multidevice import _dtype_sizes
+    from onnx_ir_multidevice._proto.external import _proto_nbytes
+    from onnx_ir_multidevice.graph import dtypes
+
+    assert dtypes.tensor_nbytes is _dtype_sizes.tensor_nbytes
+    assert dtypes.dtype_bits is _dtype_sizes.dtype_bits
+    for dtype in ir.DataType:
+        proto = onnx.TensorProto(data_type=int(dtype), dims=dims)
+        assert _proto_nbytes(proto) == tensor_nbytes(dims, dtype), dtype
+    assert _proto_nbytes(onnx.TensorProto(data_type=1, dims=(-1, 2))) is None
+    assert _proto_nbytes(onnx.TensorProto(data_type=999, dims=(2,))) is None

@@ -19,7 +19,16 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import PlanningDimsError, _cli, export, load, omny, save, save_split
+from onnx_ir_multidevice import (
+    PlanningDimsError,
+    SplitManifest,
+    _cli,
+    export,
+    load,
+    omny,
+    save,
+    save_split,
+)
 from onnx_ir_multidevice._errors import ExportError, OmnyIOError
 from onnx_ir_multidevice.analysis import TensorClass, classify_values
 from onnx_ir_multidevice.examples import GPT_TINY
@@ -204,12 +213,12 @@ def read_export(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return index, files
 
 
-def split_transfers(manifest: dict[str, Any]) -> set[tuple[int, int, str]]:
+def split_transfers(manifest: SplitManifest) -> set[tuple[int, int, str]]:
     return {
-        (item["from"], entry["index"], item["name"])
-        for entry in manifest["stages"]
-        for item in entry["inputs"]
-        if isinstance(item["from"], int)
+        (item.source, entry.index, item.name)
+        for entry in manifest.stages
+        for item in entry.inputs
+        if isinstance(item.source, int)
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -50,12 +51,18 @@ class StageListExporter:
             raise OmnyIOError(f"{destination}: exists; pass force")
         stages = split(model, shards)
         manifest = build_manifest(model, stages)
-        for entry, stage in zip(manifest["stages"], stages):
-            entry["num_nodes"] = stage.graph.num_nodes()
+        # A key of its own on every stage: kept in `extra`, written after the known keys.
+        manifest = dataclasses.replace(
+            manifest,
+            stages=[
+                dataclasses.replace(entry, extra={"num_nodes": stage.graph.num_nodes()})
+                for entry, stage in zip(manifest.stages, stages)
+            ],
+        )
         indent = int(options["indent"]) if "indent" in options else None
         fd, temporary = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=indent)
+            json.dump(manifest.to_dict(), f, indent=indent)
         os.replace(temporary, destination)
         return exporters.ExportResult(
             self.name, destination, (destination,), manifest, {"indent": indent}
@@ -97,7 +104,7 @@ def test_an_exporter_defined_outside_registers_and_exports(stage_list, gpt, tmp_
     assert result.destination == out.absolute()
     assert result.files == (out.absolute(),)
     written = json.loads(out.read_text())
-    assert written == result.manifest
+    assert written == result.manifest.to_dict() == result.to_dict()["manifest"]
     assert [s["num_nodes"] for s in written["stages"]] == [
         s.graph.num_nodes() for s in split(gpt, 4)
     ]
@@ -139,7 +146,7 @@ def test_an_exporter_defined_outside_works_from_the_command_line(stage_list, tmp
         "--force",
     )  # fmt: skip
     assert code == 0, err
-    assert "(stage-list, 1 files)" in stdout
+    assert "(stage-list, 1 file)" in stdout
     assert json.loads(out.read_text())["num_stages"] == 4
 
 
@@ -245,12 +252,12 @@ def test_split_format_options(gpt, tmp_path):
     result = exporters.export(
         gpt, tmp_path / "s", "split", shards=2, configuration="0", external_data_threshold="0"
     )
-    assert result.manifest["num_stages"] == 2
-    assert all(s["external_data"] for s in result.manifest["stages"])
+    assert result.manifest.num_stages == 2
+    assert all(s.external_data for s in result.manifest.stages)
     embedded = exporters.export(
         gpt, tmp_path / "e", "split", shards=2, external_data_threshold=10**9
     )
-    assert not any(s["external_data"] for s in embedded.manifest["stages"])
+    assert not any(s.external_data for s in embedded.manifest.stages)
     with pytest.raises(ExportError, match="external_data_threshold"):
         exporters.export(gpt, tmp_path / "x", "split", shards=2, external_data_threshold="-1")
     with pytest.raises(ExportError, match="shards=N"):
@@ -260,7 +267,7 @@ def test_split_format_options(gpt, tmp_path):
     with pytest.raises(OmnyIOError, match="not empty"):
         exporters.export(gpt, tmp_path / "s", "split", shards=4)
     assert (
-        exporters.export(gpt, tmp_path / "s", "split", shards=4, force=True).manifest["num_stages"]
+        exporters.export(gpt, tmp_path / "s", "split", shards=4, force=True).manifest.num_stages
         == 4
     )
     assert not (tmp_path / "x").exists()

@@ -369,3 +369,21 @@ def test_saving_embedded_over_an_external_model_removes_its_old_data(tmp_path):
     assert not isinstance(weight, ir.ExternalTensor)  # its file is gone: now in memory
     for name, array in _arrays(model).items():
         np.testing.assert_array_equal(array, _arrays(_weights_model(0))[name])
+
+
+def test_a_missing_data_file_is_said_once_naming_some_tensors(tmp_path):
+    """Issue 18 item 27: one 1.7 KB line repeated "does not exist" for ten tensors."""
+    from onnx_ir_multidevice import zoo
+    from onnx_ir_multidevice._errors import ExternalDataError
+    from onnx_ir_multidevice._proto.files import load, save
+
+    path = tmp_path / "m.onnx"
+    save(zoo.gpt(layers=2, hidden=64), path, external_data="m.data", size_threshold_bytes=0)
+    (tmp_path / "m.data").unlink()
+    with pytest.raises(ExternalDataError) as info:
+        load(path)
+    message = str(info.value)
+    assert message.count("does not exist") == 1, message
+    assert len(info.value.problems) > 10  # every tensor is still in the problems
+    assert f"{len(info.value.problems)} tensors ('wte.weight', " in message
+    assert len(message) < 400 + 2 * len(str(tmp_path)), message  # was 1.7 KB

@@ -289,3 +289,55 @@ def test_one_dims_validator_numpy_integers_everywhere(tmp_path):
             verify(model, 2, dims=bad)
     with pytest.raises(Exception, match="dims: planning dim 'seq' is 2199023255552"):
         parse_config(b'{"dims": {"seq": 2199023255552}}', "config.json")
+
+
+def _baked_seq_model() -> ir.Model:
+    """x[batch, seq, 4] -> MatMul -> Reshape to a baked [1, 16, 4] (as TorchScript exports do)."""
+    import onnx.helper as oh
+    import onnx.numpy_helper as nh
+
+    from onnx_ir_multidevice import from_proto, plan
+
+    rng = np.random.default_rng(0)
+    weights = [
+        nh.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w0"),
+        nh.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w1"),
+        nh.from_array(np.array([1, 16, 4], np.int64), "baked"),
+    ]
+    nodes = [
+        oh.make_node("MatMul", ["x", "w0"], ["h0"], name="mm0"),
+        oh.make_node("Relu", ["h0"], ["r0"], name="relu0"),
+        oh.make_node("Reshape", ["r0", "baked"], ["h1"], name="reshape"),
+        oh.make_node("MatMul", ["h1", "w1"], ["h2"], name="mm1"),
+        oh.make_node("Relu", ["h2"], ["y"], name="relu1"),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "baked",
+        [oh.make_tensor_value_info("x", 1, ["batch", "seq", 4])],
+        [oh.make_tensor_value_info("y", 1, [1, 16, 4])],
+        weights,
+    )
+    model = from_proto(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]))
+    omny.write(model, plan(model, shards=[2], dims={"batch": 1}))
+    return model
+
+
+def test_a_failure_at_generated_inputs_names_the_dims_and_the_flag(tmp_path, capsys):
+    """Issue 17 section 6: a decoder that baked seq=16 failed without naming the dims."""
+    from onnx_ir_multidevice.runtime.verification import verify
+
+    model = _baked_seq_model()
+    with pytest.raises(VerifyError) as info:
+        verify(model, 2)
+    message = str(info.value)
+    assert "Reshape" in message  # onnxruntime's own words stay
+    assert "generated at batch=1, seq=128 (x[1, 128, 4])" in message, message
+    assert "--dim seq=N" in message and "dims={'seq': N}" in message
+    assert verify(model, 2, dims={"seq": 16}).ok  # the dims it runs at
+    path = tmp_path / "baked.omny"
+    save(model, path)
+    assert main(["run", str(path), "--shards", "2", "--requests", "1", "--warmup", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "generated at batch=1, seq=128" in err and "--dim seq=N" in err, err
+    assert main(["run", str(path), "--shards", "2", "--requests", "1", "--dim", "seq=16"]) == 0

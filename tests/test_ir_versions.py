@@ -87,8 +87,8 @@ def test_split_stages_of_an_annotated_model_leave_ir_11(tmp_path):
     assert [s.ir_version for s in stages] == [8, 8]
     assert model.ir_version == 11  # the input is not changed
     manifest = save_split(model, tmp_path / "split", 2)
-    for entry in manifest["stages"]:
-        proto = onnx.load(str(tmp_path / "split" / entry["file"]))
+    for entry in manifest.stages:
+        proto = onnx.load(str(tmp_path / "split" / entry.file))
         assert proto.ir_version == 8 and not proto.configuration
         onnx.checker.check_model(proto, full_check=True)
     # the CLI writes the same files

@@ -259,3 +259,30 @@ def test_float16_compute_counts_as_float32_but_data_movement_does_not():
     # the Relu: 4 KiB more; y is only moved (Reshape has a float16 CPU kernel).
     assert stage(ir.DataType.FLOAT16).upcast_bytes == 4096
     assert stage(F32).upcast_bytes == 0
+
+
+def test_one_byte_formatter_for_planner_checker_and_inspect():
+    import ast
+    from pathlib import Path
+
+    import onnx_ir_multidevice
+    from onnx_ir_multidevice import _util
+    from onnx_ir_multidevice.planner import memory
+
+    assert memory.format_bytes is _util.format_bytes
+    cases = {0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 * MIB // 2: "1.5 MiB"}
+    cases |= {5 * 2**30: "5.0 GiB", 2**40: "1.0 TiB", 2**60: "1,024.0 PiB"}
+    for nbytes, text in cases.items():
+        assert _util.format_bytes(nbytes) == text
+    # No second formatter: no other function of the package picks among binary units itself.
+    root = Path(onnx_ir_multidevice.__file__).parent
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name != "format_bytes":
+                strings = [
+                    c.value
+                    for c in ast.walk(node)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                ]
+                units = {u for s in strings for u in ("KiB", "MiB", "GiB") if s.endswith(u)}
+                assert len(units) < 2, (path, node.name, units)

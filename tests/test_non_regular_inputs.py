@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import stat
 import subprocess
 import sys
 import textwrap
@@ -141,3 +142,30 @@ def test_the_helper_reads_regular_files_and_names_every_other_kind(tmp_path, fif
         read_regular(tmp_path / "missing")
     with pytest.raises(omd.OmnyIOError, match="not a valid path"):
         require_regular("a\x00b")
+
+
+def _relu_model():
+    import onnx_ir as ir
+
+    x = ir.Value(name="x", shape=ir.Shape([2, 8]), type=ir.TensorType(ir.DataType.FLOAT))
+    relu = ir.Node("", "Relu", [x], outputs=[ir.Value(name="h")], name="relu")
+    neg = ir.Node("", "Neg", relu.outputs, outputs=[ir.Value(name="y")], name="neg")
+    graph = ir.Graph([x], neg.outputs, nodes=[relu, neg], opset_imports={"": 18})
+    return ir.Model(graph, ir_version=10)
+
+
+def test_an_output_that_is_a_special_file_is_refused_not_replaced(tmp_path, capsys):
+    """Renaming a new file over /dev/null replaced it (as root): outputs must be regular files."""
+    from onnx_ir_multidevice._cli import main
+    from onnx_ir_multidevice._proto.atomic import write_bytes_atomic
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(omd.OmnyIOError, match="FIFO"):
+        omd.save(_relu_model(), fifo)
+    with pytest.raises(omd.OmnyIOError, match="FIFO"):
+        write_bytes_atomic(fifo, b"data")
+    corpus_model = Path(__file__).parent / "corpus" / "mlp_helper_novi.onnx"
+    assert main(["plan", str(corpus_model), "-o", str(fifo), "--force"]) == 2
+    assert "FIFO" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)

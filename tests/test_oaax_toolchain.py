@@ -302,6 +302,22 @@ def test_devices_are_checked_against_the_inputs_one_configuration(tmp_path):
     assert "device 1 (1MiB) leaves" in source
 
 
+@pytest.mark.parametrize("batch", [2**22, 2**40])
+def test_huge_config_dims_are_a_clear_error_not_memory(tmp_path, batch):
+    """Issue 18 item 11: batch 2**22 allocated 2.4 GB; 2**40 was reported as an internal bug."""
+    archive = _zip(
+        tmp_path / "chain.zip",
+        {
+            "chain.onnx": _chain(tmp_path / "chain.onnx").read_bytes(),
+            "config.json": json.dumps({"dims": {"batch": batch}}).encode(),
+        },
+    )
+    result = convert(archive, tmp_path / "out", echo=lambda line: None)
+    last = _failed(tmp_path / "out", "OAAX404", 1, result.exit_status)
+    assert f"at batch={batch}" in last["Error"] and "over the bound" in last["Error"], last
+    assert not (tmp_path / "out" / "chain.omny").exists()
+
+
 @pytest.mark.parametrize(
     ("config", "fragment"),
     [
@@ -348,6 +364,7 @@ def test_help_and_version_alone(capsys):
     assert oaax_convert.main(["--help"]) == 0
     out, _ = capsys.readouterr()
     assert out.startswith("usage: omny-oaax-toolchain INPUT OUTDIR") and "config.json" in out
+    assert "``" not in out and "OUTDIR/logs.json" in out  # plain text, not reST
     assert oaax_convert.main(["--version"]) == 0
     out, _ = capsys.readouterr()
     assert out.strip() == f"omny-oaax-toolchain {omd.__version__}"

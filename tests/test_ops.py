@@ -7,13 +7,17 @@ import itertools
 import numpy as np
 import onnx_ir as ir
 
-from onnx_ir_multidevice.analysis import ops
+from onnx_ir_multidevice.analysis import ops, precision
 from onnx_ir_multidevice.analysis.omny_document import guess_architecture
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.tensor_classes import HEAVY_OPS
 from onnx_ir_multidevice.planner.flops import node_flops
 
-FAMILIES = {name: getattr(ops, name) for name in ops.__all__}
+FAMILIES = {
+    name: getattr(ops, name)
+    for name in ops.__all__
+    if name.endswith("_OPS") and name != "QUANTIZED_OPS"  # a property across the families
+}
 
 
 def test_families_are_disjoint_and_heavy_ops_is_their_union():
@@ -45,3 +49,21 @@ def test_every_fused_attention_op_makes_a_transformer():
         assert node.graph is not None
         assert guess_architecture(node.graph) == "transformer_encoder", op_type
     assert guess_architecture(_node("MatMul", "")[0].graph) == "mlp"  # type: ignore[arg-type]
+
+
+def test_quantized_ops_have_one_home_that_precision_reads():
+    heavy = frozenset().union(*FAMILIES.values())
+    by_name = {
+        op
+        for op in heavy
+        if op.startswith("Q") or any(w in op for w in ("Integer", "Quantiz", "NBits", "Bnb4"))
+    }
+    assert by_name and all(ops.is_quantized_op(op) for op in by_name), by_name - ops.QUANTIZED_OPS
+    assert ops.is_quantized_op("QLinearAdd") and not ops.is_quantized_op("MatMul")
+    # No second list in precision: it asks ops, and every quantized op makes a model int8.
+    lists = [v for v in vars(precision).values() if isinstance(v, frozenset) and "MatMul" in str(v)]
+    assert lists == []
+    for op_type in sorted(ops.QUANTIZED_OPS | {"QLinearAdd"}):
+        node, _ = _node(op_type)
+        assert precision.arithmetic_family(node.graph) == "int8", op_type
+    assert precision.arithmetic_family(_node("MatMul", "")[0].graph) == "fp32"

@@ -264,7 +264,7 @@ def test_split_directory_with_manifest(tmp_path):
     stages = mlp_stages([2])
     for i, stage in enumerate(stages):
         ir.save(stage, tmp_path / f"stage_{i}.onnx")
-    (tmp_path / "manifest.json").write_text(json.dumps(build_manifest(model, stages)))
+    build_manifest(model, stages).write(tmp_path)
     with Pipeline(tmp_path, providers="cpu", intra_op_num_threads=[1, 1]) as pipe:
         assert pipe.output_names == ("layer.0.out", "y")
         inputs = request(1)

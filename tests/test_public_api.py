@@ -234,15 +234,6 @@ def test_docs_cross_references_point_at_documented_names():
 
 REPO = DOCS.parent
 
-PRIVATE_IN_NOTEBOOK_04 = (
-    "onnx_ir_multidevice._split",
-    "onnx_ir_multidevice._cli",
-    "onnx_ir_multidevice._proto.files",
-    "onnx_ir_multidevice.planner.planning",
-    "onnx_ir_multidevice.runtime.verification",
-    "onnx_ir_multidevice.zoo",
-)
-"""Notebook 04 is re-executed by another change (issue 19): it still imports these."""
 
 _FENCE = re.compile(r"^```(\{exec_code\}|python)[^\n]*\n(.*?)^```", re.M | re.S)
 
@@ -355,12 +346,7 @@ def _teaching_files() -> list:
     ]
     params = []
     for path in files:
-        marks = ()
-        if path.name == "04_split_verify.ipynb":
-            marks = pytest.mark.xfail(
-                strict=True, reason=f"still imports {', '.join(PRIVATE_IN_NOTEBOOK_04)}"
-            )
-        params.append(pytest.param(path, id=str(path.relative_to(REPO)), marks=marks))
+        params.append(pytest.param(path, id=str(path.relative_to(REPO))))
     return params
 
 

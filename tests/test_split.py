@@ -135,12 +135,12 @@ def test_side_activations_cross_to_every_later_stage():
     model = zoo.gpt(layers=3, vocab=4100)
     stages = split_at(model, ["layer.0.out", "layer.1.out"])
     manifest = build_manifest(model, stages)
-    last_inputs = {i["name"]: i["from"] for i in manifest["stages"][2]["inputs"]}
+    last_inputs = {i.name: i.source for i in manifest.stages[2].inputs}
     # The causal mask is computed once in stage 0 from an activation's shape and read later.
     assert last_inputs["causal.future"] == 0
     assert last_inputs["layer.1.out"] == 1
-    out0 = {o["name"]: o["to"] for o in manifest["stages"][0]["outputs"]}
-    assert out0["causal.future"] == [1, 2]
+    out0 = {o.name: o.to for o in manifest.stages[0].outputs}
+    assert out0["causal.future"] == (1, 2)
     got = _run_chain(stages, GPT_IDS)
     np.testing.assert_allclose(got["logits"], _run(model, GPT_IDS)["logits"], atol=1e-5)
 
@@ -185,7 +185,7 @@ def test_if_and_loop_stay_whole_in_one_stage():
 def test_graph_input_read_by_a_late_stage_is_forwarded():
     model = zoo.control_flow()
     stages = split_at(model, ["proj", "branch", "loop"])
-    manifest = build_manifest(model, stages)
+    manifest = build_manifest(model, stages).to_dict()
     assert manifest["stages"][3]["inputs"] == [
         {"name": "x", "from": "input"},
         {"name": "loop", "from": 2},
@@ -197,7 +197,7 @@ def test_graph_input_read_by_a_late_stage_is_forwarded():
 def test_manifest_schema():
     model = zoo.resnet(depth_blocks=3)
     stages = split_at(model, ["layer.0.out", "layer.1.out"])
-    manifest = build_manifest(model, stages)
+    manifest = build_manifest(model, stages).to_dict()
     assert manifest["format"] == MANIFEST_FORMAT
     assert manifest["version"] == 1
     assert manifest["num_stages"] == 3
@@ -315,7 +315,9 @@ def test_error_missing_stage_and_bad_shards():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda m: split(m, 2),
+        lambda m: split(
+            onnx.load(m) if isinstance(m, (str, os.PathLike)) else m, 2
+        ),  # a path: loaded
         lambda m: split_at(m, []),
         lambda m: split_by_stages(m, {}),
         lambda m: resolve_stages(m, 2),
@@ -388,18 +390,18 @@ def test_save_split_writes_stages_and_manifest(tmp_path):
         "stage_1.onnx",
         "stage_1.onnx.data",
     ]
-    assert json.loads((outdir / "manifest.json").read_text()) == manifest
-    assert manifest["stages"][0]["external_data"] == ["stage_0.onnx.data"]
+    assert json.loads((outdir / "manifest.json").read_text()) == manifest.to_dict()
+    assert manifest.stages[0].external_data == ("stage_0.onnx.data",)
     assert sorted(os.listdir(tmp_path)) == ["out"]  # no temporary directory left behind
-    loaded = [ir.load(outdir / s["file"]) for s in manifest["stages"]]
+    loaded = [ir.load(outdir / s.file) for s in manifest.stages]
     for path in ("stage_0.onnx", "stage_1.onnx"):
         onnx.checker.check_model(str(outdir / path), full_check=True)
     # Tied weight written once per stage that uses it.
     assert "wte.weight" in loaded[0].graph.initializers
     assert "wte.weight" in loaded[1].graph.initializers
     sessions = [
-        ort.InferenceSession(str(outdir / s["file"]), providers=["CPUExecutionProvider"])
-        for s in manifest["stages"]
+        ort.InferenceSession(str(outdir / s.file), providers=["CPUExecutionProvider"])
+        for s in manifest.stages
     ]
     env = dict(GPT_IDS)
     for session in sessions:
@@ -448,7 +450,7 @@ def test_save_split_refuses_a_missing_parent_folder_and_a_file(tmp_path):
     written = set(os.listdir(tmp_path / "a" / "b"))
     assert {"manifest.json", "stage_0.onnx", "stage_1.onnx"} <= written
     assert written == {"manifest.json"} | {
-        name for s in manifest["stages"] for name in (s["file"], *s["external_data"])
+        name for s in manifest.stages for name in (s.file, *s.external_data)
     }
     assert os.listdir(tmp_path / "a") == ["b"]  # no temporary directory left
 
@@ -491,7 +493,7 @@ def test_save_split_from_external_data_model(tmp_path):
     loaded = ir.load(src / "model.onnx")
     manifest = save_split(loaded, tmp_path / "out", 2)
     out = tmp_path / "out"
-    assert manifest["stages"][1]["external_data"] == ["stage_1.onnx.data"]
+    assert manifest.stages[1].external_data == ("stage_1.onnx.data",)
     # The stages do not point at the source file; the source still loads (not linked).
     stage0 = onnx.load(str(out / "stage_0.onnx"), load_external_data=False)
     locations = {
@@ -504,8 +506,8 @@ def test_save_split_from_external_data_model(tmp_path):
     assert os.stat(src / "model.onnx.data").st_nlink == 1
     feeds = {"image": np.ones((1, 3, 32, 32), dtype=np.float32)}
     env = dict(feeds)
-    for s in manifest["stages"]:
-        session = ort.InferenceSession(str(out / s["file"]), providers=["CPUExecutionProvider"])
+    for s in manifest.stages:
+        session = ort.InferenceSession(str(out / s.file), providers=["CPUExecutionProvider"])
         names = [i.name for i in session.get_inputs()]
         env.update(zip([o.name for o in session.get_outputs()], session.run(None, {
             n: env[n] for n in names})))  # fmt: skip
@@ -816,7 +818,7 @@ def _graphs(graph: onnx.GraphProto):
 
 def _loaded_protos(outdir, manifest) -> list[onnx.ModelProto]:
     """The stage files with their external data loaded, as ``ir.to_proto`` writes tensors."""
-    protos = [onnx.load(str(outdir / s["file"])) for s in manifest["stages"]]
+    protos = [onnx.load(str(outdir / s.file)) for s in manifest.stages]
     for proto in protos:
         for graph in _graphs(proto.graph):
             for tensor in graph.initializer:
@@ -850,8 +852,8 @@ def test_save_split_direct_writer_equals_the_split_models(tmp_path, case, monkey
     monkeypatch.setattr(split_module, "_direct_writable", lambda m: False)
     reference = save_split(model, tmp_path / "models", shards, metadata=metadata)
     assert reference == manifest
-    for entry in manifest["stages"]:
-        for name in (entry["file"], *entry["external_data"]):
+    for entry in manifest.stages:
+        for name in (entry.file, *entry.external_data):
             assert (tmp_path / "direct" / name).read_bytes() == (
                 tmp_path / "models" / name
             ).read_bytes(), (case, name)

@@ -72,6 +72,7 @@ __all__ = [
     "build_parser",
     "check_dim_names",
     "help_description",
+    "in_cli_words",
     "dim_argument",
     "main",
     "positive_int",
@@ -451,10 +452,11 @@ def _dispatch(func: Callable[[argparse.Namespace], int], args: argparse.Namespac
         return int(func(args))
     except OmnyFormatError as exc:  # its path is inside the model: say which file
         source = None if getattr(exc, "source", None) else _input_file(args)
-        error(f"{source}: {exc}" if source is not None else str(exc))
+        message = in_cli_words(str(exc))
+        error(f"{source}: {message}" if source is not None else message)
         return EXIT_USAGE
     except OmnyError as exc:
-        error(str(exc))
+        error(in_cli_words(str(exc)))
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("omny: interrupted", file=sys.stderr)
@@ -466,6 +468,21 @@ def _dispatch(func: Callable[[argparse.Namespace], int], args: argparse.Namespac
     except BrokenPipeError:  # `omny inspect x | head`
         sys.stderr.close()
         return EXIT_OK
+
+
+_PYTHON_WORDS = (" (force=True in Python)", " (max_per_code=None in Python)")
+"""What messages of the Python API add for Python callers beside a flag's name."""
+
+
+def in_cli_words(message: str) -> str:
+    """``message`` without the Python argument names it gives beside a command-line flag.
+
+    The package's errors serve both audiences ("pass --force (force=True in Python)"); on
+    the command line only the flag is said.
+    """
+    for words in _PYTHON_WORDS:
+        message = message.replace(words, "")
+    return message
 
 
 def _exit_now(status: int) -> NoReturn:

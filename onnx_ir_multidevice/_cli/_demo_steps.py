@@ -206,7 +206,7 @@ def _step_cut_points(ctx: DemoContext) -> None:
     for config in plan.configurations:
         ids = [c.id if c is not None else "?" for c in config.cut_points]
         ctx.say(
-            f"configuration {config.index}: {config.num_shards} shards, cuts {ids}, "
+            f"configuration {config.index}: {plural(config.num_shards, 'shard')}, cuts {ids}, "
             f"MiB per shard {list(config.spec.memory_per_shard_mb)}"
         )
     if plan.unresolved:
@@ -477,7 +477,7 @@ def _step_verify(ctx: DemoContext) -> None:
         took = time.perf_counter() - start
         crossing = [[v.name for v in stage.graph.inputs] for stage in stages[1:]]
         ctx.say(
-            f"{config.num_shards} shards{label}: nodes per stage "
+            f"{plural(config.num_shards, 'shard')}{label}: nodes per stage "
             f"{[len(stage.graph) for stage in stages]}, stage inputs after the first "
             f"{crossing} ({took * 1000:.0f} ms)"
         )

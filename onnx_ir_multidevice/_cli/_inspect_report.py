@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._proto.files import load
+from onnx_ir_multidevice._util import format_bytes
 from onnx_ir_multidevice.binding import bind
 from onnx_ir_multidevice.graph.dtypes import dtype_name, stored_nbytes, tensor_nbytes
 from onnx_ir_multidevice.omny import OMNY_VERSION_KEY
@@ -233,12 +234,6 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _mib(nbytes: int) -> str:
-    if nbytes < 1024 * 1024:
-        return f"{nbytes / 1024:.1f} KiB"
-    return f"{nbytes / 1024 / 1024:.1f} MiB"
-
-
 def format_text(doc: dict[str, Any]) -> str:
     """Render the :func:`collect` document for a terminal."""
     m = doc["model"]
@@ -257,7 +252,7 @@ def format_text(doc: dict[str, Any]) -> str:
             else ""
         )
         + f", {m['num_initializers']} initializers, {m['num_parameters']:,} parameters"
-        f" ({_mib(m['weights_bytes'])})",
+        f" ({format_bytes(m['weights_bytes'])})",
         f"format    IR version {m['ir_version']}, opsets {opsets}",
         f"producer  {producer}",
         *_dims_line(doc.get("planning_dims")),

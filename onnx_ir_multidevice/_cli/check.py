@@ -1,10 +1,12 @@
 """``omny check FILE``: check a model's .omny plan, IR v11 device fields and pipeline stages.
 
-Prints one line per diagnostic (errors first; at most 20 of one code, then one line saying how
-many more, unless ``--all``) and a summary. Exit status: 0 when there is no error, 1 when there
-are errors, 2 when the file cannot be read as ONNX or its ``.omny`` plan cannot be read (the
-status the other commands give for that file). ``--strict`` makes every warning an error.
-``--json`` prints one JSON document instead (schema in ``docs/diagnostics.md``)::
+Prints one line per error and warning (errors first; at most 20 of one code, then one line
+saying how many more, unless ``--all``) and a summary; the info diagnostics (what crosses each
+stage boundary...) are counted in the summary and listed with ``--verbose``. Exit status: 0
+when there is no error, 1 when there are errors, 2 when the file cannot be read as ONNX or
+its ``.omny`` plan cannot be read (the status the other commands give for that file).
+``--strict`` makes every warning an error. ``--json`` prints one JSON document instead (schema
+in ``docs/diagnostics.md``)::
 
     {"format": "onnx-ir-multidevice/check", "version": 1, "file": "model.omny",
      "ok": false, "counts": {"error": 1, "warning": 0, "info": 2}, "omitted": {},
@@ -26,6 +28,7 @@ from onnx_ir_multidevice._cli import (
     EXIT_USAGE,
     error,
     help_description,
+    in_cli_words,
     print_json,
 )
 
@@ -63,7 +66,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help=f"list every diagnostic (default: at most {_MAX_PER_CODE} of one code)",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="do not print info diagnostics")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="also list the info diagnostics"
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="do not list info diagnostics (the default)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -106,28 +114,29 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report_document(str(args.file), report))
     else:
+        infos = args.verbose and not args.quiet
+        summaries = set(report.omitted)
         for diagnostic in report.diagnostics:
-            if not (args.quiet and diagnostic.severity.value == "info"):
-                print(diagnostic)
+            if infos or diagnostic.severity.value != "info":
+                print(in_cli_words(str(diagnostic)) if diagnostic in summaries else diagnostic)
         counts = report.counts()
+        hidden = "" if infos or not counts["info"] else " (--verbose lists them)"
         print(
             f"{args.file}: {_plural(counts['error'], 'error')}, "
-            f"{_plural(counts['warning'], 'warning')}, {_plural(counts['info'], 'info')}"
+            f"{_plural(counts['warning'], 'warning')}, {_plural(counts['info'], 'info')}{hidden}"
         )
     if report.model is None:
-        if not args.json:
-            refused = any(d.code == "OMNY106" for d in report.diagnostics)  # valid ONNX
-            error(
-                f"{args.file}: "
-                + (
-                    "cannot be loaded (see the errors above)"
-                    if refused
-                    else "cannot be read as an ONNX model"
-                )
+        refused = any(d.code == "OMNY106" for d in report.diagnostics)  # valid ONNX
+        error(
+            f"{args.file}: "
+            + (
+                "cannot be loaded (see the errors above)"
+                if refused
+                else "cannot be read as an ONNX model"
             )
+        )
         return EXIT_USAGE
     if report.unreadable:
-        if not args.json:
-            error(f"{args.file}: its model or .omny plan cannot be read (see the errors above)")
+        error(f"{args.file}: its model or .omny plan cannot be read (see the errors above)")
         return EXIT_USAGE
     return EXIT_FINDINGS if report.errors else EXIT_OK

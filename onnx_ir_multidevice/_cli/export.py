@@ -235,6 +235,8 @@ def _options(args: argparse.Namespace) -> dict[str, object] | str:
 
 def run(args: argparse.Namespace) -> int:
     """Export ``args.input`` to ``args.output`` in ``args.format``."""
+    from onnx_ir_multidevice._util import plural  # lazy: `omny --help` stays fast
+
     if args.list_formats:
         return _list_formats(args.json)
     registry = _registry()
@@ -281,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
         return EXIT_OK
-    print(f"{args.input} -> {args.output} ({result.format}, {len(result.files)} files)")
+    print(f"{args.input} -> {args.output} ({result.format}, {plural(len(result.files), 'file')})")
     if result.destination.is_dir():
         for path in result.files:
             print(f"  {path.relative_to(result.destination)}")

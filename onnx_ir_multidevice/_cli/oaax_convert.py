@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args in (["--help"], ["-h"]):
         print(_USAGE)
         print()
-        print(__doc__.split("\n\n", 1)[1].strip())
+        print(__doc__.split("\n\n", 1)[1].strip().replace("``", ""))  # plain text, not reST
         return 0
     if args == ["--version"]:
         print(f"{_PROGRAM} {__version__}")

@@ -36,6 +36,7 @@ from onnx_ir_multidevice._cli import (
     error,
     existing_output,
     help_description,
+    positive_int,
     print_json,
     progress_reporter,
 )
@@ -60,7 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="device memory in pipeline order, e.g. 24GiB,8GiB,8GiB (stage k on device k)",
     )
     parser.add_argument(
-        "--max-shard-mb", type=int, metavar="N", help="largest memory of one shard, in MiB"
+        "--max-shard-mb",
+        type=positive_int,
+        metavar="N",
+        help="largest memory of one shard, in MiB",
     )
     parser.add_argument(
         "--dim",
@@ -170,5 +174,5 @@ def run(args: argparse.Namespace) -> int:
     )
     print(describe(result))
     for n, why in result.skipped:
-        print(f"{n} shards: not feasible ({why})")
+        print(f"{plural(n, 'shard')}: not feasible ({why})")
     return EXIT_OK

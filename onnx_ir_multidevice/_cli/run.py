@@ -4,7 +4,10 @@
 directory written by ``omny split``. Each stage gets its own onnxruntime session on the device
 given by ``--providers`` (one per stage, comma-separated, e.g. ``cpu,cuda:0``). The command
 sends ``--requests`` random requests (after ``--warmup`` untimed ones) and prints per-stage
-latency, throughput and utilisation (busy time / wall time per stage). The requests are the
+latency, throughput and utilisation (busy time / wall time per stage), then the baseline the
+pipeline is for: the whole model in one onnxruntime session (for a split directory, its stages
+one after another in one thread), one request after another, over the same inputs (at most
+:data:`BASELINE_REQUESTS` of them; ``--no-baseline`` skips it). The requests are the
 inputs ``omny verify`` would generate for the same ``--seed`` and ``--dim`` values (by default
 at the planning dims the file records). ``--backend``
 names a registered engine (``thread``, ``ray``, or one added with ``register_engine``). Exit
@@ -19,6 +22,7 @@ import argparse
 import itertools
 import sys
 from pathlib import Path
+from typing import Any
 
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
@@ -35,6 +39,9 @@ from onnx_ir_multidevice._cli import (
 )
 from onnx_ir_multidevice._errors import PipelineError, SplitError
 
+BASELINE_REQUESTS = 100
+"""Requests the baseline runs at most (it is a reference, not the job)."""
+
 _PROGRESS_EVERY = 100
 """Timed requests between two progress lines of ``--progress``."""
 
@@ -43,9 +50,11 @@ def _threads(text: str) -> list[int] | int:
     try:
         values = [int(part) for part in text.split(",")]
     except ValueError:
+        values = [0]
+    if min(values) < 1:
         raise argparse.ArgumentTypeError(
-            f"expected a thread count or one per stage (e.g. 1,2), got {text!r}"
-        ) from None
+            f"expected a positive thread count or one per stage (e.g. 1,2), got {text!r}"
+        )
     return values[0] if len(values) == 1 else values
 
 
@@ -99,6 +108,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-in-flight", type=int, metavar="M", help="requests inside the stages at once"
     )
+    parser.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="do not time the whole model in one session after the pipeline",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     add_progress_argument(parser)
     parser.set_defaults(func=run)
@@ -108,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
     """Run ``args.input`` as a pipeline and print its timing."""
     from onnx_ir_multidevice._util import plural  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.engines import get_engine  # lazy: `omny --help` stays fast
-    from onnx_ir_multidevice.runtime.inputs import dim_names  # lazy: `omny --help` stays fast
+    from onnx_ir_multidevice.runtime.inputs import (  # lazy: `omny --help` stays fast
+        dim_names,
+        generated_at,
+    )
     from onnx_ir_multidevice.runtime.pipeline import Pipeline  # lazy: `omny --help` stays fast
 
     if args.requests < 1 or args.warmup < 0:
@@ -156,9 +173,16 @@ def run(args: argparse.Namespace) -> int:
                 if done % _PROGRESS_EVERY == 0:
                     progress(f"{done}/{args.requests} requests")
         except PipelineError as exc:
-            error(f"{args.input}: {exc}")
+            # The requests are generated: name the dims they took (a model that runs at some
+            # sizes only fails inside onnxruntime with a message about a node, not the sizes).
+            note = generated_at(pipeline.inputs, {**pipeline.chain.planning_dims, **dims})
+            error(f"{args.input}: {exc}" + (f"; {note}" if note else ""))
             return EXIT_FINDINGS
         stats = pipeline.stats()
+        baseline = None
+        if not args.no_baseline:
+            progress("timing the baseline")
+            baseline = _baseline(args, pipeline, inputs)
     if args.json:
         print_json(
             {
@@ -171,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
                 "dims": dims,
                 "input_shapes": {name: list(a.shape) for name, a in inputs.items()},
                 **stats.to_dict(),
+                "baseline": baseline,
             }
         )
         return EXIT_OK
@@ -180,5 +205,53 @@ def run(args: argparse.Namespace) -> int:
         f"{', '.join(str(d) for d in pipeline.devices)}; inputs {shapes}"
     )
     print(stats.format())
+    if baseline is not None:
+        speedup = stats.throughput / baseline["throughput"] if baseline["throughput"] else 0.0
+        print(
+            f"baseline: {baseline['what']}, one request after another: "
+            f"{plural(baseline['requests'], 'request')} in {baseline['wall_s'] * 1000:.1f} ms, "
+            f"{baseline['throughput']:.1f} requests/s; the pipeline's throughput is "
+            f"{speedup:.2f}x that"
+        )
     sys.stdout.flush()
     return EXIT_OK
+
+
+def _baseline(args: argparse.Namespace, pipeline, inputs) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Time what the pipeline is compared with, on the same inputs (see the module docstring).
+
+    The whole model in one session, with the first stage's onnxruntime thread count; for a
+    split directory, :meth:`Pipeline.run` on the idle pipeline, which runs the stages one
+    after another in the calling thread.
+    """
+    import time
+
+    from onnx_ir_multidevice._proto.files import load  # lazy: `omny --help` stays fast
+    from onnx_ir_multidevice.runtime.sessions import ModelSession, session_options
+
+    count = min(args.requests, BASELINE_REQUESTS)
+    threads = args.threads[0] if isinstance(args.threads, list) else args.threads
+    if args.input.is_dir():
+        what = f"the {pipeline.num_stages} stages in one thread"
+        pipeline.run(inputs)  # warm-up
+        start = time.perf_counter()
+        for _ in range(count):
+            pipeline.run(inputs)
+        wall = time.perf_counter() - start
+    else:
+        what = "the whole model in one onnxruntime session"
+        providers = pipeline.devices[0].ort_providers()
+        options = session_options(intra_op_num_threads=threads)
+        # loaded as verify loads it (external data checked, small tensors made inline)
+        with ModelSession(load(args.input), options, providers) as owner:
+            owner.session.run(None, inputs)  # warm-up
+            start = time.perf_counter()
+            for _ in range(count):
+                owner.session.run(None, inputs)
+            wall = time.perf_counter() - start
+    return {
+        "what": what,
+        "requests": count,
+        "wall_s": wall,
+        "throughput": count / wall if wall > 0 else 0.0,
+    }

@@ -81,16 +81,14 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     progress("done")
     if args.json:
-        print_json(manifest)
+        print_json(manifest.to_dict())
         return EXIT_OK
-    print(f"{args.input} -> {args.outdir}/ ({manifest['num_stages']} stages)")
-    for stage in manifest["stages"]:
+    print(f"{args.input} -> {args.outdir}/ ({manifest.num_stages} stages)")
+    for stage in manifest.stages:
         reads = ", ".join(
-            f"{i['name']} ({'input' if i['from'] == 'input' else 'stage ' + str(i['from'])})"
-            for i in stage["inputs"]
+            f"{i.name} ({'input' if i.is_graph_input else f'stage {i.source}'})"
+            for i in stage.inputs
         )
-        print(f"  {stage['file']}: reads {reads or 'nothing'}")
-        print(
-            f"  {' ' * len(stage['file'])}  writes {', '.join(o['name'] for o in stage['outputs'])}"
-        )
+        print(f"  {stage.file}: reads {reads or 'nothing'}")
+        print(f"  {' ' * len(stage.file)}  writes {', '.join(stage.output_names)}")
     return EXIT_OK

@@ -85,6 +85,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._regular_files import require_replaceable
 
 try:
     import fcntl
@@ -504,6 +505,7 @@ def check_output_file(target: Path, force: bool) -> None:
     """
     if target.is_dir():
         raise OmnyIOError(f"{target}: is a directory; pass a file path such as {target / 'out'}")
+    require_replaceable(target)
     if target.exists() and not force:
         raise OmnyIOError(
             f"{target}: exists; choose another path or pass --force (force=True in Python) to "

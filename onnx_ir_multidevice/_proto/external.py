@@ -65,7 +65,6 @@ __all__ = [
 
 import contextlib
 import json
-import math
 import mmap
 import os
 import stat
@@ -77,6 +76,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_ir_multidevice._dtype_sizes import tensor_nbytes
 from onnx_ir_multidevice._errors import ExternalDataError, ExternalDataProblem, OmnyFormatError
 
 DATA_RECORD_KEY = "onnx_ir_multidevice.external_data"
@@ -221,12 +221,11 @@ def _proto_nbytes(tensor: onnx.TensorProto) -> int | None:
     """The size of a tensor proto's data from its element type and dims (``None``: unknown)."""
     try:
         dtype = ir.DataType(tensor.data_type)
-        bits = dtype.bitwidth
-    except (ValueError, TypeError, NotImplementedError, AttributeError):
+    except ValueError:
         return None
     if any(d < 0 for d in tensor.dims):
         return None
-    return math.ceil(math.prod(tensor.dims) * bits / 8)
+    return tensor_nbytes(tensor.dims, dtype)
 
 
 def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[str, str, onnx.TensorProto]]:

@@ -120,7 +120,7 @@ from onnx_ir_multidevice._proto.external import (
     record_stamps,
     set_base_dir,
 )
-from onnx_ir_multidevice._regular_files import read_regular, require_regular
+from onnx_ir_multidevice._regular_files import read_regular, require_regular, require_replaceable
 from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.omny.container import (
     CONTAINER_META_KEY,
@@ -837,6 +837,7 @@ def save(
     path = _as_path(path, "save")
     if path.is_dir():
         raise OmnyIOError(f"{path}: is a directory; pass a file path such as {path / 'model.onnx'}")
+    require_replaceable(path, "model")
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     folder = target.parent
     if not folder.is_dir():

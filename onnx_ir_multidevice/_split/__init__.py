@@ -13,11 +13,14 @@
 from __future__ import annotations
 
 __all__ = [
+    "GRAPH_INPUT",
+    "GRAPH_OUTPUT",
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
-    "Manifest",
     "ManifestError",
+    "ManifestInput",
+    "ManifestOutput",
     "ManifestStage",
     "NUM_STAGES_KEY",
     "STAGE_INDEX_KEY",
@@ -29,6 +32,7 @@ __all__ = [
     "split",
     "split_at",
     "split_by_stages",
+    "SplitManifest",
 ]
 
 from onnx_ir_multidevice._split.build import (
@@ -39,12 +43,17 @@ from onnx_ir_multidevice._split.build import (
     split_by_stages,
 )
 from onnx_ir_multidevice._split.manifest import (
+    GRAPH_INPUT,
+    GRAPH_OUTPUT,
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     MANIFEST_VERSION,
-    Manifest,
+    Manifest,  # noqa: F401  (the former name of SplitManifest, not in __all__)
     ManifestError,
+    ManifestInput,
+    ManifestOutput,
     ManifestStage,
+    SplitManifest,
     build_manifest,
     read_manifest,
 )
@@ -55,9 +64,11 @@ from onnx_ir_multidevice._util import set_public_module
 set_public_module(
     globals(),
     root={
-        "Manifest",
         "ManifestError",
+        "ManifestInput",
+        "ManifestOutput",
         "ManifestStage",
+        "SplitManifest",
         "build_manifest",
         "read_manifest",
         "save_split",

@@ -40,6 +40,7 @@ from __future__ import annotations
 __all__ = ["NUM_STAGES_KEY", "STAGE_INDEX_KEY", "split", "split_at", "split_by_stages"]
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
@@ -466,7 +467,7 @@ def _split_with_index(
 
 
 def split(
-    model: ir.Model,
+    model: ir.Model | str | os.PathLike,
     shards: int,
     *,
     configuration: Configuration = None,
@@ -485,9 +486,9 @@ def split(
     .. versionadded:: 0.1
 
     Args:
-        model: The model to split, an :class:`onnx_ir.Model`; it is not modified. ``split``
-            does not load files (as :func:`~onnx_ir_multidevice.verify`): pass
-            ``onnx_ir_multidevice.load(path)``; a path or an ``onnx.ModelProto`` raises
+        model: The model to split, an :class:`onnx_ir.Model` (not modified), or the path of
+            a model file (``str`` or ``os.PathLike``, loaded with
+            :func:`onnx_ir_multidevice.load`; not modified); an ``onnx.ModelProto`` raises
             ``TypeError``. :func:`save_split` writes the stages to files.
         shards: Number of stages.
         configuration: Which configuration to split by; see :func:`resolve_stages`. By
@@ -504,6 +505,10 @@ def split(
         SplitError: No configuration for ``shards``, unresolved cut points, or a graph that
             cannot be split at those cuts.
     """
+    if isinstance(model, (str, os.PathLike)):
+        from onnx_ir_multidevice._proto.files import load  # lazy: only for a path
+
+        model = load(model)
     require_model(model, "split")
     with gc_paused():
         index = _build_index(model.graph)

@@ -107,29 +107,21 @@ def _cuts_from_metadata(
 ) -> list[ir.Value]:
     """The cut tensors of the chosen ``.omny`` shard configuration, from :func:`bind`."""
     configurations = tuple(metadata.sharding.configurations)
-    if configuration is None:
-        matches = [i for i, c in enumerate(configurations) if c.num_shards == shards]
-        if not matches:
-            available = sorted({c.num_shards for c in configurations})
-            raise SplitError(
-                f"The .omny metadata has no shard configuration with num_shards={shards} "
-                f"(available: {available or 'none'}); plan one with `omny plan --shards "
-                f"{shards}` or pass another shard count."
-            )
-        position = matches[0]
-    elif isinstance(configuration, int):
-        if not 0 <= configuration < len(configurations):
-            raise SplitError(
-                f"sharding.configurations[{configuration}] does not exist: the .omny metadata "
-                f"has {plural(len(configurations), 'configuration')}."
-            )
-        position = configuration
-    else:
-        position = next((i for i, c in enumerate(configurations) if c is configuration), -1)
-        if position < 0:
-            position = next((i for i, c in enumerate(configurations) if c == configuration), -1)
-        if position < 0:
-            raise SplitError("The shard configuration given is not one of the .omny metadata.")
+    position = metadata.sharding.configuration_index(shards, configuration)
+    if position is None and configuration is None:
+        available = sorted({c.num_shards for c in configurations})
+        raise SplitError(
+            f"The .omny metadata has no shard configuration with num_shards={shards} "
+            f"(available: {available or 'none'}); plan one with `omny plan --shards "
+            f"{shards}` or pass another shard count."
+        )
+    if position is None and isinstance(configuration, int):
+        raise SplitError(
+            f"sharding.configurations[{configuration}] does not exist: the .omny metadata "
+            f"has {plural(len(configurations), 'configuration')}."
+        )
+    if position is None:
+        raise SplitError("The shard configuration given is not one of the .omny metadata.")
     chosen = configurations[position]
     path = f"sharding.configurations[{position}]"
     if chosen.num_shards != shards:
@@ -241,9 +233,7 @@ def _resolve(
             raise SplitError("The model has no .omny metadata to take the configuration from.")
         cuts = _cuts_from_metadata(index, model, metadata, shards, configuration)
         return _stages_from_cuts(index, cuts, sort=False)
-    if metadata is not None and any(
-        c.num_shards == shards for c in metadata.sharding.configurations
-    ):
+    if metadata is not None and metadata.sharding.configuration_index(shards) is not None:
         cuts = _cuts_from_metadata(index, model, metadata, shards, None)
         return _stages_from_cuts(index, cuts, sort=False)
     annotated = [c for c in pipeline_configurations(index.graph) if c.num_devices == shards]

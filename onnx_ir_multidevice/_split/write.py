@@ -7,10 +7,9 @@ from __future__ import annotations
 
 __all__ = ["save_split"]
 
-import json
+import dataclasses
 import os
 from pathlib import Path
-from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -25,7 +24,7 @@ from onnx_ir_multidevice._split.build import (
     _plan_stages,
     _StagePlan,
 )
-from onnx_ir_multidevice._split.manifest import _stage_file, build_manifest
+from onnx_ir_multidevice._split.manifest import SplitManifest, _stage_file, build_manifest
 from onnx_ir_multidevice._split.select import (
     Configuration,
     _build_index,
@@ -66,7 +65,7 @@ def save_split(
     metadata: OmnyMetadata | None = None,
     force: bool = False,
     external_data_threshold: int = 1024,
-) -> dict[str, Any]:
+) -> SplitManifest:
     """Split ``model`` and write ``stage_<i>.onnx`` files and ``manifest.json`` to ``outdir``.
 
     Every stage is self-contained: its weights larger than ``external_data_threshold`` bytes
@@ -100,7 +99,8 @@ def save_split(
             external data file; smaller ones are embedded in the stage file.
 
     Returns:
-        The manifest that was written.
+        The manifest that was written (:meth:`~onnx_ir_multidevice.SplitManifest.to_dict`
+        gives its JSON document).
 
     Raises:
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
@@ -237,7 +237,7 @@ def _save_split(
     metadata: OmnyMetadata | None,
     external_data_threshold: int,
     force: bool,
-) -> dict[str, Any]:
+) -> SplitManifest:
     index = _build_index(model.graph)
     stage_of = _resolve(index, model, shards, configuration, metadata)
     plans = _plan_stages(index, stage_of, shards)
@@ -254,8 +254,9 @@ def _save_split(
     direct = direct and all(_direct_writable(stage) for stage in stages)
     files = [_stage_file(i) for i in range(len(stages))]
     manifest = build_manifest(model, stages, files=files)
+    entries = []
     with staged_directory(target, force, holds=_HOLDS) as temporary:
-        for i, (entry, stage, file) in enumerate(zip(manifest["stages"], stages, files)):
+        for i, (entry, stage, file) in enumerate(zip(manifest.stages, stages, files)):
             path = temporary / file
             data = f"{file}.data" if _has_weights(stage) else None
             if direct:
@@ -284,8 +285,7 @@ def _save_split(
                     (temporary / data).unlink()
                 else:
                     data_files.append(data)
-            entry["external_data"] = data_files
-        with open(temporary / "manifest.json", "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2)
-            f.write("\n")
+            entries.append(dataclasses.replace(entry, external_data=tuple(data_files)))
+        manifest = dataclasses.replace(manifest, stages=tuple(entries))
+        manifest.write(temporary)
     return manifest

@@ -64,7 +64,7 @@ __all__ = [
 import dataclasses
 import heapq
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from itertools import chain, compress, repeat
 
 import numpy as np
@@ -72,6 +72,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.boundaries import boundary_problem
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
+from onnx_ir_multidevice.analysis.sparse_table import SparseTable
 from onnx_ir_multidevice.analysis.tensor_classes import (
     TensorClass,
     classify_values,
@@ -201,27 +202,6 @@ class _DominatorTree:
             else:
                 a, b = parent[a], parent[b]
         return a
-
-
-class _SparseMin:
-    """Range-minimum queries over a fixed integer array in O(1) after O(n log n)."""
-
-    def __init__(self, values: Sequence[int]) -> None:
-        level = np.asarray(values, dtype=np.int64)
-        self.levels = [level]
-        span = 1
-        while 2 * span <= len(values):
-            level = np.minimum(level[:-span], level[span:])
-            self.levels.append(level)
-            span *= 2
-
-    def min(self, lo: int, hi: int, default: int) -> int:
-        """Minimum over ``[lo, hi)``; ``default`` for an empty range."""
-        if hi <= lo:
-            return default
-        k = (hi - lo).bit_length() - 1
-        level = self.levels[k]
-        return int(min(level[lo], level[hi - (1 << k)]))
 
 
 # ---------------------------------------------------------------------------------------
@@ -540,7 +520,7 @@ class _Finder:
         np.maximum.at(last_array, ids, readers)
         latest = latest_array.tolist()
         made, first, last = made_array.tolist(), first_array.tolist(), last_array.tolist()
-        table = _SparseMin(latest) if size else None
+        table = SparseTable(latest, "min") if size else None
 
         def feeds_suffix(value: ir.Value) -> bool:
             positions = sorted({pos[r] for r in self.consumers[value]})
@@ -548,7 +528,7 @@ class _Finder:
             assert table is not None
             bounds = [*positions, size]
             for k in range(len(positions)):
-                if table.min(bounds[k] + 1, bounds[k + 1], start) < start:
+                if table.at(bounds[k] + 1, bounds[k + 1], start) < start:
                     return False
             return True
 

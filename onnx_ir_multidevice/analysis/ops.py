@@ -5,6 +5,9 @@ families are disjoint: :data:`~onnx_ir_multidevice.analysis.tensor_classes.HEAVY
 makes a value expensive to recompute) is their union, :mod:`~onnx_ir_multidevice.planner.flops`
 counts each family with its own formula and
 :func:`~onnx_ir_multidevice.analysis.omny_document.guess_architecture` looks for attention.
+:data:`QUANTIZED_OPS` (with :func:`is_quantized_op`) cuts across the families: the ops that
+quantize or compute on integers, which
+:func:`~onnx_ir_multidevice.analysis.precision.arithmetic_family` looks for.
 
 .. versionadded:: 0.1
 """
@@ -17,7 +20,9 @@ __all__ = [
     "GEMM_OPS",
     "MATMUL_OPS",
     "OTHER_HEAVY_OPS",
+    "QUANTIZED_OPS",
     "RECURRENT_OPS",
+    "is_quantized_op",
 ]
 
 MATMUL_OPS: frozenset[str] = frozenset(
@@ -69,3 +74,37 @@ OTHER_HEAVY_OPS: frozenset[str] = frozenset(
 )
 """Other ops that do model computation: transposed convolution, ``Einsum``, quantised
 embedding lookups, mixtures of experts."""
+
+QUANTIZED_OPS: frozenset[str] = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "DynamicQuantizeLSTM",
+        "MatMulInteger",
+        "MatMulInteger16",
+        "MatMulIntegerToFloat",
+        "MatMulNBits",
+        "MatMulBnb4",
+        "DynamicQuantizeMatMul",
+        "QOrderedMatMul",
+        "QLinearMatMul",
+        "QGemm",
+        "ConvInteger",
+        "QLinearConv",
+        "QAttention",
+        "GatherBlockQuantized",
+        "QMoE",
+    }
+)
+"""Ops that quantize, dequantize or compute on integers (or on packed low-bit weights): not a
+family of its own but a property, so it overlaps the families above. Every ``QLinear*`` op is
+one too (:func:`is_quantized_op`)."""
+
+
+def is_quantized_op(op_type: str) -> bool:
+    """Whether ``op_type`` quantizes or computes on integers.
+
+    True for the ops of :data:`QUANTIZED_OPS` and for every ``QLinear*`` op, in any domain.
+    """
+    return op_type in QUANTIZED_OPS or op_type.startswith("QLinear")

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 
 import onnx_ir as ir
 
+from onnx_ir_multidevice.analysis.ops import is_quantized_op
+
 TOLERANCES: Mapping[str, tuple[float, float]] = {
     "fp32": (1e-4, 1e-4),
     "fp16": (1e-2, 1e-2),
@@ -37,32 +39,13 @@ _HALF = frozenset(
         ir.DataType.FLOAT8E5M2FNUZ,
     }
 )
-# Quantization and integer-arithmetic ops (any domain: com.microsoft fuses several of them).
-_QUANTIZED = frozenset(
-    {
-        "QuantizeLinear",
-        "DequantizeLinear",
-        "DynamicQuantizeLinear",
-        "MatMulInteger",
-        "MatMulInteger16",
-        "ConvInteger",
-        "QGemm",
-        "MatMulNBits",
-        "MatMulBnb4",
-        "MatMulIntegerToFloat",
-        "DynamicQuantizeMatMul",
-        "DynamicQuantizeLSTM",
-        "QAttention",
-        "QOrderedMatMul",
-    }
-)
 
 
 def arithmetic_family(model: ir.Model | ir.Graph) -> str:
     """``"int8"``, ``"fp16"`` or ``"fp32"``: the least precise arithmetic ``model`` computes in.
 
     ``"int8"`` when a node (in any subgraph) quantizes or computes on integers
-    (``QuantizeLinear``, ``MatMulInteger``, ``QLinear*``...); else ``"fp16"`` when an
+    (:func:`~onnx_ir_multidevice.analysis.ops.is_quantized_op`); else ``"fp16"`` when an
     initializer, a graph input or output, a ``Constant`` or a ``Cast`` target is a 16- or
     8-bit float; else ``"fp32"``. One pass over the nodes and initializers.
 
@@ -78,7 +61,7 @@ def arithmetic_family(model: ir.Model | ir.Graph) -> str:
     )
     for node in ir.traversal.RecursiveGraphIterator(graph):
         op = node.op_type
-        if op in _QUANTIZED or op.startswith("QLinear"):
+        if is_quantized_op(op):
             return "int8"
         if half:
             continue

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice.graph.dtypes import INTEGER_DTYPES as _INTEGERS
 from onnx_ir_multidevice.graph.index import NODE_FIELDS_OF
 
 Dual = Any  # int, or (int, int): the size at the probe dims and at the doubled dims
@@ -38,18 +39,6 @@ _MAX_DATA = 64  # integer tensors of at most this many elements carry their valu
 
 _BOOL = ir.DataType.BOOL
 _INT64 = ir.DataType.INT64
-_INTEGERS = frozenset(
-    {
-        ir.DataType.INT8,
-        ir.DataType.INT16,
-        ir.DataType.INT32,
-        ir.DataType.INT64,
-        ir.DataType.UINT8,
-        ir.DataType.UINT16,
-        ir.DataType.UINT32,
-        ir.DataType.UINT64,
-    }
-)
 
 
 class _GiveUp(Exception):

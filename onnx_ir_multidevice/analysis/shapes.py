@@ -59,6 +59,7 @@ __all__ = [
     "DEFAULT_SEQUENCE",
     "ValueShapes",
     "batch_symbols",
+    "dims_conflict_message",
     "evaluate_dims",
     "example_dims",
     "input_symbols",
@@ -68,6 +69,7 @@ __all__ = [
 ]
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -79,6 +81,7 @@ from onnx_ir_multidevice.analysis.dim_expressions import DimExpression, parse_di
 from onnx_ir_multidevice.analysis.element_types import element_types
 from onnx_ir_multidevice.analysis.shape_data import evaluate_cone, shape_cone
 from onnx_ir_multidevice.analysis.shape_propagation import propagate
+from onnx_ir_multidevice.graph.dtypes import INTEGER_OR_BOOL_DTYPES as _INTEGER_TYPES
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 
 DEFAULT_BATCH = 1
@@ -102,19 +105,6 @@ _MAX_RERUNS = 6  # inference reruns when computed shape tensors unlock more
 _SCALE = 2  # the second inference binding: every symbol times this
 _THIRD = 3  # the binding that confirms a static dim of an inferred type (see symbolic())
 _PAST_WORDS = ("past", "cache", "memory")
-_INTEGER_TYPES = frozenset(
-    {
-        ir.DataType.INT8,
-        ir.DataType.INT16,
-        ir.DataType.INT32,
-        ir.DataType.INT64,
-        ir.DataType.UINT8,
-        ir.DataType.UINT16,
-        ir.DataType.UINT32,
-        ir.DataType.UINT64,
-        ir.DataType.BOOL,
-    }
-)
 
 Dim = int | DimExpression
 """A normalized input dimension: a static size or an expression (possibly one symbol)."""
@@ -479,6 +469,18 @@ def _keep_as_data(tensor: ir.TensorProtocol) -> bool:
     return count <= _KEEP_INT_ELEMENTS and tensor.dtype in _INTEGER_TYPES
 
 
+_CONFLICT_WORDS = (
+    "Incompatible dimensions",
+    "Inferred shape and existing shape differ",
+    "dimension mismatch",
+    "Dimension mismatch",
+)
+"""Words of ONNX inference errors that say input shapes contradict each other."""
+
+_NODE_ERROR = re.compile(r"\(op_type:[^,]*, node name: ([^)]*)\): (.*?)(?= \(op_type:|$)")
+"""One node's part of an ONNX inference error: ``(op_type:Add, node name: add_pos): ...``."""
+
+
 class _LightGraph:
     """A ``ModelProto`` of the main graph without its weights, built once, run many times."""
 
@@ -542,6 +544,8 @@ class _LightGraph:
             self.node_position[node] = len(g.node)
             node_proto = g.node.add()
             node_proto.op_type = node.op_type
+            if node.name:  # named in inference errors (see conflict())
+                node_proto.name = node.name
             if node.domain:
                 node_proto.domain = node.domain
             if node.overload:
@@ -602,17 +606,65 @@ class _LightGraph:
             result = self._infer(bindings, folded)
         return result
 
-    def _infer(self, bindings: Mapping[str, int], folded: Mapping[ir.Value, np.ndarray]) -> _Run:
+    def _pinned(self, bindings: Mapping[str, int]) -> onnx.ModelProto:
+        """A copy of :attr:`proto` whose inputs have their sizes at ``bindings``."""
         proto = onnx.ModelProto()
         proto.CopyFrom(self.proto)
-        graph = proto.graph
-        inputs = graph.input
+        inputs = proto.graph.input
         for position, dims in self.inputs:
             shape_dims = inputs[position].type.tensor_type.shape.dim
             for axis, dim in enumerate(dims):
                 size = dim if isinstance(dim, int) else dim.evaluate(bindings)
                 if size is not None and size >= 0:
                     shape_dims[axis].dim_value = size
+        return proto
+
+    def conflict(
+        self,
+        bindings: Mapping[str, int],
+        stated: Callable[[ir.Value, Mapping[str, int]], tuple[int, ...] | None],
+    ) -> tuple[str, str] | None:
+        """Where ONNX shape inference finds shapes that cannot go together at ``bindings``.
+
+        Strict inference (with data propagation) of the weightless graph: an operator whose
+        input shapes contradict each other there (``Add`` of 512 positions and a 256-row
+        table) is a model onnxruntime refuses to load at those sizes. Other inference
+        failures (an op without a schema...) say nothing about the sizes and are ignored.
+        The shape tensors computable before inference are injected first, as :meth:`run`
+        does (``stated`` as there).
+
+        Returns:
+            ``(node name, ONNX's message)``, the name ``""`` for an unnamed node; or ``None``.
+        """
+
+        def before(value: ir.Value) -> tuple[int, ...] | None:
+            dims = self.input_dims.get(value)
+            return evaluate_dims(dims, bindings) if dims is not None else stated(value, bindings)
+
+        folded = evaluate_cone(self.cone, before) if self.cone else {}
+        try:
+            onnx.shape_inference.infer_shapes(
+                self._inferable(bindings, folded),
+                check_type=False,
+                strict_mode=True,
+                data_prop=True,
+            )
+        except onnx.shape_inference.InferenceError as error:
+            message = " ".join(str(error).split())
+            for match in _NODE_ERROR.finditer(message):  # one per failing node: the first
+                if any(words in match.group(2) for words in _CONFLICT_WORDS):
+                    return match.group(1).strip(), match.group(2).strip()
+            return None
+        except Exception:  # noqa: BLE001 (inference cannot run: nothing is known)
+            return None
+        return None
+
+    def _inferable(
+        self, bindings: Mapping[str, int], folded: Mapping[ir.Value, np.ndarray]
+    ) -> onnx.ModelProto:
+        """:meth:`_pinned`, with the ``folded`` shape tensors injected as initializers."""
+        proto = self._pinned(bindings)
+        graph = proto.graph
         keys = self.keys
         for value, array in folded.items():
             producer = value.producer()
@@ -624,6 +676,10 @@ class _LightGraph:
             outputs[list(outputs).index(key)] = f"{key}__omny_folded"
             tensor = onnx.numpy_helper.from_array(np.array(array, order="C"), key)
             graph.initializer.append(tensor)
+        return proto
+
+    def _infer(self, bindings: Mapping[str, int], folded: Mapping[ir.Value, np.ndarray]) -> _Run:
+        proto = self._inferable(bindings, folded)
         try:
             inferred = onnx.shape_inference.infer_shapes(
                 proto, check_type=False, strict_mode=False, data_prop=True
@@ -787,6 +843,24 @@ class _Info:
     symbolic: tuple[int | str | None, ...] | None
 
 
+def dims_conflict_message(
+    graph: ir.Graph, dims: Mapping[str, int], node_name: str, reason: str
+) -> str:
+    """Say that the model cannot take the planning ``dims``: the planner's and ``OMNY124``'s words.
+
+    ``node_name`` and ``reason`` are what :meth:`ValueShapes.conflict` found.
+    """
+    node = next((n for n in graph if node_name and n.name == node_name), None)
+    where = f"node {node_name!r} ({node.op_type})" if node is not None else "a node"
+    at = ", ".join(f"{k}={v}" for k, v in sorted(dims.items())) or "the sizes the model pins"
+    return (
+        f"the model cannot take the planning dims ({at}): at {where} the input shapes "
+        f"contradict each other (ONNX shape inference: {reason}); onnxruntime refuses to load "
+        "or run it at these sizes. Plan at sizes the model takes (e.g. no more positions than "
+        "its position table has)"
+    )
+
+
 class ValueShapes:
     """Dtypes and shapes of the values of a main graph (see the module docstring).
 
@@ -854,20 +928,42 @@ class ValueShapes:
         """Whether shape inference ran (some value needed it)."""
         return bool(self._runs)
 
-    def _run(self, scale: int) -> _Run:
-        run = self._runs.get(scale)
-        if run is not None:
-            return run
+    def _light_graph(self) -> _LightGraph | None:
+        """The weightless graph inference runs on, built once (``None`` for a cycle)."""
         if self._light is None:
             index = self._index
             if index is None:
                 try:
                     index = GraphIndex.build(self.graph)
                 except Exception:  # noqa: BLE001 (a cycle: no inference)
-                    self._runs[scale] = _Run({})
-                    return self._runs[scale]
+                    return None
             self._keys = _value_keys(self.graph, index)
             self._light = _LightGraph(self.graph, index, self._keys)
+        return self._light
+
+    def conflict(self) -> tuple[str, str] | None:
+        """A node whose input shapes contradict each other at the planning dims, if any.
+
+        Only when :attr:`dims` binds every symbol (example values prove nothing about the
+        sizes a user chose). ONNX strict shape inference of the weightless graph, as
+        onnxruntime runs it when it loads the model (see ``_LightGraph.conflict``).
+
+        Returns:
+            ``(node name, ONNX's message)``, or ``None`` when nothing contradicts.
+        """
+        if self.unbound:
+            return None
+        light = self._light_graph()
+        return None if light is None else light.conflict(self.probe_dims, self._stated_at)
+
+    def _run(self, scale: int) -> _Run:
+        run = self._runs.get(scale)
+        if run is not None:
+            return run
+        if self._light_graph() is None:
+            self._runs[scale] = _Run({})
+            return self._runs[scale]
+        assert self._light is not None
         bindings = {s: v * scale for s, v in self.probe_dims.items()}
         run = self._runs[scale] = self._light.run(bindings, self._stated_at)
         return run

@@ -285,8 +285,13 @@ class BoundPlan:
         return next((cut for cut in self.cut_points if cut.id == cut_id), None)
 
     def configuration_for(self, num_shards: int) -> BoundConfiguration | None:
-        """Return the first configuration with ``num_shards`` shards, or ``None``."""
-        return next((c for c in self.configurations if c.num_shards == num_shards), None)
+        """Return the first configuration with ``num_shards`` shards, or ``None``.
+
+        As every other choice of a configuration:
+        :meth:`~onnx_ir_multidevice.omny.Sharding.configuration_index`.
+        """
+        position = self.metadata.sharding.configuration_index(num_shards)
+        return None if position is None else self.configurations[position]
 
     def to_metadata(self) -> OmnyMetadata:
         """Return the metadata with names derived from the bound IR objects.

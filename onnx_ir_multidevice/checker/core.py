@@ -68,6 +68,7 @@ from onnx_ir_multidevice.checker.diagnostics import (
     make,
     omitted_summary,
 )
+from onnx_ir_multidevice.checker.dims_rules import check_planning_dims
 from onnx_ir_multidevice.checker.format_rules import check_format, check_io_sizes
 from onnx_ir_multidevice.checker.pipeline_rules import check_pipeline
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
@@ -218,6 +219,7 @@ def run_check(
             found, entries_list = run_device_rules(ir_model, index)
             diagnostics.extend(found)
             plan, configurations = check_format(ir_model, diagnostics, index)
+            check_planning_dims(ir_model, diagnostics, index)
             check_container(ir_model, diagnostics)
             check_io_sizes(ir_model, diagnostics)
             try:

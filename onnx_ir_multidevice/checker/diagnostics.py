@@ -196,6 +196,7 @@ CODES: Mapping[str, CodeInfo] = _codes(
         True,
         "A graph input or output's stated shape is larger than any device holds.",
     ),
+    ("OMNY124", _E, True, "The model cannot take its planning dims (shapes contradict)."),
     ("OMNY130", _E, True, "No shard configuration is defined."),
     ("OMNY131", _E, True, "A configuration does not list num_shards - 1 cut points."),
     ("OMNY132", _E, True, "A configuration names a cut point id that is not defined."),

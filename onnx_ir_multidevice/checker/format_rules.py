@@ -21,7 +21,7 @@ import dataclasses
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError
-from onnx_ir_multidevice._util import plural
+from onnx_ir_multidevice._util import format_bytes, plural
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.sizes import MAX_TENSOR_BYTES, oversized_io
 from onnx_ir_multidevice.binding.bind import BoundConfiguration, BoundPlan, bind
@@ -38,14 +38,6 @@ from onnx_ir_multidevice.omny._schema import (
     Sharding,
 )
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
-
-
-def _bytes(nbytes: int) -> str:
-    """``nbytes`` in the largest binary unit that keeps the figure at least 1."""
-    for unit, power in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 2**power:
-            return f"{nbytes / 2**power:,.1f} {unit}"
-    return f"{nbytes} bytes"
 
 
 def _same_dtype(name: str, dtype: ir.DataType) -> bool:
@@ -108,8 +100,8 @@ def check_io_sizes(model: ir.Model, diagnostics: list[Diagnostic]) -> None:
             make(
                 "OMNY123",
                 f"graph {kind} {value.name!r}: dim {axis} is {value.shape[axis]}, so the tensor "
-                f"takes at least {_bytes(nbytes)}, more than any device holds (the limit is "
-                f"{_bytes(MAX_TENSOR_BYTES)}); write its real size (or a symbolic dim)",
+                f"takes at least {format_bytes(nbytes)}, more than any device holds (the limit is "
+                f"{format_bytes(MAX_TENSOR_BYTES)}); write its real size (or a symbolic dim)",
                 value_location(value),
             )
         )
@@ -320,8 +312,8 @@ class _FormatRules:
                 make(
                     "OMNY122",
                     f"cut point {cut.id!r}: shape {list(cut.shape)} of {cut.dtype} is "
-                    f"{_bytes(elements * bits // 8)}, more than any device holds (the limit "
-                    f"is {_bytes(MAX_TENSOR_BYTES)}); write the tensor's real shape",
+                    f"{format_bytes(elements * bits // 8)}, more than any device holds (the limit "
+                    f"is {format_bytes(MAX_TENSOR_BYTES)}); write the tensor's real shape",
                     f"{path}.shape",
                 )
             )

@@ -178,7 +178,7 @@ class _PipelineRules:
                 self.out.append(
                     make(
                         "OMNY312",
-                        f"configuration {entry.index} ({entry.num_shards} shards) is not "
+                        f"configuration {entry.index} ({plural(entry.num_shards, 'shard')}) is not "
                         f"annotated in the IR; `omny annotate` would add it as {entry.name!r}",
                         f"sharding.configurations[{entry.index}]",
                     )
@@ -432,7 +432,7 @@ class _PipelineRules:
                 make(
                     "OMNY313",
                     f"{name!r} has num_devices={configuration.num_devices} but .omny "
-                    f"configuration {entry.index} has {entry.num_shards} shards; run "
+                    f"configuration {entry.index} has {plural(entry.num_shards, 'shard')}; run "
                     "`omny annotate` again",
                     location,
                 )

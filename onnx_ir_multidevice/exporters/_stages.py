@@ -6,7 +6,7 @@ they agree with ``omny split`` and ``omny plan`` by construction:
 * the stage of every node comes from :func:`~onnx_ir_multidevice._split.resolve_stages` (the
   resolver of ``omny split``), the stage models from
   :func:`~onnx_ir_multidevice.split_by_stages` and the chaining from
-  :func:`~onnx_ir_multidevice.build_manifest`: the transfers, stage inputs and outputs are
+  :meth:`~onnx_ir_multidevice.SplitManifest.build`: the transfers, stage inputs and outputs are
   those of ``manifest.json``;
 * sizes are measured at the *planning dims*: those the plan recorded
   (:func:`~onnx_ir_multidevice.omny.read_planning_dims`), completed by the ``dims`` the caller
@@ -29,13 +29,12 @@ import bisect
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import onnx_ir as ir
 
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._errors import ExportError, PlanningDimsError
-from onnx_ir_multidevice._split import build_manifest, resolve_stages, split_by_stages
+from onnx_ir_multidevice._split import SplitManifest, resolve_stages, split_by_stages
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis, analyse_cut_points
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
@@ -87,12 +86,10 @@ def _configuration_mb(
     metadata = omny.read(model)  # readable: the split read it already
     if metadata is None:
         return None
-    configurations = metadata.sharding.configurations
-    if isinstance(configuration, int):
-        chosen = configurations[configuration] if 0 <= configuration < len(configurations) else None
-    else:
-        chosen = next((c for c in configurations if c.num_shards == shards), None)
-    return None if chosen is None else tuple(chosen.memory_per_shard_mb)
+    position = metadata.sharding.configuration_index(shards, configuration)
+    if position is None:
+        return None
+    return tuple(metadata.sharding.configurations[position].memory_per_shard_mb)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +102,8 @@ class ExportStages:
     stages: tuple[ir.Model, ...]
     """The stage models, as :func:`~onnx_ir_multidevice.split` makes them."""
 
-    manifest: Mapping[str, Any]
-    """Their ``manifest.json`` (:func:`~onnx_ir_multidevice.build_manifest`)."""
+    manifest: SplitManifest
+    """Their ``manifest.json`` (:meth:`~onnx_ir_multidevice.SplitManifest.build`)."""
 
     dims: Mapping[str, int]
     """The planning dims every size is measured at (recorded, given, and the default batch)."""
@@ -258,7 +255,7 @@ def export_stages(
     return ExportStages(
         model=model,
         stages=stages,
-        manifest=build_manifest(model, stages),
+        manifest=SplitManifest.build(model, stages),
         dims=dict(sizes.dims),
         sizes=sizes,
         values=_names(model.graph),

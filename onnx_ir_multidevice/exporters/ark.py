@@ -338,12 +338,10 @@ class _Transfer:
 def _transfers(stages: ExportStages, layouts: Mapping[str, _Layout]) -> list[_Transfer]:
     """One transfer per (producer stage, tensor, consumer stage) of the manifest, tagged."""
     found: list[_Transfer] = []
-    for entry in stages.manifest["stages"]:
-        for output in entry["outputs"]:
-            for destination in sorted(t for t in output["to"] if isinstance(t, int)):
-                found.append(
-                    _Transfer(entry["index"], destination, layouts[output["name"]], len(found))
-                )
+    for entry in stages.manifest.stages:
+        for output in entry.outputs:
+            for destination in sorted(output.destinations):
+                found.append(_Transfer(entry.index, destination, layouts[output.name], len(found)))
     return found
 
 
@@ -400,12 +398,12 @@ def _skeleton(
     local: dict[str, _Tensor],
 ) -> None:
     """One virtual Tensor op per stage output, reading the stage inputs it depends on."""
-    entry = stages.manifest["stages"][k]
+    entry = stages.manifest.stages[k]
     for output, inputs in _inputs_of_outputs(stages.stages[k]).items():
         result = rank.tensor(layouts[output])
         rank.add(
             "Tensor",
-            f"skeleton:{entry['file']}:{output}",
+            f"skeleton:{entry.file}:{output}",
             virtual=True,
             read=[local[name] for name in inputs],
             result=[result],
@@ -528,9 +526,9 @@ def _build(
         _check_translatable(stages)
     names: dict[str, None] = {}
     for k, stage in enumerate(stages.stages):
-        entry = stages.manifest["stages"][k]
-        names.update(dict.fromkeys(item["name"] for item in entry["inputs"]))
-        names.update(dict.fromkeys(item["name"] for item in entry["outputs"]))
+        entry = stages.manifest.stages[k]
+        names.update(dict.fromkeys(entry.input_names))
+        names.update(dict.fromkeys(entry.output_names))
         if ops == "translate":
             names.update(dict.fromkeys(_stage_values(stage)))
     layouts = {name: _layout(stages, name) for name in names}
@@ -553,11 +551,11 @@ def _build(
         outgoing[transfer.source].append(transfer)
         incoming[(transfer.destination, transfer.layout.name)] = transfer
     for k, rank in enumerate(ranks):
-        entry = stages.manifest["stages"][k]
+        entry = stages.manifest.stages[k]
         local: dict[str, _Tensor] = {}
-        for item in entry["inputs"]:
-            name = item["name"]
-            if item["from"] == "input":
+        for item in entry.inputs:
+            name = item.name
+            if item.is_graph_input:
                 tensor = rank.tensor(layouts[name])
                 rank.add("Tensor", f"input:{name}", virtual=True, result=[tensor])
                 local[name] = tensor
@@ -686,14 +684,12 @@ class ArkExporter:
                 {
                     "rank": rank.rank,
                     "file": file,
-                    "stage_file": entry["file"],
+                    "stage_file": entry.file,
                     "nodes": len(rank.nodes),
-                    "inputs": [dict(item) for item in entry["inputs"]],
-                    "outputs": [
-                        {"name": item["name"], "to": list(item["to"])} for item in entry["outputs"]
-                    ],
+                    "inputs": [item.to_dict() for item in entry.inputs],
+                    "outputs": [item.to_dict() for item in entry.outputs],
                 }
-                for rank, file, entry in zip(ranks, files, stages.manifest["stages"])
+                for rank, file, entry in zip(ranks, files, stages.manifest.stages)
             ],
             "transfers": [t.describe() for t in transfers],
             "tensors": {file: rank.tensor_names() for rank, file in zip(ranks, files)},

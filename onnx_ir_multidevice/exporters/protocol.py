@@ -7,9 +7,12 @@ __all__ = ["ExportResult", "Exporter"]
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import onnx_ir as ir
+
+if TYPE_CHECKING:  # the split machinery is imported by the exporters that use it
+    from onnx_ir_multidevice._split.manifest import SplitManifest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,9 +32,11 @@ class ExportResult:
     """Every file written, as absolute paths: the destination itself when it is a file, the
     files inside it when it is a directory."""
 
-    manifest: Mapping[str, Any] | None = None
+    manifest: SplitManifest | Mapping[str, Any] | None = None
     """The split manifest (``manifest.json`` of ``omny split``) of the stages the export was
-    made from, or ``None`` when the format holds the model whole."""
+    made from, or ``None`` when the format holds the model whole. The exporters of this
+    package give a :class:`~onnx_ir_multidevice.SplitManifest`; its JSON document as a mapping
+    is accepted too (what exporters written before it give)."""
 
     details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Facts particular to the format (versions, sizes, checksums...), JSON-ready."""
@@ -42,7 +47,13 @@ class ExportResult:
             "format": self.format,
             "destination": str(self.destination),
             "files": [str(path) for path in self.files],
-            "manifest": None if self.manifest is None else dict(self.manifest),
+            "manifest": (
+                None
+                if self.manifest is None
+                else dict(self.manifest)
+                if isinstance(self.manifest, Mapping)
+                else self.manifest.to_dict()
+            ),
             "details": dict(self.details),
         }
 

@@ -77,14 +77,14 @@ class SplitDirectoryExporter:
             ),
         )
         files = []
-        for stage in manifest["stages"]:
-            files.append(destination / stage["file"])
-            files.extend(destination / data for data in stage["external_data"])
+        for stage in manifest.stages:
+            files.append(destination / stage.file)
+            files.extend(destination / data for data in stage.external_data)
         files.append(destination / "manifest.json")
         return ExportResult(
             format=self.name,
             destination=destination,
             files=tuple(files),
             manifest=manifest,
-            details={"num_stages": manifest["num_stages"]},
+            details={"num_stages": manifest.num_stages},
         )

@@ -313,7 +313,7 @@ def _module_metadata(
 ) -> tuple[dict[str, Any], list[ir.Value]]:
     """The ``modules[<module>]`` entry of stage ``k`` and the initializers for its ``.params``."""
     stage = stages.stages[k]
-    entry = stages.manifest["stages"][k]
+    entry = stages.manifest.stages[k]
     memory = stages.memory[k]  # type: ignore[index]  # export_mlf measured it (measure_memory)
     initializers = list(stage.graph.initializers.values())
     params = {v.name for v in initializers}
@@ -357,8 +357,8 @@ def _module_metadata(
         },
         "params_data_bytes": params_data,
         "params_file_bytes": params_size,
-        "inputs_from": {item["name"]: item["from"] for item in entry["inputs"]},
-        "outputs_to": {item["name"]: list(item["to"]) for item in entry["outputs"]},
+        "inputs_from": {item.name: item.source for item in entry.inputs},
+        "outputs_to": {item.name: list(item.to) for item in entry.outputs},
     }
     document = {
         "model_name": module,

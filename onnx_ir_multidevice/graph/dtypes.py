@@ -26,19 +26,35 @@ the planner) and ``unknown`` (written by the reverse pass for a value without a 
 Sizes: :func:`dtype_bits` is the width of one element and :func:`tensor_nbytes` the bytes of
 a tensor, ``(elements * bits + 7) // 8`` in integer arithmetic (onnx-ir's
 ``DataType.itemsize`` is a float, ``0.5`` for the 4-bit types). ``STRING`` and ``UNDEFINED``
-have no fixed size.
+have no fixed size. Both live in :mod:`onnx_ir_multidevice._dtype_sizes`, in the lowest layer,
+so that the proto layer (below this one) measures external data with the same formula.
+
+Kinds: :data:`INTEGER_DTYPES` are the whole-byte integer types, whose values stay integers
+through a ``Cast`` among them and through arithmetic; :data:`INTEGER_OR_BOOL_DTYPES` adds
+``BOOL``, for what only stores small values (a mask read by shape computations). ``BOOL`` is
+not in the first: ``Cast`` to ``BOOL`` maps every non-zero value to 1.
 
 .. versionadded:: 0.1
 """
 
 from __future__ import annotations
 
-__all__ = ["dtype_bits", "dtype_from_name", "dtype_name", "stored_nbytes", "tensor_nbytes"]
-
-import math
-from collections.abc import Iterable
+__all__ = [
+    "INTEGER_DTYPES",
+    "INTEGER_OR_BOOL_DTYPES",
+    "dtype_bits",
+    "dtype_from_name",
+    "dtype_name",
+    "stored_nbytes",
+    "tensor_nbytes",
+]
 
 import onnx_ir as ir
+
+from onnx_ir_multidevice._dtype_sizes import dtype_bits, tensor_nbytes
+
+# Public here (the proto layer below imports them from their private home): show them so.
+dtype_bits.__module__ = tensor_nbytes.__module__ = __name__
 
 _D = ir.DataType
 
@@ -90,8 +106,15 @@ _LEGACY: dict[str, ir.DataType | None] = {
 }
 """Spellings written by earlier versions (the planner, the reverse pass), accepted on reading."""
 
-_NO_SIZE = frozenset({_D.UNDEFINED, _D.STRING})
-_BITS: dict[ir.DataType, int] = {d: d.bitwidth for d in _NAMES if d not in _NO_SIZE}
+INTEGER_DTYPES: frozenset[ir.DataType] = frozenset(
+    {_D.INT8, _D.INT16, _D.INT32, _D.INT64, _D.UINT8, _D.UINT16, _D.UINT32, _D.UINT64}
+)
+"""The whole-byte integer types (not ``BOOL``, not the packed 4- and 2-bit types): their
+values are integers that ``Cast`` among them and integer arithmetic keep."""
+
+INTEGER_OR_BOOL_DTYPES: frozenset[ir.DataType] = INTEGER_DTYPES | {_D.BOOL}
+""":data:`INTEGER_DTYPES` and ``BOOL``: the types whose small tensors the shape layer keeps as
+data (shape vectors, axes, masks)."""
 
 
 def dtype_name(dtype: ir.DataType | None) -> str:
@@ -144,20 +167,6 @@ def dtype_from_name(name: str) -> ir.DataType | None:
     )
 
 
-def dtype_bits(dtype: ir.DataType) -> int:
-    """Return the width of one element of ``dtype`` in bits (4 for ``INT4``, 32 for ``FLOAT``).
-
-    Raises:
-        ValueError: For ``STRING`` and ``UNDEFINED``, which have no fixed size.
-    """
-    try:
-        return _BITS[dtype]
-    except KeyError:
-        if dtype in _NO_SIZE:
-            raise ValueError(f"{dtype_name(dtype)} elements have no fixed size") from None
-        return ir.DataType(dtype).bitwidth
-
-
 def stored_nbytes(tensor: ir.TensorProtocol) -> int | None:
     """Return the bytes a tensor's data takes, or ``None`` when its element type has no size.
 
@@ -169,29 +178,3 @@ def stored_nbytes(tensor: ir.TensorProtocol) -> int | None:
         return tensor.nbytes
     except TypeError:
         return None
-
-
-def tensor_nbytes(shape: Iterable[int] | None, dtype: ir.DataType | None) -> int | None:
-    """Return the bytes of a dense tensor: ``(elements * bits + 7) // 8``.
-
-    Args:
-        shape: Concrete dimensions (ints); ``None`` when not known.
-        dtype: The element type; ``None`` when not known.
-
-    Returns:
-        The byte count, or ``None`` when the shape or dtype is unknown or the type has no
-        fixed size (``STRING``, ``UNDEFINED``). Never a guess.
-
-    Example:
-        >>> import onnx_ir as ir
-        >>> tensor_nbytes((3, 5), ir.DataType.INT4), tensor_nbytes((3, 5), ir.DataType.FLOAT)
-        (8, 60)
-    """
-    if shape is None or dtype is None:
-        return None
-    bits = _BITS.get(dtype)
-    if bits is None:
-        if dtype in _NO_SIZE:
-            return None
-        bits = dtype_bits(dtype)
-    return (math.prod(shape) * bits + 7) // 8

@@ -284,22 +284,19 @@ class _Conversion:
             return None
         configurations = metadata.sharding.configurations
         wanted = self.config.shards
-        if wanted is None:
-            if len(configurations) > 1:
-                counts = [c.num_shards for c in configurations]
-                raise ConversionError(
-                    "OAAX106",
-                    "plan",
-                    f"the .omny input has {len(configurations)} configurations ({counts} "
-                    "shards); the artifact holds one: put the model in an archive with a "
-                    'config.json such as {"shards": ' + str(counts[0]) + "}",
-                )
-            chosen = configurations[0]
-        else:
-            matching = [c for c in configurations if c.num_shards == wanted]
-            if not matching:
-                return None
-            chosen = matching[0]
+        position = metadata.sharding.configuration_index(wanted)
+        if position is None and wanted is None:
+            counts = [c.num_shards for c in configurations]
+            raise ConversionError(
+                "OAAX106",
+                "plan",
+                f"the .omny input has {len(configurations)} configurations ({counts} "
+                "shards); the artifact holds one: put the model in an archive with a "
+                'config.json such as {"shards": ' + str(counts[0]) + "}",
+            )
+        if position is None:
+            return None
+        chosen = configurations[position]
         self.misfit = self._misfit(chosen)
         if self.misfit is not None:
             return None  # plan for the devices instead

@@ -380,6 +380,36 @@ class Sharding(_Record):
 
     _json_keys: tuple[str, ...] | None = _private_field()
 
+    def configuration_index(
+        self, shards: int | None = None, choice: int | ShardConfiguration | None = None
+    ) -> int | None:
+        """Return the position in :attr:`configurations` of the one to use; ``None`` if none fits.
+
+        The one rule of every part that picks a configuration (split, exporters, OAAX, the
+        binding, the command line):
+
+        * ``choice`` an ``int``: that index, if it exists;
+        * ``choice`` a :class:`ShardConfiguration`: its position (the very object, else the
+          first equal one);
+        * else the first configuration with ``num_shards == shards``;
+        * with neither: the only configuration (``None`` when there are several).
+
+        The caller checks that the chosen configuration has the shard count it needs.
+
+        .. versionadded:: 0.1
+        """
+        configurations = self.configurations
+        if isinstance(choice, int):
+            return choice if 0 <= choice < len(configurations) else None
+        if choice is not None:
+            found = next((i for i, c in enumerate(configurations) if c is choice), None)
+            if found is None:
+                found = next((i for i, c in enumerate(configurations) if c == choice), None)
+            return found
+        if shards is None:
+            return 0 if len(configurations) == 1 else None
+        return next((i for i, c in enumerate(configurations) if c.num_shards == shards), None)
+
 
 @dataclasses.dataclass(frozen=True)
 class ExportInfo(_Record):

@@ -91,6 +91,7 @@ from itertools import chain, compress, repeat
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice._util import format_bytes
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis
 from onnx_ir_multidevice.analysis.memory_units import (
     DEFAULT_HEADROOM,
@@ -101,6 +102,8 @@ from onnx_ir_multidevice.analysis.memory_units import (
 )
 from onnx_ir_multidevice.analysis.memory_units import headroom_fraction as _fraction
 from onnx_ir_multidevice.analysis.ops import CONV_OPS, RECURRENT_OPS
+from onnx_ir_multidevice.analysis.sparse_table import SparseTable
+from onnx_ir_multidevice.analysis.sparse_table import floor_log2 as _floor_log2  # noqa: F401  (planner.partition)
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass
 from onnx_ir_multidevice.graph.index import OP_TYPE_OF, node_subgraphs
 from onnx_ir_multidevice.planner.flops import node_flops, nodes_flops
@@ -152,16 +155,6 @@ RUNTIME_OP_TYPE_BYTES = 64 * 1024
 """Resident memory onnxruntime adds per distinct op type of a stage (the kernel's
 registration and the code and data it touches the first time it runs); see
 :data:`RUNTIME_NODE_BYTES`."""
-
-
-def format_bytes(nbytes: int) -> str:
-    """Format a byte count for people: ``"312 B"``, ``"231.5 KiB"``, ``"1.2 GiB"``."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,45 +243,6 @@ class StageMemory:
         return not self.unknown
 
 
-class _SparseMax:
-    """Vectorized range-maximum queries over a fixed array (one 2-D table, no loops)."""
-
-    def __init__(self, values: np.ndarray) -> None:
-        size = len(values)
-        levels = max(1, size.bit_length())
-        table = np.zeros((levels, max(size, 1)), dtype=np.int64)
-        table[0, :size] = values
-        span = 1
-        for k in range(1, levels):
-            table[k, : size - 2 * span + 1] = np.maximum(
-                table[k - 1, : size - 2 * span + 1], table[k - 1, span : size - span + 1]
-            )
-            span *= 2
-        self.table = table
-        self.log2 = _floor_log2(np.arange(size + 1))
-        self.spans = np.left_shift(1, self.log2)
-        # Flat views for 1-D ``take`` (faster than 2-D fancy indexing): level ``k`` starts
-        # at ``offsets[length]`` when ``k = log2[length]``; ``back`` is that minus the span.
-        width = table.shape[1]
-        self._flat = table.reshape(-1)
-        self._offsets = self.log2 * width
-        self._back = self._offsets - self.spans
-
-    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """Maximum over ``[lo, hi)`` element-wise (``hi > lo`` everywhere)."""
-        length = hi - lo
-        flat = self._flat
-        return np.maximum(
-            flat.take(self._offsets.take(length) + lo), flat.take(self._back.take(length) + hi)
-        )
-
-
-def _floor_log2(length: np.ndarray) -> np.ndarray:
-    """``floor(log2(n))`` of positive integers, exactly (0 for 0)."""
-    _, exponent = np.frexp(np.maximum(length, 1).astype(np.float64))
-    return exponent.astype(np.int64) - 1
-
-
 class MemoryModel:
     """Memory (and FLOPs) of every stage ``[i, j)`` of segments along the planning chain.
 
@@ -352,10 +306,10 @@ class MemoryModel:
         self._prefix_io = np.concatenate([[0], np.cumsum(self._io)])
         self._prefix_additive = self._prefix_weights + self._prefix_io
         self._prefix_flops = np.concatenate([[0], np.cumsum(self._flops)])
-        self._peak_table = _SparseMax(self._peak)
-        self._upcast_table = _SparseMax(self._peak_upcast)
-        self._prepack_table = _SparseMax(self._count_prepacked())
-        self._workspace_table = _SparseMax(self._count_workspace())
+        self._peak_table = SparseTable(self._peak, "max")
+        self._upcast_table = SparseTable(self._peak_upcast, "max")
+        self._prepack_table = SparseTable(self._count_prepacked(), "max")
+        self._workspace_table = SparseTable(self._count_workspace(), "max")
         self._prefix_mapped = np.concatenate([[0], np.cumsum(self._count_mapped())])
         self._op_masks, body_nodes = self._count_op_types()
         self._prefix_nodes = np.concatenate(

@@ -429,7 +429,8 @@ def _too_few_cuts(model: MemoryModel, usable: int, num_stages: int) -> str:
     if multi:
         names = ", ".join(f"{c.node.name!r} ({c.node.op_type})" for c in multi[:3])
         text += (
-            f" ({plural(len(multi), 'more cut')} come after a node with several outputs, which "
+            f" ({plural(len(multi), 'more cut')} {'comes' if len(multi) == 1 else 'come'} after "
+            "a node with several outputs, which "
             f".omny cannot name as a cut: {names})"
         )
     if usable:

@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 import dataclasses
+import os
 import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -57,14 +58,18 @@ import onnx_ir as ir
 from onnx_ir.passes.common import NameFixPass
 
 from onnx_ir_multidevice._errors import PlanError
-from onnx_ir_multidevice._util import gc_paused, require_model
+from onnx_ir_multidevice._util import gc_paused, plural, require_model
 from onnx_ir_multidevice.analysis.cut_points import CutAnalysis, analyse_cut_points
 from onnx_ir_multidevice.analysis.omny_document import (
     StagedConfiguration,
     build_metadata,
     guess_architecture,
 )
-from onnx_ir_multidevice.analysis.shapes import input_symbols, unknown_dim_names
+from onnx_ir_multidevice.analysis.shapes import (
+    dims_conflict_message,
+    input_symbols,
+    unknown_dim_names,
+)
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
@@ -127,13 +132,21 @@ class PlanResult:
         return bool(self.memory.unknown_flops)
 
 
-def plan(model: ir.Model, options: PlanOptions | None = None, **keywords: Any) -> OmnyMetadata:
+def plan(
+    model: ir.Model | str | os.PathLike,
+    options: PlanOptions | None = None,
+    **keywords: Any,
+) -> OmnyMetadata:
     """Plan how to run ``model`` on several devices; return the ``.omny`` metadata.
 
     Store the result with :func:`onnx_ir_multidevice.omny.write`. See :func:`plan_model` for
-    the arguments and errors; this returns its ``metadata``. ``model`` must be an
-    :class:`onnx_ir.Model`: load a file with :func:`onnx_ir_multidevice.load` first (a path
-    or an ``onnx.ModelProto`` raises ``TypeError``).
+    the arguments and errors; this returns its ``metadata``. ``model`` is an
+    :class:`onnx_ir.Model` or the path of a model file (``str`` or ``os.PathLike``, loaded
+    with :func:`onnx_ir_multidevice.load`; the file is not modified); an
+    ``onnx.ModelProto`` raises ``TypeError``.
+
+    .. versionchanged:: 0.2
+        ``model`` may be a path, as for :func:`~onnx_ir_multidevice.annotate`.
 
     Example:
         >>> from onnx_ir_multidevice.testing import zoo
@@ -143,12 +156,28 @@ def plan(model: ir.Model, options: PlanOptions | None = None, **keywords: Any) -
 
     .. versionadded:: 0.1
     """
-    require_model(model, "plan")
+    model = loaded(model, "plan")
     return plan_model(model, PlanOptions.of(options, **keywords)).metadata
 
 
+def loaded(model: object, function: str) -> ir.Model:
+    """``model``, or the model loaded from it when it is a path (``str``/``os.PathLike``).
+
+    Raises:
+        TypeError: ``model`` is neither an :class:`onnx_ir.Model` nor a path (the message
+            says how to get a model; ``function`` is the public name the user called).
+    """
+    if isinstance(model, (str, os.PathLike)):
+        from onnx_ir_multidevice._proto.files import load  # lazy: only for a path
+
+        return load(model)
+    require_model(model, function)
+    assert isinstance(model, ir.Model)  # require_model raised otherwise
+    return model
+
+
 def plan_model(
-    model: ir.Model,
+    model: ir.Model | str | os.PathLike,
     options: PlanOptions | None = None,
     *,
     progress: Callable[[str], None] | None = None,
@@ -163,9 +192,11 @@ def plan_model(
             module docstring); the planning dims are recorded in its
             ``metadata_props`` (:func:`~onnx_ir_multidevice.omny.write_planning_dims`), so
             that ``check``,
-            ``split``, ``verify`` and ``run`` reuse them. ``plan`` does not load files: pass
-            ``onnx_ir_multidevice.load(path)`` (the plan's names refer to this object, which
-            is the one to :func:`~onnx_ir_multidevice.omny.write` the metadata into).
+            ``split``, ``verify`` and ``run`` reuse them. Or the path of a model file
+            (``str`` or ``os.PathLike``): it is loaded here and not modified; the plan's
+            names are the file's (with ``assign_names``, those of the loaded copy, which the
+            result's ``analysis.graph`` holds). To write the plan into a model, pass the
+            :class:`onnx_ir.Model` you will :func:`~onnx_ir_multidevice.omny.write` it into.
         options: What to plan for: a :class:`~onnx_ir_multidevice.planner.options.PlanOptions`
             (``devices``, ``shards``, ``max_shard_size_mb``, ``dims``, ``relaxed``,
             ``headroom``, ``side_limit_bytes``, ``name``, ``assign_names``, ``static``,
@@ -188,7 +219,7 @@ def plan_model(
 
     .. versionadded:: 0.1
     """
-    require_model(model, "plan_model")
+    model = loaded(model, "plan_model")
     options = PlanOptions.of(options, **keywords)
     with gc_paused():  # the analysis allocates many small objects and no cycles
         return _plan_model(model, options, progress or (lambda message: None))
@@ -212,6 +243,9 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
     # the tensor classes judge a call by its op type, as ``classify_values(graph)`` does.
     index = GraphIndex.build(graph)
     sizes = ValueSizes(graph, options.dims, index=index)
+    conflict = sizes.shapes.conflict()
+    if conflict is not None:  # onnxruntime would refuse the written plan (check: OMNY124)
+        raise PlanError(dims_conflict_message(graph, sizes.dims, *conflict))
     analysis = analyse_cut_points(
         graph,
         relaxed=options.relaxed,
@@ -244,7 +278,7 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
         partitions.append(found)
         used_capacities.append(caps)
     if not partitions:
-        reasons = "; ".join(f"{n} shards: {why}" for n, why in skipped[:2])
+        reasons = "; ".join(f"{plural(n, 'shard')}: {why}" for n, why in skipped[:2])
         raise PlanError(
             f"no shard count from {counts[0]} to {counts[-1]} has a feasible plan ({reasons})"
         )
@@ -475,7 +509,7 @@ def describe(result: PlanResult) -> str:
             f"{cid} ({c.value.name}{'' if c.strict else f' +{len(c.side)} side'})"
             for cid, c in zip(config.cut_point_ids, found.cuts)
         )
-        lines.append(f"{found.num_stages} shards: cuts {cuts or '-'}")
+        lines.append(f"{plural(found.num_stages, 'shard')}: cuts {cuts or '-'}")
         for k, (stage, flops, share) in enumerate(
             zip(found.memory, found.flops, found.flops_share)
         ):

@@ -40,6 +40,7 @@ __all__ = [
     "check_dims",
     "dim_names",
     "example_binding",
+    "generated_at",
     "generate_inputs",
     "index_bound",
     "input_specs",
@@ -197,6 +198,46 @@ def example_binding(
     floats = [s.name for s in specs if s.dtype is not None and s.dtype.kind == "f"]
     return example_dims(
         {spec.name: spec.shape for spec in specs}, check_dims(dims), float_inputs=floats
+    )
+
+
+def generated_at(specs: Iterable[TensorSpec], dims: Mapping[str, int] | None = None) -> str | None:
+    """What to tell a user whose model failed at generated inputs: the dims used, and the fix.
+
+    A model can run at some sizes only (a TorchScript decoder that baked ``seq=16`` into a
+    ``Reshape``, a position table of 256 rows): the example sizes the generator picks then
+    fail inside onnxruntime with a message about a node, not about the sizes.
+
+    Args:
+        specs: The generated inputs' specs.
+        dims: The dims the generator was given (the rest took example values).
+
+    Returns:
+        A sentence naming every symbolic dim with the value it took and the inputs' shapes,
+        or ``None`` when no input has a symbolic dim (the sizes are the model's own).
+    """
+    specs = list(specs)
+    names = dim_names(specs)
+    if not names:
+        return None
+    try:
+        binding = example_binding(specs, dims)
+    except ValueError:
+        return None
+    used = ", ".join(f"{name}={binding[name]}" for name in names if name in binding)
+    shapes = []
+    for spec in specs:
+        if spec.shape is None:
+            continue
+        shape = evaluate_dims(normalize_dims(spec.name, spec.shape), binding)
+        if shape is not None:
+            shapes.append(f"{spec.name}{list(shape)}")
+    example = next((n for n in names if n not in (dims or {}) and "batch" not in n), names[0])
+    how = f"--dim {example}=N (dims={{{example!r}: N}} in Python)"
+    return (
+        f"the inputs were generated at {used} ({', '.join(shapes)}); a model that runs at "
+        f"some sizes only (one baked into a Reshape, a table of fixed length) needs the sizes "
+        f"it runs at: pass them with {how}"
     )
 
 

@@ -192,7 +192,11 @@ def measure_stages(
             outputs = os.path.join(folder, "outputs.npz")
             results.append(
                 measure_memory(
-                    entry.path, archive, arena=arena, threads=threads, save_outputs=outputs
+                    manifest.stage_path(entry.index),
+                    archive,
+                    arena=arena,
+                    threads=threads,
+                    save_outputs=outputs,
                 )
             )
             with np.load(outputs) as produced:

@@ -67,13 +67,21 @@ def _onnxruntime() -> Any:
     return onnxruntime
 
 
+_LOG_FATAL_ONLY = 4
+"""onnxruntime's log severity for fatal messages only (0 verbose ... 3 error, 4 fatal)."""
+
+
 def session_options(
     *,
     intra_op_num_threads: int | None = None,
     sequential: bool = False,
     spinning: bool | None = None,
 ) -> Any:
-    """:class:`onnxruntime.SessionOptions` with the package's defaults (warnings not logged).
+    """:class:`onnxruntime.SessionOptions` with the package's defaults (nothing logged).
+
+    onnxruntime logs nothing on stderr (``log_severity_level`` 4, fatal only): its error
+    lines, in terminal colours, only repeat what the exception raised to the caller says,
+    which every command reports in its own words. Runs inherit the level.
 
     Args:
         intra_op_num_threads: onnxruntime's intra-op thread count (``None``: its default).
@@ -90,7 +98,7 @@ def session_options(
     """
     ort = _onnxruntime()
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = _LOG_FATAL_ONLY
     if intra_op_num_threads is not None:
         options.intra_op_num_threads = intra_op_num_threads
     if sequential:

@@ -45,7 +45,12 @@ from onnx_ir_multidevice._proto.convert import from_proto
 from onnx_ir_multidevice._proto.files import load as load_model
 from onnx_ir_multidevice._regular_files import require_regular
 from onnx_ir_multidevice._split import split
-from onnx_ir_multidevice._split.manifest import ManifestError, read_manifest
+from onnx_ir_multidevice._split.manifest import (
+    MANIFEST_NAME,
+    ManifestError,
+    ManifestStage,
+    read_manifest,
+)
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
 from onnx_ir_multidevice.runtime.inputs import TensorSpec, input_specs
 from onnx_ir_multidevice.runtime.sessions import session_source
@@ -276,12 +281,35 @@ def _chain_from_stages(
     )
 
 
+def _agrees(file: pathlib.Path, entry: ManifestStage, stage: StageModel) -> None:
+    """The stage file reads and writes what its manifest entry says (a stale manifest fails)."""
+    where = f"{file}: stages[{entry.index}]"
+    listed = set(entry.input_names)
+    unlisted = [name for name in stage.inputs if name not in listed]
+    if unlisted:
+        raise PipelineError(
+            f"{where}.inputs: {entry.file} reads {unlisted}, which the manifest does not list; "
+            "the stage files and the manifest come from different splits (split the model "
+            "again with `omny split`)"
+        )
+    if tuple(stage.outputs) != entry.output_names:
+        raise PipelineError(
+            f"{where}.outputs: {entry.file} writes {list(stage.outputs)}, the manifest says "
+            f"{list(entry.output_names)}; the stage files and the manifest come from different "
+            "splits (split the model again with `omny split`)"
+        )
+
+
 def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -> StageChain:
     try:
         manifest = read_manifest(folder)
     except ManifestError as exc:  # a pipeline's errors are PipelineErrors (the path stays)
         raise PipelineError(str(exc)) from exc
-    stages = [_stage_from_path(entry.index, entry.path) for entry in manifest.stages]
+    stages = [
+        _stage_from_path(entry.index, manifest.stage_path(entry.index)) for entry in manifest.stages
+    ]
+    for entry, (stage, _, _) in zip(manifest.stages, stages):
+        _agrees(folder / MANIFEST_NAME, entry, stage)
     graph_outputs = outputs if outputs is not None else manifest.graph_outputs
     return _chain_from_stages(stages, graph_outputs, manifest.graph_inputs)
 

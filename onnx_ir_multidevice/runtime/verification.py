@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 import dataclasses
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,7 +41,12 @@ from onnx_ir_multidevice._split import split
 from onnx_ir_multidevice._util import plural, require_model
 from onnx_ir_multidevice.analysis.precision import default_tolerance
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
-from onnx_ir_multidevice.runtime.inputs import check_dims, generate_inputs, input_specs
+from onnx_ir_multidevice.runtime.inputs import (
+    check_dims,
+    generate_inputs,
+    generated_at,
+    input_specs,
+)
 from onnx_ir_multidevice.runtime.sessions import ModelSession
 
 
@@ -207,10 +213,9 @@ def make_inputs(
     * integer inputs are uniform in ``[0, n)`` where ``n`` is the smallest data dimension of
       the ``Gather`` nodes they index (through casts and reshapes), else ``[0, 4)``;
     * boolean inputs are random, floating-point inputs standard normal;
-    * the arrays take at most
-      :data:`~onnx_ir_multidevice.runtime.inputs.MAX_GENERATED_BYTES` together (or the
-      environment variable ``OMNY_MAX_INPUT_BYTES``): larger dims are refused before
-      anything is allocated, naming the dims used.
+    * the arrays take at most ``runtime.inputs.MAX_GENERATED_BYTES`` (64 MiB) together, or
+      what the environment variable ``OMNY_MAX_INPUT_BYTES`` says: larger dims are refused
+      before anything is allocated, naming the dims used.
 
     Initializers that are also graph inputs (overridable defaults) get no array.
 
@@ -240,9 +245,15 @@ def make_inputs(
 
 
 def _run(
-    model: ir.Model, feeds: Mapping[str, np.ndarray], label: str, providers: Sequence[Any] | None
+    model: ir.Model,
+    feeds: Mapping[str, np.ndarray],
+    label: str,
+    providers: Sequence[Any] | None,
+    note: str | None = None,
 ) -> tuple[dict[str, np.ndarray], float, float]:
     """Run ``model`` once on onnxruntime, then release the session.
+
+    ``note`` is added to the message when the run fails (the dims generated inputs took).
 
     Returns:
         Its outputs by name, the seconds the run took and the seconds the session took to be
@@ -270,7 +281,10 @@ def _run(
         try:
             results = session.run(None, {n: feeds[n] for n in names})
         except Exception as error:
-            raise VerifyError(f"onnxruntime failed running the {label}: {error}") from error
+            text = str(error).strip()
+            raise VerifyError(
+                f"onnxruntime failed running the {label}: {text}" + (f"; {note}" if note else "")
+            ) from error
         seconds = time.perf_counter() - start
         del session  # the owner's close releases the last reference: one session at a time
     return dict(zip(outputs, results)), seconds, created
@@ -372,8 +386,10 @@ def verify_stages(
     feeds = make_inputs(model, dims=dims, seed=seed)
     if inputs:
         feeds.update({k: np.asarray(v) for k, v in inputs.items()})
+    generated = [s for s in input_specs(model).values() if s.name not in (inputs or {})]
+    note = generated_at(generated, {**(read_planning_dims(model) or {}), **_checked_dims(dims)})
     # One session at a time (see the module docstring): the whole model, then each stage.
-    expected, whole_seconds, whole_create = _run(model, feeds, "whole model", providers)
+    expected, whole_seconds, whole_create = _run(model, feeds, "whole model", providers, note)
     env: dict[str, np.ndarray] = dict(feeds)
     stage_seconds, stage_create = [], []
     needed_later = _needed_after(stages, {v.name or "" for v in model.graph.outputs})
@@ -385,7 +401,7 @@ def verify_stages(
                 f"Stage {i} reads {missing}, which neither the graph inputs nor earlier "
                 "stages provide."
             )
-        produced, seconds, created = _run(stage, env, f"stage {i}", providers)
+        produced, seconds, created = _run(stage, env, f"stage {i}", providers, note)
         env.update(produced)
         for name in [n for n in env if n not in needed_later[i] and n not in feeds]:
             del env[name]  # read by no later stage and not a graph output
@@ -422,7 +438,7 @@ def _needed_after(stages: Sequence[ir.Model], graph_outputs: set[str]) -> list[s
 
 
 def verify(
-    model: ir.Model,
+    model: ir.Model | str | os.PathLike,
     shards: int,
     inputs: Mapping[str, np.ndarray] | None = None,
     *,
@@ -446,7 +462,8 @@ def verify(
     .. versionadded:: 0.1
 
     Args:
-        model: The model (not modified).
+        model: The model (not modified), or the path of a model file (``str`` or
+            ``os.PathLike``, loaded with :func:`onnx_ir_multidevice.load`).
         shards: Number of stages.
         inputs: Arrays by graph input name; missing ones are generated (:func:`make_inputs`).
         rtol: Relative tolerance. Default: by the model's arithmetic
@@ -471,6 +488,10 @@ def verify(
             or ``atol`` is negative, or a value of ``dims`` is not a positive integer.
         TypeError: ``model`` is not an :class:`onnx_ir.Model`.
     """
+    if isinstance(model, (str, os.PathLike)):
+        from onnx_ir_multidevice._proto.files import load  # lazy: only for a path
+
+        model = load(model)
     require_model(model, "verify")
     rtol, atol = _tolerances(model, rtol, atol)
     _checked_dims(dims)
