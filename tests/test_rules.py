@@ -17,6 +17,7 @@ from onnx.reference import ReferenceEvaluator
 
 from onnx_ir_multidevice.analysis import shape_data
 from onnx_ir_multidevice.analysis.element_types import RULES as ELEMENT_TYPE_RULES
+from onnx_ir_multidevice.analysis.precision import HALF_RULES, arithmetic_family
 from onnx_ir_multidevice.analysis.rules import ANY_DOMAIN, RuleRegistry
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.tensor_classes import HEAVY_OPS
@@ -383,3 +384,20 @@ def test_element_type_rules_keep_every_op_of_the_old_table():
     assert set(ELEMENT_TYPE_RULES) == OLD_ELEMENT_TYPE_KEYS
     assert ELEMENT_TYPE_RULES.get("", "Cast") is ELEMENT_TYPE_RULES.get("ai.onnx", "Cast")
     assert ELEMENT_TYPE_RULES.get("com.microsoft", "Cast") is None
+
+
+# -- precision ------------------------------------------------------------------------------
+
+
+def test_half_precision_rules_are_found_in_every_domain():
+    assert set(HALF_RULES) == {(ANY_DOMAIN, "Cast"), (ANY_DOMAIN, "Constant")}
+    for domain in ("", "ai.onnx", "custom"):
+        for to, family in ((ir.DataType.FLOAT16, "fp16"), (ir.DataType.DOUBLE, "fp32")):
+            x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2]))
+            node = ir.Node(domain, "Cast", [x], [ir.AttrInt64("to", to)], name="c")
+            graph = ir.Graph([x], node.outputs, nodes=[node], opset_imports={"": 21})
+            assert arithmetic_family(graph) == family, (domain, to)
+    half = ir.tensor(np.zeros(2, np.float16))
+    node = ir.Node("", "Constant", [], [ir.AttrTensor("value", half)], name="k")
+    graph = ir.Graph([], node.outputs, nodes=[node], opset_imports={"": 21})
+    assert arithmetic_family(graph) == "fp16"
