@@ -313,6 +313,11 @@ def test_every_flops_rule_is_reached_by_node_flops_and_nodes_flops(monkeypatch):
                 node, sizes = _flops_node(node_domain, op_type)
                 assert flops.node_flops(node, sizes) == sentinel, (node_domain, op_type)
                 assert flops.nodes_flops([node], sizes) == [sentinel], (node_domain, op_type)
+    with monkeypatch.context() as patch:  # a rule registered late is reached in bulk too
+        patch.setattr(flops, "RULES", RuleRegistry[flops.FlopsRule]("FLOPs"))
+        flops.RULES.add(lambda node, shape: 7, "MyOp", domain="my.domain")
+        node, sizes = _flops_node("my.domain", "MyOp")
+        assert flops.nodes_flops([node], sizes) == [7] == [flops.node_flops(node, sizes)]
     node, sizes = _flops_node("", "Relu")  # no rule: element-wise, in bulk
     assert flops.RULES.get("", "Relu") is None
     assert flops.nodes_flops([node], sizes) == [6] == [flops.node_flops(node, sizes)]

@@ -48,6 +48,7 @@ class RuleRegistry(Generic[T]):
         """What the rules compute, for messages."""
         self._rules: dict[tuple[str, str], T] = {}
         self._any_domain: dict[str, T] = {}
+        self._op_types: frozenset[str] = frozenset()
 
     def register(self, op_type: str, *more_op_types: str, domain: str = "") -> Callable[[T], T]:
         """A decorator registering its argument as the rule of ``op_type`` (and the others).
@@ -82,13 +83,13 @@ class RuleRegistry(Generic[T]):
                 if op_type in self._any_domain:
                     raise ValueError(f"two {self.name} rules for {op_type!r} in any domain")
                 self._any_domain[op_type] = rule
-                continue
-            domains = _DEFAULT_DOMAINS if domain in _DEFAULT_DOMAINS else (domain,)
-            keys = tuple((d, op_type) for d in domains)
-            if any(key in self._rules for key in keys):
-                raise ValueError(f"two {self.name} rules for {op_type!r} in {domain!r}")
-            for key in keys:
-                self._rules[key] = rule
+            else:
+                domains = _DEFAULT_DOMAINS if domain in _DEFAULT_DOMAINS else (domain,)
+                keys = [(d, op_type) for d in domains]
+                if any(key in self._rules for key in keys):
+                    raise ValueError(f"two {self.name} rules for {op_type!r} in {domain!r}")
+                self._rules.update(dict.fromkeys(keys, rule))
+            self._op_types |= {op_type}
 
     def get(self, domain: str, op_type: str) -> T | None:
         """The rule of ``op_type`` in ``domain`` (an :data:`ANY_DOMAIN` one otherwise), or None."""
@@ -99,7 +100,7 @@ class RuleRegistry(Generic[T]):
 
     def op_types(self) -> frozenset[str]:
         """Every op type with a rule, in any domain (a quick filter before :meth:`get`)."""
-        return frozenset(op for _, op in self._rules) | self._any_domain.keys()
+        return self._op_types
 
     def __contains__(self, key: object) -> bool:
         """Whether a ``(domain, op_type)`` pair has a rule (as :meth:`get` finds it)."""

@@ -318,10 +318,6 @@ def _einsum(node: ir.Node, shape: _Shapes) -> int | None:
     return 2 * math.prod(extent.values())
 
 
-# Ops with a rule in some domain; every other node (but those with bodies) is element-wise.
-_SPECIAL_OPS = RULES.op_types()
-
-
 def nodes_flops(
     nodes: Sequence[ir.Node],
     sizes: ValueSizes,
@@ -342,10 +338,11 @@ def nodes_flops(
     .. versionadded:: 0.1
     """
     shape = _Shapes(sizes, estimate).of if estimate else sizes.shape
+    special = RULES.op_types()  # ops with a rule in some domain (rules added late included)
     prod = math.prod
     result: list[int | None] = []
     for node, op in zip(nodes, map(OP_TYPE_OF, nodes) if op_types is None else op_types):
-        if op in _SPECIAL_OPS or (
+        if op in special or (
             node in with_bodies if with_bodies is not None else holds_subgraphs(node)
         ):
             result.append(node_flops(node, sizes, estimate=estimate))
