@@ -51,6 +51,10 @@ def test_registry_finds_rules_by_domain_and_op_type():
     ]
     assert len(rules) == 5
     assert rules.op_types() == {"Add", "Sub", "MatMul", "FusedMatMul"}
+    rules.add("late", "Mul")  # answers remembered by get are forgotten when a rule comes
+    assert rules.get("", "Mul") == "late" and rules.get("ai.onnx", "Mul") == "late"
+    rules.add("custom", "MatMul", domain="custom")
+    assert rules.get("custom", "MatMul") == "custom"
     with pytest.raises(ValueError, match="two test rules for 'Add'"):
         rules.add("again", "Add", domain="ai.onnx")
     with pytest.raises(ValueError, match="any domain"):
@@ -302,6 +306,7 @@ def test_every_flops_rule_is_reached_by_node_flops_and_nodes_flops(monkeypatch):
             return sentinel
 
         with monkeypatch.context() as patch:
+            patch.setattr(flops.RULES, "_resolved", {})  # what get remembers, restored after
             if domain == ANY_DOMAIN:
                 patch.setitem(flops.RULES._any_domain, op_type, spy)
                 domains = ["com.microsoft", "custom"]

@@ -34,6 +34,7 @@ ANY_DOMAIN: Final = "*"
 """The domain of a rule that matches its op type in every domain without a rule of its own."""
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+_MISSING: Final = object()
 
 
 class RuleRegistry(Generic[T]):
@@ -49,6 +50,8 @@ class RuleRegistry(Generic[T]):
         self._rules: dict[tuple[str, str], T] = {}
         self._any_domain: dict[str, T] = {}
         self._op_types: frozenset[str] = frozenset()
+        # What get answers, by key: filled on first use, emptied when a rule is added.
+        self._resolved: dict[tuple[str, str], T | None] = {}
 
     def register(self, op_type: str, *more_op_types: str, domain: str = "") -> Callable[[T], T]:
         """A decorator registering its argument as the rule of ``op_type`` (and the others).
@@ -90,13 +93,21 @@ class RuleRegistry(Generic[T]):
                     raise ValueError(f"two {self.name} rules for {op_type!r} in {domain!r}")
                 self._rules.update(dict.fromkeys(keys, rule))
             self._op_types |= {op_type}
+        self._resolved.clear()
 
     def get(self, domain: str, op_type: str) -> T | None:
-        """The rule of ``op_type`` in ``domain`` (an :data:`ANY_DOMAIN` one otherwise), or None."""
-        rule = self._rules.get((domain, op_type))
-        if rule is None and self._any_domain:
-            return self._any_domain.get(op_type)
-        return rule
+        """The rule of ``op_type`` in ``domain`` (an :data:`ANY_DOMAIN` one otherwise), or None.
+
+        One dictionary access once a key has been asked for (answers are remembered).
+        """
+        key = (domain, op_type)
+        found = self._resolved.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._rules.get(key)
+            if found is None:
+                found = self._any_domain.get(op_type)
+            self._resolved[key] = found
+        return found  # type: ignore[return-value]  # a T or None, not _MISSING any more
 
     def op_types(self) -> frozenset[str]:
         """Every op type with a rule, in any domain (a quick filter before :meth:`get`)."""

@@ -337,15 +337,20 @@ def nodes_flops(
 
     .. versionadded:: 0.1
     """
-    shape = _Shapes(sizes, estimate).of if estimate else sizes.shape
+    shapes = _Shapes(sizes, estimate)
+    shape = shapes.of if estimate else sizes.shape
     special = RULES.op_types()  # ops with a rule in some domain (rules added late included)
+    rule_of = RULES.get
     prod = math.prod
     result: list[int | None] = []
     for node, op in zip(nodes, map(OP_TYPE_OF, nodes) if op_types is None else op_types):
-        if op in special or (
-            node in with_bodies if with_bodies is not None else holds_subgraphs(node)
-        ):
-            result.append(node_flops(node, sizes, estimate=estimate))
+        if op in special:
+            rule = rule_of(node.domain, op)
+            if rule is not None:
+                result.append(rule(node, shapes))
+                continue
+        if node in with_bodies if with_bodies is not None else holds_subgraphs(node):
+            result.append(_flops(node, shapes))
             continue
         total: int | None = 0
         for value in node.outputs:
