@@ -34,6 +34,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
+from onnx_ir_multidevice.analysis.rules import RuleRegistry
 from onnx_ir_multidevice.graph.index import GraphIndex
 
 Dtypes = list["ir.DataType | None"]
@@ -178,39 +179,32 @@ def _matmul_integer_to_float(node: ir.Node, ins: list[ir.DataType | None]) -> Dt
 
 _MS = "com.microsoft"
 
-RULES: dict[tuple[str, str], Rule] = {
-    ("", "Cast"): _cast,
-    ("", "Constant"): _constant,
-    ("", "ConstantOfShape"): _constant_of_shape,
-    ("", "QuantizeLinear"): _quantize,
-    ("", "DequantizeLinear"): _dequantize,
-    ("", "EyeLike"): _generator(None, like=0),
-    ("", "RandomNormal"): _generator(_FLOAT),
-    ("", "RandomUniform"): _generator(_FLOAT),
-    ("", "RandomNormalLike"): _generator(None, like=0),
-    ("", "RandomUniformLike"): _generator(None, like=0),
-    ("", "Bernoulli"): _generator(None, like=0),
-    ("", "Multinomial"): _generator(ir.DataType.INT32),
-    (_MS, "QuantizeLinear"): _quantize,
-    (_MS, "DequantizeLinear"): _dequantize,
-    (_MS, "QLinearConv"): _qlinear_conv,
-    (_MS, "QLinearConcat"): _qlinear_concat,
-    (_MS, "QGemm"): _qgemm,
-    (_MS, "MatMulIntegerToFloat"): _matmul_integer_to_float,
-    (_MS, "DynamicQuantizeMatMul"): _like(0),
-    (_MS, "MatMulNBits"): _like(0),
-    (_MS, "SkipLayerNormalization"): _outputs_like(0, (0, 3)),
-    (_MS, "SkipSimplifiedLayerNormalization"): _outputs_like(0, (0, 3)),
-    (_MS, "SimplifiedLayerNormalization"): _outputs_like(0, (0,)),
-    ("", "SimplifiedLayerNormalization"): _outputs_like(0, (0,)),
-    (_MS, "Attention"): _like(0, 2),
-    (_MS, "MultiHeadAttention"): _like(0, 3),
-    (_MS, "GroupQueryAttention"): _like(0, 3),
-}
-"""Rules by ``(domain, op_type)`` (``""`` for the default domain), tried before the schema."""
+RULES: RuleRegistry[Rule] = RuleRegistry("element type")
+"""Rules by ``(domain, op_type)``, tried before the schema; one rule per op or op family."""
 
+RULES.add(_cast, "Cast")
+RULES.add(_constant, "Constant")
+RULES.add(_constant_of_shape, "ConstantOfShape")
+RULES.add(_generator(None, like=0), "EyeLike", "RandomNormalLike", "RandomUniformLike", "Bernoulli")
+RULES.add(_generator(_FLOAT), "RandomNormal", "RandomUniform")
+RULES.add(_generator(ir.DataType.INT32), "Multinomial")
+RULES.add(_outputs_like(0, (0,)), "SimplifiedLayerNormalization")
+for _domain in ("", _MS):
+    RULES.add(_quantize, "QuantizeLinear", domain=_domain)
+    RULES.add(_dequantize, "DequantizeLinear", domain=_domain)
+RULES.add(_qlinear_conv, "QLinearConv", domain=_MS)
+RULES.add(_qlinear_concat, "QLinearConcat", domain=_MS)
+RULES.add(_qgemm, "QGemm", domain=_MS)
+RULES.add(_matmul_integer_to_float, "MatMulIntegerToFloat", domain=_MS)
+RULES.add(_like(0), "DynamicQuantizeMatMul", "MatMulNBits", domain=_MS)
+RULES.add(_outputs_like(0, (0, 3)), "SkipLayerNormalization", domain=_MS)
+RULES.add(_outputs_like(0, (0, 3)), "SkipSimplifiedLayerNormalization", domain=_MS)
+RULES.add(_outputs_like(0, (0,)), "SimplifiedLayerNormalization", domain=_MS)
+RULES.add(_like(0, 2), "Attention", domain=_MS)
+RULES.add(_like(0, 3), "MultiHeadAttention", "GroupQueryAttention", domain=_MS)
 # Ops whose outputs all have the dtype of their first input.
-for _op in (
+RULES.add(
+    _like(0),
     "QLinearAdd",
     "QLinearMul",
     "QLinearSigmoid",
@@ -229,9 +223,9 @@ for _op in (
     "BiasAdd",
     "RotaryEmbedding",
     "NhwcConv",
-):
-    RULES[(_MS, _op)] = _like(0)
-del _op
+    domain=_MS,
+)
+del _domain
 
 
 # -- the propagation -----------------------------------------------------------------------------
@@ -335,7 +329,7 @@ class _Propagation:
             return self._call(function, ins)
         if domain == "" and op_type in ("If", "Loop", "Scan"):
             return self._control_flow(node, ins, opsets)
-        rule = RULES.get((domain, op_type))
+        rule = RULES.get(domain, op_type)
         if rule is not None:
             return rule(node, ins)
         version = node.version or opsets.get(domain)

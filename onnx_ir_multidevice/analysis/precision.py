@@ -14,13 +14,14 @@ as ``torch.testing.assert_close`` follows the dtype: :data:`TOLERANCES`.
 
 from __future__ import annotations
 
-__all__ = ["TOLERANCES", "arithmetic_family", "default_tolerance"]
+__all__ = ["HALF_RULES", "TOLERANCES", "arithmetic_family", "default_tolerance"]
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.ops import is_quantized_op
+from onnx_ir_multidevice.analysis.rules import ANY_DOMAIN, RuleRegistry
 
 TOLERANCES: Mapping[str, tuple[float, float]] = {
     "fp32": (1e-4, 1e-4),
@@ -41,13 +42,31 @@ _HALF = frozenset(
 )
 
 
+HALF_RULES: RuleRegistry[Callable[[ir.Node], bool]] = RuleRegistry("half precision")
+"""Whether a node makes a 16- or 8-bit float (beyond the graph's inputs, outputs and
+initializers), by op type in any domain: one rule per op that can."""
+
+
+@HALF_RULES.register("Cast", domain=ANY_DOMAIN)
+def _cast_to_half(node: ir.Node) -> bool:
+    to = node.attributes.get("to")
+    return to is not None and ir.DataType(to.as_int()) in _HALF
+
+
+@HALF_RULES.register("Constant", domain=ANY_DOMAIN)
+def _half_constant(node: ir.Node) -> bool:
+    tensor = node.attributes.get("value")
+    return tensor is not None and getattr(tensor.value, "dtype", None) in _HALF
+
+
 def arithmetic_family(model: ir.Model | ir.Graph) -> str:
     """``"int8"``, ``"fp16"`` or ``"fp32"``: the least precise arithmetic ``model`` computes in.
 
     ``"int8"`` when a node (in any subgraph) quantizes or computes on integers
     (:func:`~onnx_ir_multidevice.analysis.ops.is_quantized_op`); else ``"fp16"`` when an
-    initializer, a graph input or output, a ``Constant`` or a ``Cast`` target is a 16- or
-    8-bit float; else ``"fp32"``. One pass over the nodes and initializers.
+    initializer, a graph input or output, or a node's result is a 16- or 8-bit float
+    (:data:`HALF_RULES`: a ``Constant``, a ``Cast`` target); else ``"fp32"``. One pass
+    over the nodes and initializers.
 
     Args:
         model: The model or its main graph.
@@ -65,12 +84,8 @@ def arithmetic_family(model: ir.Model | ir.Graph) -> str:
             return "int8"
         if half:
             continue
-        if op == "Cast":
-            to = node.attributes.get("to")
-            half = to is not None and ir.DataType(to.as_int()) in _HALF
-        elif op == "Constant":
-            tensor = node.attributes.get("value")
-            half = tensor is not None and getattr(tensor.value, "dtype", None) in _HALF
+        rule = HALF_RULES.get(node.domain, op)
+        half = rule is not None and rule(node)
     return "fp16" if half else "fp32"
 
 

@@ -9,8 +9,9 @@ bounds come from arithmetic), and then a whole region of the graph has no shape.
 the nodes whose outputs feed a shape-like input (the *cone*), :func:`evaluate_cone` evaluates
 those it can from constants and the concrete shapes given for ``Shape``/``Size`` inputs.
 
-Only small tensors are computed (:data:`MAX_ELEMENTS`); an op outside the table below or an
-input without a value leaves its outputs unknown. Semantics follow the ONNX operators
+Only small tensors are computed (:data:`MAX_ELEMENTS`); an op without a rule in :data:`RULES`
+(one small function per op or op family, registered with ``@_rule``) or an input without a
+value leaves its outputs unknown. Semantics follow the ONNX operators
 (integer ``Div`` truncates, ``Mod`` follows ``fmod``, ``Reshape`` copies ``0`` dims...).
 
 .. versionadded:: 0.1
@@ -18,13 +19,16 @@ input without a value leaves its outputs unknown. Semantics follow the ONNX oper
 
 from __future__ import annotations
 
-__all__ = ["MAX_ELEMENTS", "evaluate_cone", "shape_cone"]
+__all__ = ["MAX_ELEMENTS", "RULES", "ShapeDataRule", "evaluate_cone", "shape_cone"]
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+
+from onnx_ir_multidevice.analysis.rules import RuleRegistry
 
 MAX_ELEMENTS = 1 << 16
 """Largest tensor (elements) computed; bigger ones stay unknown."""
@@ -125,18 +129,71 @@ def evaluate_cone(
         return None
 
     for node in cone:
-        if node.domain not in ("", "ai.onnx"):
+        rule = RULES.get(node.domain, node.op_type)
+        if rule is None:
             continue
-        try:
-            outputs = _evaluate(node, get, shape_of)
-        except Exception:  # noqa: BLE001 (an op we cannot compute here: unknown)
-            outputs = None
+        outputs = rule.apply(node, get, shape_of)
         if outputs is None:
             continue
         for value, array in zip(node.outputs, outputs):
             if array is not None and array.size <= MAX_ELEMENTS:
                 data[value] = array
     return {v: a for v, a in data.items() if v.producer() is not None}
+
+
+# The rules ------------------------------------------------------------------------------------
+
+Outputs = list[np.ndarray | None] | None
+"""The computed outputs of a node (``None``: not computable here)."""
+
+ShapeOf = Callable[[ir.Value], tuple[int, ...] | None]
+"""The concrete shape of a value (``None``: unknown)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ShapeDataRule:
+    """How to compute the outputs of one op (or op family) from its inputs."""
+
+    compute: Callable[[ir.Node, list[Any], ShapeOf], Outputs]
+    """``compute(node, args, shape_of)``: ``args`` holds the array of every input (``None``
+    only for an omitted optional input), or nothing when :attr:`reads_values` is false."""
+
+    reads_values: bool = True
+    """Whether the rule needs its inputs' values (every present one known); ``Shape`` does
+    not: it reads ``shape_of``."""
+
+    def apply(
+        self,
+        node: ir.Node,
+        get: Callable[[ir.Value | None], np.ndarray | None],
+        shape_of: ShapeOf,
+    ) -> Outputs:
+        """The outputs of ``node``: ``None`` when an input has no value or the op fails."""
+        args: list[np.ndarray | None] = []
+        if self.reads_values:
+            args = [get(value) for value in node.inputs]
+            if any(a is None and v is not None for a, v in zip(args, node.inputs)):
+                return None  # an input without a value
+        try:
+            return self.compute(node, args, shape_of)
+        except Exception:  # noqa: BLE001 (an op we cannot compute here: unknown)
+            return None
+
+
+RULES: RuleRegistry[ShapeDataRule] = RuleRegistry("shape data")
+"""The ops :func:`evaluate_cone` computes, by ``(domain, op_type)``; one rule per op family."""
+
+_Compute = Callable[[ir.Node, list[Any], ShapeOf], Outputs]
+
+
+def _rule(*op_types: str, reads_values: bool = True) -> Callable[[_Compute], _Compute]:
+    """Register the decorated function as the rule of ``op_types`` (ONNX domain)."""
+
+    def decorator(compute: _Compute) -> _Compute:
+        RULES.add(ShapeDataRule(compute, reads_values), *op_types)
+        return compute
+
+    return decorator
 
 
 def _attr(node: ir.Node, name: str, default: Any = None) -> Any:
@@ -150,46 +207,70 @@ def _ints(array: np.ndarray | None) -> list[int] | None:
     return None if array is None else [int(x) for x in np.asarray(array).reshape(-1)]
 
 
-def _binary(op_type: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if op_type == "Add":
-        return a + b
-    if op_type == "Sub":
-        return a - b
-    if op_type == "Mul":
-        return a * b
-    if op_type == "Div":
-        if np.issubdtype(a.dtype, np.integer):
-            quotient = np.trunc(np.true_divide(a, b))
-            return quotient.astype(np.result_type(a, b))
-        return a / b
-    if op_type == "Pow":
-        return np.power(a, b).astype(a.dtype)
-    if op_type == "Equal":
-        return np.equal(a, b)
-    if op_type == "Less":
-        return np.less(a, b)
-    if op_type == "Greater":
-        return np.greater(a, b)
-    if op_type == "LessOrEqual":
-        return np.less_equal(a, b)
-    if op_type == "GreaterOrEqual":
-        return np.greater_equal(a, b)
-    if op_type == "And":
-        return np.logical_and(a, b)
-    if op_type == "Or":
-        return np.logical_or(a, b)
-    if op_type == "Xor":
-        return np.logical_xor(a, b)
-    raise KeyError(op_type)
+def _axes(node: ir.Node, args: list[Any]) -> list[int] | None:
+    """``axes`` from input 1 (opset 13+) or the attribute (older opsets)."""
+    return _ints(args[1]) if len(args) > 1 and args[1] is not None else _attr(node, "axes")
 
 
-_BINARY = frozenset(
-    {
-        "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
-        "GreaterOrEqual", "And", "Or", "Xor",
-    }
-)  # fmt: skip
-_UNARY: dict[str, Callable[[np.ndarray], Any]] = {
+@_rule("Constant", reads_values=False)
+def _constant(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    for name in ("value", "value_int", "value_ints", "value_float", "value_floats"):
+        attr = node.attributes.get(name)
+        if attr is None:
+            continue
+        if name == "value":
+            return [attr.value.numpy()]
+        dtype = np.int64 if "int" in name else np.float32
+        return [np.asarray(attr.value, dtype=dtype)]
+    return None
+
+
+@_rule("Shape", reads_values=False)
+def _shape(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    shape = None if node.inputs[0] is None else shape_of(node.inputs[0])
+    if shape is None:
+        return None
+    return [np.asarray(shape[_attr(node, "start", 0) : _attr(node, "end", None)], dtype=np.int64)]
+
+
+@_rule("Size", reads_values=False)
+def _size(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    shape = None if node.inputs[0] is None else shape_of(node.inputs[0])
+    if shape is None:
+        return None
+    return [np.asarray(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)]
+
+
+@_rule("Reshape")
+def _reshape(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    data, target = args
+    dims = [int(d) for d in target.reshape(-1)]
+    if not _attr(node, "allowzero", 0):
+        dims = [data.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+    return [data.reshape(dims)]
+
+
+def _elementwise(function: Callable[..., Any]) -> _Compute:
+    """The rule of an op that is one NumPy function of its inputs."""
+
+    def compute(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+        return [np.asarray(function(*args))]
+
+    return compute
+
+
+_ELEMENTWISE: dict[str, Callable[..., Any]] = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Equal": np.equal,
+    "Less": np.less,
+    "Greater": np.greater,
+    "LessOrEqual": np.less_equal,
+    "GreaterOrEqual": np.greater_equal,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+    "Xor": np.logical_xor,
     "Neg": np.negative,
     "Abs": np.abs,
     "Floor": np.floor,
@@ -200,134 +281,148 @@ _UNARY: dict[str, Callable[[np.ndarray], Any]] = {
     "Sign": np.sign,
     "Reciprocal": np.reciprocal,
     "Relu": lambda a: np.maximum(a, 0),
+    "Where": np.where,
+}
+"""Ops that are one NumPy function of their inputs."""
+
+for _op, _function in _ELEMENTWISE.items():
+    _rule(_op)(_elementwise(_function))
+
+
+@_rule("Div")
+def _div(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    a, b = args
+    if np.issubdtype(a.dtype, np.integer):  # integer Div truncates towards zero
+        return [np.trunc(np.true_divide(a, b)).astype(np.result_type(a, b))]
+    return [a / b]
+
+
+@_rule("Pow")
+def _pow(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    a, b = args
+    return [np.power(a, b).astype(a.dtype)]
+
+
+@_rule("Mod")
+def _mod(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    a, b = args
+    return [np.fmod(a, b) if _attr(node, "fmod", 0) else np.mod(a, b)]
+
+
+@_rule("Min", "Max")
+def _min_max(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    present = [a for a in args if a is not None]
+    function = np.minimum if node.op_type == "Min" else np.maximum
+    result = present[0]
+    for other in present[1:]:
+        result = function(result, other)
+    return [result]
+
+
+@_rule("Cast")
+def _cast(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    return [args[0].astype(ir.DataType(_attr(node, "to")).numpy())]
+
+
+@_rule("Gather")
+def _gather(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    return [np.take(args[0], args[1], axis=_attr(node, "axis", 0))]
+
+
+@_rule("Concat")
+def _concat(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    present = [a for a in args if a is not None]
+    return [np.concatenate(present, axis=_attr(node, "axis", 0))]
+
+
+@_rule("Squeeze")
+def _squeeze(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    axes, data = _axes(node, args), args[0]
+    if axes is None:
+        return [np.squeeze(data)]
+    return [np.squeeze(data, axis=tuple(a % data.ndim for a in axes))]
+
+
+@_rule("Unsqueeze")
+def _unsqueeze(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    axes, result = _axes(node, args), args[0]
+    assert axes is not None  # Unsqueeze always has axes
+    rank = result.ndim + len(axes)
+    for axis in sorted(a % rank for a in axes):
+        result = np.expand_dims(result, axis)
+    return [result]
+
+
+@_rule("Slice")
+def _slice(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    data = args[0]
+    if len(args) > 1:  # opset 10+: bounds as inputs
+        starts, ends = _ints(args[1]), _ints(args[2])
+        axes = _ints(args[3]) if len(args) > 3 and args[3] is not None else None
+        steps = _ints(args[4]) if len(args) > 4 and args[4] is not None else None
+    else:
+        starts, ends, axes = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes")
+        steps = None
+    assert starts is not None and ends is not None  # required inputs
+    axes = list(axes) if axes is not None else list(range(len(starts)))
+    steps = list(steps) if steps is not None else [1] * len(starts)
+    index = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        index[axis % data.ndim] = slice(start, end, step)
+    return [data[tuple(index)]]
+
+
+@_rule("Range")
+def _range(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    start, limit, delta = (a.item() for a in args)
+    return [np.arange(start, limit, delta, dtype=args[0].dtype)]
+
+
+@_rule("ConstantOfShape")
+def _constant_of_shape(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    shape = _ints(args[0])
+    assert shape is not None  # the required input, read above
+    if int(np.prod(shape, dtype=np.int64)) > MAX_ELEMENTS:
+        return None
+    value = node.attributes.get("value")
+    fill = value.value.numpy().reshape(-1) if value is not None else np.zeros(1, np.float32)
+    return [np.full(shape, fill[0], dtype=fill.dtype)]
+
+
+@_rule("Expand")
+def _expand(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    shape = _ints(args[1])
+    assert shape is not None  # the required input, read above
+    target = np.broadcast_shapes(args[0].shape, tuple(shape))
+    if int(np.prod(target, dtype=np.int64)) > MAX_ELEMENTS:
+        return None
+    return [np.broadcast_to(args[0], target).copy()]
+
+
+@_rule("Transpose")
+def _transpose(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    return [np.transpose(args[0], _attr(node, "perm"))]
+
+
+@_rule("Tile")
+def _tile(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    repeats = _ints(args[1])
+    assert repeats is not None  # the required input, read above
+    return [np.tile(args[0], repeats)]
+
+
+_REDUCTIONS: dict[str, Callable[..., Any]] = {
+    "ReduceProd": np.prod,
+    "ReduceSum": np.sum,
+    "ReduceMax": np.max,
+    "ReduceMin": np.min,
 }
 
 
-def _evaluate(  # noqa: C901, PLR0911, PLR0912
-    node: ir.Node,
-    get: Callable[[ir.Value | None], Any],  # an array or None; each op checks what it reads
-    shape_of: Callable[[ir.Value], tuple[int, ...] | None],
-) -> list[np.ndarray | None] | None:
-    op = node.op_type
-    inputs = node.inputs
-    if op == "Constant":
-        for name in ("value", "value_int", "value_ints", "value_float", "value_floats"):
-            attr = node.attributes.get(name)
-            if attr is None:
-                continue
-            if name == "value":
-                return [attr.value.numpy()]
-            dtype = np.int64 if "int" in name else np.float32
-            return [np.asarray(attr.value, dtype=dtype)]
-        return None
-    if op in ("Shape", "Size"):
-        shape: Sequence[int] | None = None if inputs[0] is None else shape_of(inputs[0])
-        if shape is None:
-            return None
-        if op == "Size":
-            return [np.asarray(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)]
-        start = _attr(node, "start", 0)
-        end = _attr(node, "end", None)
-        return [np.asarray(shape[start:end], dtype=np.int64)]
-    args = [get(v) for v in inputs]
-    if op == "Reshape":
-        data, target = args
-        if data is None or target is None:
-            return None
-        dims = [int(d) for d in target.reshape(-1)]
-        if not _attr(node, "allowzero", 0):
-            dims = [data.shape[i] if d == 0 else d for i, d in enumerate(dims)]
-        return [data.reshape(dims)]
-    present = [a for a in args if a is not None]
-    if any(a is None for i, a in enumerate(args) if inputs[i] is not None):
-        return None
-    if op in _BINARY:
-        return [_binary(op, args[0], args[1])]
-    if op in _UNARY:
-        return [np.asarray(_UNARY[op](args[0]))]
-    if op == "Mod":
-        a, b = args
-        if _attr(node, "fmod", 0):
-            return [np.fmod(a, b)]
-        return [np.mod(a, b)]
-    if op in ("Min", "Max"):
-        result = present[0]
-        for other in present[1:]:
-            result = np.minimum(result, other) if op == "Min" else np.maximum(result, other)
-        return [result]
-    if op == "Cast":
-        to = ir.DataType(_attr(node, "to"))
-        return [args[0].astype(to.numpy())]
-    if op == "Gather":
-        axis = _attr(node, "axis", 0)
-        return [np.take(args[0], args[1], axis=axis)]
-    if op == "Concat":
-        axis = _attr(node, "axis", 0)
-        return [np.concatenate(present, axis=axis)]
-    if op in ("Unsqueeze", "Squeeze"):
-        axes = _ints(args[1]) if len(args) > 1 and args[1] is not None else _attr(node, "axes")
-        data = args[0]
-        if op == "Squeeze":
-            if axes is None:
-                return [np.squeeze(data)]
-            return [np.squeeze(data, axis=tuple(a % data.ndim for a in axes))]
-        assert axes is not None  # Unsqueeze always has axes
-        rank = data.ndim + len(axes)
-        result = data
-        for axis in sorted(a % rank for a in axes):
-            result = np.expand_dims(result, axis)
-        return [result]
-    if op == "Slice":
-        data = args[0]
-        if len(args) > 1:
-            starts, ends = _ints(args[1]), _ints(args[2])
-            axes = _ints(args[3]) if len(args) > 3 and args[3] is not None else None
-            steps = _ints(args[4]) if len(args) > 4 and args[4] is not None else None
-        else:
-            starts, ends, axes = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes")
-            steps = None
-        assert starts is not None and ends is not None  # required inputs
-        axes = list(axes) if axes is not None else list(range(len(starts)))
-        steps = list(steps) if steps is not None else [1] * len(starts)
-        index = [slice(None)] * data.ndim
-        for start, end, axis, step in zip(starts, ends, axes, steps):
-            index[axis % data.ndim] = slice(start, end, step)
-        return [data[tuple(index)]]
-    if op == "Range":
-        start, limit, delta = (a.item() for a in args)
-        return [np.arange(start, limit, delta, dtype=args[0].dtype)]
-    if op == "ConstantOfShape":
-        shape = _ints(args[0])
-        assert shape is not None  # the required input, read above
-        if int(np.prod(shape, dtype=np.int64)) > MAX_ELEMENTS:
-            return None
-        value = node.attributes.get("value")
-        fill = value.value.numpy().reshape(-1) if value is not None else np.zeros(1, np.float32)
-        return [np.full(shape, fill[0], dtype=fill.dtype)]
-    if op == "Expand":
-        shape = _ints(args[1])
-        assert shape is not None  # the required input, read above
-        data = args[0]
-        target = np.broadcast_shapes(data.shape, tuple(shape))
-        if int(np.prod(target, dtype=np.int64)) > MAX_ELEMENTS:
-            return None
-        return [np.broadcast_to(data, target).copy()]
-    if op == "Where":
-        return [np.where(args[0], args[1], args[2])]
-    if op == "Transpose":
-        perm = _attr(node, "perm")
-        return [np.transpose(args[0], perm)]
-    if op == "Tile":
-        repeats = _ints(args[1])
-        assert repeats is not None  # the required input, read above
-        return [np.tile(args[0], repeats)]
-    if op in ("ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin"):
-        axes = _ints(args[1]) if len(args) > 1 and args[1] is not None else _attr(node, "axes")
-        keep = bool(_attr(node, "keepdims", 1))
-        functions: dict[str, Callable[..., Any]]
-        functions = {"ReduceProd": np.prod, "ReduceSum": np.sum, "ReduceMax": np.max,
-                     "ReduceMin": np.min}  # fmt: skip
-        function = functions[op]
-        axis = None if not axes else tuple(axes)
-        return [np.asarray(function(args[0], axis=axis, keepdims=keep), dtype=args[0].dtype)]
-    return None
+@_rule(*_REDUCTIONS)
+def _reduce(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
+    axes = _axes(node, args)
+    keep = bool(_attr(node, "keepdims", 1))
+    axis = None if not axes else tuple(axes)
+    function = _REDUCTIONS[node.op_type]
+    return [np.asarray(function(args[0], axis=axis, keepdims=keep), dtype=args[0].dtype)]

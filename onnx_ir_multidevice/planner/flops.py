@@ -28,6 +28,10 @@ ops alike):
 * ``If`` / ``Loop`` / ``Scan``: the nodes of their bodies, once;
 * anything else: one operation per output element (element-wise).
 
+Each formula is a small rule in :data:`RULES`, registered by op type (in any domain, as the op
+families of :mod:`~onnx_ir_multidevice.analysis.ops` are matched; ONNX ``Attention`` in the
+ONNX domain has its own): counting a new operator is one rule here.
+
 A count that needs an unknown shape is ``None``: callers report it rather than guess. With
 ``estimate=True`` an unknown shape is taken at the probe dims (every unbound symbol at an
 example value, :meth:`~onnx_ir_multidevice.analysis.shapes.ValueShapes.estimate`): a count
@@ -38,10 +42,10 @@ for choosing cuts, not a figure to report.
 
 from __future__ import annotations
 
-__all__ = ["node_flops", "nodes_flops"]
+__all__ = ["RULES", "FlopsRule", "node_flops", "nodes_flops"]
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import onnx_ir as ir
 
@@ -52,10 +56,14 @@ from onnx_ir_multidevice.analysis.ops import (
     MATMUL_OPS,
     RECURRENT_OPS,
 )
+from onnx_ir_multidevice.analysis.rules import ANY_DOMAIN, RuleRegistry
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.graph.index import OP_TYPE_OF, holds_subgraphs, node_subgraphs
 
-_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+# Attention ops with a formula of their own (the others: :func:`_other_attention`).
+_OWN_ATTENTION_RULES = frozenset(
+    {"Attention", "QAttention", "MultiHeadAttention", "GroupQueryAttention"}
+)
 
 
 class _Shapes:
@@ -92,47 +100,21 @@ def node_flops(node: ir.Node, sizes: ValueSizes, *, estimate: bool = False) -> i
     return _flops(node, _Shapes(sizes, estimate))
 
 
+FlopsRule = Callable[[ir.Node, _Shapes], int | None]
+"""``rule(node, shape)``: the FLOPs of ``node`` (``None``: a shape it needs is unknown)."""
+
+RULES: RuleRegistry[FlopsRule] = RuleRegistry("FLOPs")
+"""The ops with a formula of their own, by ``(domain, op_type)``; every other node is counted
+element-wise (one operation per output element), or as the nodes of its bodies."""
+
+
 def _flops(node: ir.Node, shape: _Shapes) -> int | None:
-    op = node.op_type
-    out = shape.of(node.outputs[0]) if node.outputs else ()
-    if op in MATMUL_OPS or op in GEMM_OPS:
-        a = shape(node, 0)
-        if out is None or not a:
-            return None
-        if op in GEMM_OPS:
-            trans_a = node.attributes.get_int("transA", 0)
-            k = a[0] if trans_a else a[-1]
-        else:
-            k = a[-1]
-        return 2 * math.prod(out) * k
-    if op in CONV_OPS:
-        w = shape(node, 3 if op == "QLinearConv" else 1)
-        if out is None or not w:
-            return None
-        return 2 * math.prod(out) * math.prod(w[1:])
-    if op == "ConvTranspose":
-        x = shape(node, 0)
-        w = shape(node, 1)
-        if x is None or not w:
-            return None
-        return 2 * math.prod(x) * math.prod(w[1:])
-    if op in RECURRENT_OPS:
-        return _recurrent(node, shape)
-    if op in ATTENTION_OPS:
-        return _attention(node, shape)
-    if op == "Einsum":
-        return _einsum(node, shape)
+    rule = RULES.get(node.domain, node.op_type)
+    if rule is not None:
+        return rule(node, shape)
     bodies = list(node_subgraphs(node)) if node.attributes else []
     if bodies:
-        total = 0
-        for body in bodies:
-            body_shapes = _Shapes(ValueSizes(body, shape.sizes.dims, infer=False), shape.estimate)
-            for inner in body:
-                count = _flops(inner, body_shapes)
-                if count is None:
-                    return None
-                total += count
-        return total
+        return _bodies(bodies, shape)
     total = 0
     for value in node.outputs:
         found = shape.of(value)
@@ -142,6 +124,61 @@ def _flops(node: ir.Node, shape: _Shapes) -> int | None:
     return total
 
 
+def _bodies(bodies: Sequence[ir.Graph], shape: _Shapes) -> int | None:
+    """``If`` / ``Loop`` / ``Scan``: the nodes of their bodies, once."""
+    total = 0
+    for body in bodies:
+        body_shapes = _Shapes(ValueSizes(body, shape.sizes.dims, infer=False), shape.estimate)
+        for inner in body:
+            count = _flops(inner, body_shapes)
+            if count is None:
+                return None
+            total += count
+    return total
+
+
+def _output(node: ir.Node, shape: _Shapes) -> tuple[int, ...] | None:
+    return shape.of(node.outputs[0]) if node.outputs else ()
+
+
+@RULES.register(*MATMUL_OPS, domain=ANY_DOMAIN)
+def _matmul(node: ir.Node, shape: _Shapes) -> int | None:
+    """``2 * elements(output) * K``."""
+    out, a = _output(node, shape), shape(node, 0)
+    if out is None or not a:
+        return None
+    return 2 * math.prod(out) * a[-1]
+
+
+@RULES.register(*GEMM_OPS, domain=ANY_DOMAIN)
+def _gemm(node: ir.Node, shape: _Shapes) -> int | None:
+    """``2 * M * N * K``, ``K`` read off ``A`` (transposed with ``transA``)."""
+    out, a = _output(node, shape), shape(node, 0)
+    if out is None or not a:
+        return None
+    k = a[0] if node.attributes.get_int("transA", 0) else a[-1]
+    return 2 * math.prod(out) * k
+
+
+@RULES.register(*CONV_OPS, domain=ANY_DOMAIN)
+def _conv(node: ir.Node, shape: _Shapes) -> int | None:
+    """``2 * elements(output) * (C_in / group) * prod(kernel)``."""
+    out, w = _output(node, shape), shape(node, 3 if node.op_type == "QLinearConv" else 1)
+    if out is None or not w:
+        return None
+    return 2 * math.prod(out) * math.prod(w[1:])
+
+
+@RULES.register("ConvTranspose", domain=ANY_DOMAIN)
+def _conv_transpose(node: ir.Node, shape: _Shapes) -> int | None:
+    """As a convolution, over the input: ``2 * elements(X) * prod(W.shape[1:])``."""
+    x, w = shape(node, 0), shape(node, 1)
+    if x is None or not w:
+        return None
+    return 2 * math.prod(x) * math.prod(w[1:])
+
+
+@RULES.register(*RECURRENT_OPS, domain=ANY_DOMAIN)
 def _recurrent(node: ir.Node, shape: _Shapes) -> int | None:
     """``2 * seq * batch * (elements(W) + elements(R))``: every gate, step and direction."""
     x, w, r = shape(node, 0), shape(node, 1), shape(node, 2)
@@ -152,16 +189,9 @@ def _recurrent(node: ir.Node, shape: _Shapes) -> int | None:
     return 2 * seq * batch * (math.prod(w) + math.prod(r))
 
 
-def _attention(node: ir.Node, shape: _Shapes) -> int | None:
-    op, domain = node.op_type, node.domain
-    if op == "Attention" and domain in ("", "ai.onnx"):
-        return _onnx_attention(node, shape)
-    if op in ("Attention", "QAttention"):
-        return _fused_attention(node, shape)
-    if op == "MultiHeadAttention":
-        return _multi_head_attention(node, shape)
-    if op == "GroupQueryAttention":
-        return _group_query_attention(node, shape)
+@RULES.register(*(ATTENTION_OPS - _OWN_ATTENTION_RULES), domain=ANY_DOMAIN)
+def _other_attention(node: ir.Node, shape: _Shapes) -> int | None:
+    """Fused attention ops without a formula of their own: ``4 * elements(query) * seq``."""
     q = shape(node, 0)
     if not q or len(q) < 2:
         return None
@@ -183,6 +213,7 @@ def _past_length(shape: _Shapes, node: ir.Node, index: int, axis: int) -> int | 
     return past[axis]
 
 
+@RULES.register("Attention", "QAttention", domain=ANY_DOMAIN)
 def _fused_attention(node: ir.Node, shape: _Shapes) -> int | None:
     """``com.microsoft`` ``Attention`` / ``QAttention``: QKV projection, then attention."""
     x, w = shape(node, 0), shape(node, 1)
@@ -199,6 +230,7 @@ def _fused_attention(node: ir.Node, shape: _Shapes) -> int | None:
     return projection + _core(batch, seq, seq + past, q_width, v_width)
 
 
+@RULES.register("MultiHeadAttention", domain=ANY_DOMAIN)
 def _multi_head_attention(node: ir.Node, shape: _Shapes) -> int | None:
     """``com.microsoft`` ``MultiHeadAttention``: Q, K, V already projected."""
     q = shape(node, 0)
@@ -226,6 +258,7 @@ def _multi_head_attention(node: ir.Node, shape: _Shapes) -> int | None:
     return _core(batch, seq, kv_seq + past, q_width, v_width)
 
 
+@RULES.register("GroupQueryAttention", domain=ANY_DOMAIN)
 def _group_query_attention(node: ir.Node, shape: _Shapes) -> int | None:
     """``com.microsoft`` ``GroupQueryAttention``: few K/V heads shared by the query heads."""
     q = shape(node, 0)
@@ -244,6 +277,7 @@ def _group_query_attention(node: ir.Node, shape: _Shapes) -> int | None:
     return _core(batch, seq, past + seq, width, width)
 
 
+@RULES.register("Attention")
 def _onnx_attention(node: ir.Node, shape: _Shapes) -> int | None:
     """ONNX ``Attention`` (opset 23): Q, K, V of rank 3 (heads as attributes) or 4."""
     q, k, v = shape(node, 0), shape(node, 1), shape(node, 2)
@@ -267,6 +301,7 @@ def _onnx_attention(node: ir.Node, shape: _Shapes) -> int | None:
     return _core(batch, seq, kv_seq + past, q_width, v_width)
 
 
+@RULES.register("Einsum", domain=ANY_DOMAIN)
 def _einsum(node: ir.Node, shape: _Shapes) -> int | None:
     """Two operations per point of the index space (``ij,jk->ik``: ``2 * i * j * k``)."""
     equation = node.attributes.get_string("equation", "").replace(" ", "")
@@ -281,12 +316,6 @@ def _einsum(node: ir.Node, shape: _Shapes) -> int | None:
         for letter, size in zip(term, found):
             extent[letter] = max(extent.get(letter, 1), size)
     return 2 * math.prod(extent.values())
-
-
-# Ops with a formula of their own; every other node (but those with bodies) is element-wise.
-_SPECIAL_OPS = frozenset(
-    (*MATMUL_OPS, *GEMM_OPS, *CONV_OPS, *ATTENTION_OPS, *RECURRENT_OPS, "ConvTranspose", "Einsum")
-)
 
 
 def nodes_flops(
@@ -308,14 +337,20 @@ def nodes_flops(
 
     .. versionadded:: 0.1
     """
-    shape = _Shapes(sizes, estimate).of if estimate else sizes.shape
+    shapes = _Shapes(sizes, estimate)
+    shape = shapes.of if estimate else sizes.shape
+    special = RULES.op_types()  # ops with a rule in some domain (rules added late included)
+    rule_of = RULES.get
     prod = math.prod
     result: list[int | None] = []
     for node, op in zip(nodes, map(OP_TYPE_OF, nodes) if op_types is None else op_types):
-        if op in _SPECIAL_OPS or (
-            node in with_bodies if with_bodies is not None else holds_subgraphs(node)
-        ):
-            result.append(node_flops(node, sizes, estimate=estimate))
+        if op in special:
+            rule = rule_of(node.domain, op)
+            if rule is not None:
+                result.append(rule(node, shapes))
+                continue
+        if node in with_bodies if with_bodies is not None else holds_subgraphs(node):
+            result.append(_flops(node, shapes))
             continue
         total: int | None = 0
         for value in node.outputs:
