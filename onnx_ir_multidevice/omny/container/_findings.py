@@ -109,6 +109,11 @@ def container_findings(
         ``manifest-configurations`` (a plan configuration's ``num_shards`` the manifest's
         ``allowed_shards`` does not allow).
     """
+    return [*_layout_findings(container), *_manifest_findings(container, plan_metadata)]
+
+
+def _layout_findings(container: Container) -> list[ContainerFinding]:
+    """Header and layout oddities kept as read: flags, reserved section, padding, gaps."""
     findings: list[ContainerFinding] = []
     if container.flags:
         findings.append(
@@ -153,6 +158,14 @@ def container_findings(
                 f"file[{offset}:{offset + len(data)}]",
             )
         )
+    return findings
+
+
+def _manifest_findings(
+    container: Container, plan_metadata: Mapping[str, Any] | Any | None
+) -> list[ContainerFinding]:
+    """The manifest against its version, the embedded graph and the plan."""
+    findings: list[ContainerFinding] = []
     manifest = container.manifest
     version = manifest.get("version", _MISSING)
     if version != MANIFEST_VERSION:

@@ -76,6 +76,15 @@ class _Header:
 
 def _check_header(header: bytes, file_size: int, source: str) -> _Header:
     """Check every header field against the file size; nothing is sliced or allocated."""
+    fields = _unpack_header(header, file_size, source)
+    extents = _section_extents(fields, file_size, source)
+    _check_section_limits(fields, source)
+    _check_overlaps(extents, source)
+    return fields
+
+
+def _unpack_header(header: bytes, file_size: int, source: str) -> _Header:
+    """The header's fields, once its magic, length and version are checked."""
     truncated = OmnyContainerError(
         "header",
         f"the file is {file_size} bytes, shorter than the {HEADER_SIZE}-byte header; it is "
@@ -102,6 +111,13 @@ def _check_header(header: bytes, file_size: int, source: str) -> _Header:
             "newer or unknown writer",
             source=source,
         )
+    return fields
+
+
+def _section_extents(
+    fields: _Header, file_size: int, source: str
+) -> list[tuple[str, str, int, int]]:
+    """Each present section as ``(name, offset field, offset, size)``, within the file."""
     extents: list[tuple[str, str, int, int]] = []
     for name, offset_field, size_field in _SECTIONS:
         offset = getattr(fields, offset_field)
@@ -131,6 +147,11 @@ def _check_header(header: bytes, file_size: int, source: str) -> _Header:
             )
         if size:
             extents.append((name, f"header.{offset_field}", offset, size))
+    return extents
+
+
+def _check_section_limits(fields: _Header, source: str) -> None:
+    """The model and the manifest are no larger than a container can hold."""
     if fields.model_size > MAX_MODEL_SIZE:
         raise OmnyContainerError(
             "header.model_size",
@@ -145,8 +166,6 @@ def _check_header(header: bytes, file_size: int, source: str) -> _Header:
             "the header is damaged",
             source=source,
         )
-    _check_overlaps(extents, source)
-    return fields
 
 
 def _check_overlaps(extents: Sequence[tuple[str, str, int, int]], source: str) -> None:

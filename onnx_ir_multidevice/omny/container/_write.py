@@ -151,55 +151,9 @@ def serialize_container(container: Container) -> bytes:
             :attr:`~Container.manifest_bytes` holds (change the manifest with
             :func:`build_container`).
     """
-    source = container.source
-
-    def fail(path: str, reason: str) -> OmnyContainerError:
-        return OmnyContainerError(path, reason, source=source)
-
-    if not 0 <= container.version <= _U32_MAX:
-        raise fail("header.version", f"{container.version} does not fit a u32")
-    for name in ("flags", *(f for _, o, s in _SECTIONS for f in (o, s))):
-        value = getattr(container, name)
-        if not 0 <= value <= _U64_MAX:
-            raise fail(f"header.{name}", f"{value} does not fit a u64")
-    if len(container.header) != HEADER_SIZE:
-        raise fail("header", f"{len(container.header)} bytes kept, the header is {HEADER_SIZE}")
-    extents = []
-    for (name, offset_field, size_field), data in zip(
-        _SECTIONS, (container.model_bytes, container.reserved, container.manifest_bytes)
-    ):
-        offset = getattr(container, offset_field)
-        size = getattr(container, size_field)
-        if size != len(data):
-            raise fail(
-                f"header.{size_field}",
-                f"{size}, but the {name} section holds {len(data)} bytes",
-            )
-        if (size or name != "reserved" or offset) and offset < HEADER_SIZE:
-            raise fail(f"header.{offset_field}", f"offset {offset} is inside the header")
-        if size:
-            extents.append((name, f"header.{offset_field}", offset, size))
-    extents.extend(
-        ("unreferenced", "unreferenced", offset, len(data))
-        for offset, data in container.unreferenced
-        if data
-    )
-    for _, _, offset, _ in extents:
-        if offset < HEADER_SIZE:
-            raise fail("unreferenced", f"a kept region starts at {offset}, inside the header")
-    _check_overlaps(extents, source)
-    if container.end > MAX_FILE_SIZE:
-        raise fail(
-            "header",
-            f"the sections end at byte {container.end}, over the {MAX_FILE_SIZE}-byte limit of "
-            "a container",
-        )
-    if not _same_json(_parse_manifest(container.manifest_bytes, source), container.manifest):
-        raise fail(
-            "manifest",
-            "the parsed manifest differs from the manifest bytes; build a new container with "
-            "build_container() to change the manifest",
-        )
+    _check_fields(container)
+    _check_extents(container)
+    _check_manifest(container)
     out = bytearray(container.end)
     out[:HEADER_SIZE] = container.header
     _FIELDS.pack_into(
@@ -223,3 +177,76 @@ def serialize_container(container: Container) -> bytes:
     ):
         out[offset : offset + len(data)] = data
     return bytes(out)
+
+
+def _check_fields(container: Container) -> None:
+    """Every header field fits its integer; the kept header is 256 bytes."""
+    if not 0 <= container.version <= _U32_MAX:
+        raise _fail(container, "header.version", f"{container.version} does not fit a u32")
+    for name in ("flags", *(f for _, o, s in _SECTIONS for f in (o, s))):
+        value = getattr(container, name)
+        if not 0 <= value <= _U64_MAX:
+            raise _fail(container, f"header.{name}", f"{value} does not fit a u64")
+    if len(container.header) != HEADER_SIZE:
+        raise _fail(
+            container, "header", f"{len(container.header)} bytes kept, the header is {HEADER_SIZE}"
+        )
+
+
+def _check_extents(container: Container) -> None:
+    """Sections and kept regions: sizes match the data, after the header, no overlap.
+
+    They also end within :data:`MAX_FILE_SIZE`.
+    """
+    extents = []
+    for (name, offset_field, size_field), data in zip(
+        _SECTIONS, (container.model_bytes, container.reserved, container.manifest_bytes)
+    ):
+        offset = getattr(container, offset_field)
+        size = getattr(container, size_field)
+        if size != len(data):
+            raise _fail(
+                container,
+                f"header.{size_field}",
+                f"{size}, but the {name} section holds {len(data)} bytes",
+            )
+        if (size or name != "reserved" or offset) and offset < HEADER_SIZE:
+            raise _fail(
+                container, f"header.{offset_field}", f"offset {offset} is inside the header"
+            )
+        if size:
+            extents.append((name, f"header.{offset_field}", offset, size))
+    extents.extend(
+        ("unreferenced", "unreferenced", offset, len(data))
+        for offset, data in container.unreferenced
+        if data
+    )
+    for _, _, offset, _ in extents:
+        if offset < HEADER_SIZE:
+            raise _fail(
+                container, "unreferenced", f"a kept region starts at {offset}, inside the header"
+            )
+    _check_overlaps(extents, container.source)
+    if container.end > MAX_FILE_SIZE:
+        raise _fail(
+            container,
+            "header",
+            f"the sections end at byte {container.end}, over the {MAX_FILE_SIZE}-byte limit of "
+            "a container",
+        )
+
+
+def _check_manifest(container: Container) -> None:
+    """:attr:`~Container.manifest` is what :attr:`~Container.manifest_bytes` holds."""
+    parsed = _parse_manifest(container.manifest_bytes, container.source)
+    if not _same_json(parsed, container.manifest):
+        raise _fail(
+            container,
+            "manifest",
+            "the parsed manifest differs from the manifest bytes; build a new container with "
+            "build_container() to change the manifest",
+        )
+
+
+def _fail(container: Container, path: str, reason: str) -> OmnyContainerError:
+    return OmnyContainerError(path, reason, source=container.source)
