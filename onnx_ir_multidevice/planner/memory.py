@@ -638,28 +638,42 @@ class MemoryModel:
         initializers = _plain(analysis.graph.initializers)
         tables = {node.inputs[0] for node in position if node.inputs}
         for value in initializers.values():
-            if value not in tables:
-                continue
-            tensor = value.const_value
-            shape: tuple[int, ...] = tensor.shape.numpy() if tensor is not None else ()
-            if tensor is None or len(shape) < 1 or shape[0] < 1:
-                continue
-            uses = value.uses()
-            if not uses:
-                continue
-            touched, segments = 0, set()
-            for node, index in uses:
-                axis = node.attributes.get_int("axis", 0) if node.op_type == "Gather" else None
-                rows = None if axis != 0 or index != 0 else self.sizes.shape(node.inputs[1])
-                if rows is None or node not in position:
-                    break
-                row_bytes = tensor.nbytes // shape[0]
-                touched += math.prod(rows) * max(row_bytes, _ROW_RESIDENT_BYTES)
-                segments.add(int(self._segment_of[position[node]]))
-            else:
-                if len(segments) == 1:
-                    mapped[segments.pop()] += max(0, tensor.nbytes - touched)
+            if value in tables:
+                found = self._mapped_table(value, position)
+                if found is not None:
+                    segment, untouched = found
+                    mapped[segment] += untouched
         return mapped
+
+    def _mapped_table(
+        self, value: ir.Value, position: Mapping[ir.Node, int]
+    ) -> tuple[int, int] | None:
+        """The segment of a ``Gather``-only table and its untouched bytes, else ``None``.
+
+        Args:
+            value: An initializer some ``Gather`` of the planning order reads.
+            position: Each ``Gather`` of the planning order -> its position in the order.
+        """
+        tensor = value.const_value
+        shape: Sequence[int] = tensor.shape.numpy() if tensor is not None else ()
+        if tensor is None or len(shape) < 1 or shape[0] < 1:
+            return None
+        uses = value.uses()
+        if not uses:
+            return None
+        touched, segments = 0, set()
+        row_bytes = tensor.nbytes // shape[0]
+        for node, index in uses:
+            axis = node.attributes.get_int("axis", 0) if node.op_type == "Gather" else None
+            indices = node.inputs[1] if axis == 0 and index == 0 and len(node.inputs) > 1 else None
+            rows = None if indices is None else self.sizes.shape(indices)
+            if rows is None or node not in position:
+                return None
+            touched += math.prod(rows) * max(row_bytes, _ROW_RESIDENT_BYTES)
+            segments.add(int(self._segment_of[position[node]]))
+        if len(segments) != 1:
+            return None
+        return segments.pop(), max(0, tensor.nbytes - touched)
 
     def _count_reordered(self) -> np.ndarray:
         """Reordered convolution weight bytes of each segment (see the module docstring).
