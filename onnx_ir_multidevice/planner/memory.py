@@ -298,7 +298,6 @@ class MemoryModel:
         self._shared_bytes = np.zeros(0, dtype=np.int64)
         self._shared_weight = np.zeros(0, dtype=bool)
         self._count_items()
-        self._peak = np.zeros(self.num_segments, dtype=np.int64)
         self._count_activations()
         self._flops = np.zeros(self.num_segments, dtype=np.int64)
         self.unknown_flops: tuple[str, ...] = self._count_flops()
@@ -331,115 +330,77 @@ class MemoryModel:
         return n
 
     def _count_items(self) -> None:
-        """Weights and buffers: which segments read each, then additive or shared."""
-        analysis = self.analysis
-        graph = analysis.graph
-        classes = analysis.classes
-        initializers = _initializer_set(analysis)
-        replicable = set(analysis.replicable_nodes)
-        memo: dict[ir.Node, tuple[frozenset[ir.Value], bool]] = {}
+        """Weights and buffers: which segments read each, then additive or shared.
 
-        def value_items(value: ir.Value) -> tuple[frozenset[ir.Value], bool]:
-            """Items a stage holds to have ``value``, and whether a graph input is among them."""
-            producer = value.producer()
-            if producer is None:
-                if value in initializers or value.const_value is not None:
-                    return frozenset((value,)), False
-                return frozenset((value,)), True  # a graph input
-            if producer not in replicable:
-                return frozenset(), False  # an activation: counted by liveness
-            items, from_input = memo[producer]
-            if not producer.inputs or not items:
-                return items | {value}, False  # a Constant-like source: the value is a weight
-            if not from_input and _generates(producer, value, self._nbytes):
-                # Larger than what it is computed from (ConstantOfShape, Expand, Tile...):
-                # onnxruntime holds the value itself, folded or computed.
-                return items | {value}, False
-            return (items | {value} if from_input else items), from_input
-
-        kinds: dict[ir.Value, bool] = {}  # item -> is a weight
-        uses = analysis.uses
-        index = analysis.index
-        with_bodies = None if index is None else {node for node, _ in index.bodies}
-
-        def node_items(node: ir.Node) -> tuple[frozenset[ir.Value], bool]:
-            items: set[ir.Value] = set()
-            from_input = False
-            for value in uses[node]:
-                producer = value.producer()
-                if producer is not None and producer not in replicable:
-                    continue  # an activation: counted by liveness
-                inner, flag = value_items(value)
-                items |= inner
-                from_input |= flag
-            if (node in with_bodies) if with_bodies is not None else bool(node.attributes):
-                for body in node_subgraphs(node):
-                    items.update(_body_constants(body))
-            return frozenset(items), from_input
-
-        for node in analysis.replicable_nodes:  # topological: sources before users
-            memo[node] = node_items(node)
-        item_segments: dict[ir.Value, set[int]] = {}
-        segment_of = self._segment_of.tolist()
-        order = analysis.order
-
-        def add(item: ir.Value, segment: int) -> None:
-            segments = item_segments.get(item)
-            if segments is None:
-                item_segments[item] = {segment}
-            else:
-                segments.add(segment)
-
-        def read_items(value: ir.Value, producer: ir.Node | None) -> Iterable[ir.Value]:
-            if producer is None:
-                return (value,)  # a weight or a graph input
-            if producer in replicable:
-                return value_items(value)[0]
-            return ()  # an activation: counted by liveness
-
-        if with_bodies is not None and not with_bodies:
-            # node_items(node) of every node of the order, inlined, over one flat list of
-            # reads (no node holds a subgraph whose constants would come in between).
-            uses_list = list(map(uses.__getitem__, order))
-            reads = list(chain.from_iterable(uses_list))
-            read_segments = chain.from_iterable(map(repeat, segment_of, map(len, uses_list)))
-            get = item_segments.get
-            for value, producer, segment in zip(reads, map(_PRODUCER, reads), read_segments):
-                if producer is None:
-                    segments = get(value)
-                    if segments is None:
-                        item_segments[value] = {segment}
-                    else:
-                        segments.add(segment)
-                elif producer in replicable:
-                    for item in value_items(value)[0]:
-                        add(item, segment)
+        Four steps: what a stage holds to read each value (:class:`_HeldItems`), which
+        segments read each item, each item's bytes added to its one segment or kept as
+        shared, and the graph outputs, held by their producing stage.
+        """
+        held = _HeldItems(self.analysis, self._nbytes)
+        if held.with_bodies is not None and not held.with_bodies:
+            item_segments = self._item_segments_flat(held)
         else:
-            for position, node in enumerate(order):  # node_items(node), inlined
-                segment = segment_of[position]
-                for value in uses[node]:
-                    for item in read_items(value, value.producer()):
-                        add(item, segment)
-                if (node in with_bodies) if with_bodies is not None else bool(node.attributes):
-                    for body in node_subgraphs(node):
-                        for item in _body_constants(body):
-                            add(item, segment)
+            item_segments = self._item_segments(held)
+        self._add_items(item_segments, held)
+        self._index_shared()
+        self._count_graph_outputs()
+
+    def _item_segments_flat(self, held: _HeldItems) -> dict[ir.Value, set[int]]:
+        """The segments reading each item, when no node of the graph holds a subgraph.
+
+        :meth:`_item_segments` over one flat list of reads (no body constants come in between).
+        """
+        item_segments: dict[ir.Value, set[int]] = {}
+        uses = self.analysis.uses
+        uses_list = list(map(uses.__getitem__, self.analysis.order))
+        reads = list(chain.from_iterable(uses_list))
+        read_segments = chain.from_iterable(
+            map(repeat, self._segment_of.tolist(), map(len, uses_list))
+        )
+        get = item_segments.get
+        replicable, value_items = held.replicable, held.value_items
+        for value, producer, segment in zip(reads, map(_PRODUCER, reads), read_segments):
+            if producer is None:  # a weight or a graph input
+                segments = get(value)
+                if segments is None:
+                    item_segments[value] = {segment}
+                else:
+                    segments.add(segment)
+            elif producer in replicable:
+                for item in value_items(value)[0]:
+                    _add_segment(item_segments, item, segment)
+        return item_segments
+
+    def _item_segments(self, held: _HeldItems) -> dict[ir.Value, set[int]]:
+        """The segments reading each item: weights, graph inputs, and body constants."""
+        item_segments: dict[ir.Value, set[int]] = {}
+        uses = self.analysis.uses
+        segment_of = self._segment_of.tolist()
+        for position, node in enumerate(self.analysis.order):
+            segment = segment_of[position]
+            for value in uses[node]:
+                for item in held.read_items(value):
+                    _add_segment(item_segments, item, segment)
+            if held.has_bodies(node):
+                for body in node_subgraphs(node):
+                    for item in _body_constants(body):
+                        _add_segment(item_segments, item, segment)
+        return item_segments
+
+    def _add_items(self, item_segments: Mapping[ir.Value, set[int]], held: _HeldItems) -> None:
+        """Add each item's bytes to its segment, or keep it as shared.
+
+        An item one segment reads adds to that segment's weights or I/O; one that several
+        read is shared (counted once by any stage holding one of its segments).
+        """
         weights = [0] * self.num_segments  # Python ints, added to the arrays once below
         io = [0] * self.num_segments
         for item, segments in item_segments.items():
-            is_weight = item in initializers or classes.get(item) is not TensorClass.FORWARDED
-            producer = item.producer()
-            if producer is not None and producer in memo:
-                # A replicable node output: a weight when constant-derived, else a buffer.
-                is_weight = not memo[producer][1]
-            # (A Constant inside an If/Loop body is produced by no main-graph node: a weight.)
-            kinds[item] = is_weight
             n = self._nbytes(item)
             if n is None:
-                for s in segments:
-                    self._unknown[s][item.name or "<unnamed>"] = None
-                self.unknown_values[item.name or "<unnamed>"] = item
+                self._note_unknown(item, segments)
                 continue
+            is_weight = held.is_weight(item)
             if len(segments) == 1:
                 (s,) = segments
                 if is_weight:
@@ -452,84 +413,57 @@ class MemoryModel:
                 self._shared.append((n, is_weight, ordered))
         self._weights += np.asarray(weights, dtype=np.int64)
         self._io += np.asarray(io, dtype=np.int64)
-        if self._shared and len(self._shared) * (self.num_segments + 1) <= _DENSE_SHARED:
-            # The first segment at or after each i (the sentinel when none), for any i: one
-            # row per shared item, so that a query is a few array operations for all items.
-            starts = np.arange(self.num_segments + 1)
-            self._shared_first = np.stack(
-                [ordered.take(np.searchsorted(ordered, starts)) for _, _, ordered in self._shared]
-            )
-            self._shared_bytes = np.array([n for n, _, _ in self._shared], dtype=np.int64)
-            self._shared_weight = np.array([w for _, w, _ in self._shared], dtype=bool)
-        # Graph outputs are held by the stage producing them until the pipeline ends.
+
+    def _index_shared(self) -> None:
+        """The dense table of shared items, when it is small enough (:data:`_DENSE_SHARED`).
+
+        The first segment at or after each i (the sentinel when none), for any i: one row per
+        shared item, so that a query is a few array operations for all items.
+        """
+        if not self._shared or len(self._shared) * (self.num_segments + 1) > _DENSE_SHARED:
+            return
+        starts = np.arange(self.num_segments + 1)
+        self._shared_first = np.stack(
+            [ordered.take(np.searchsorted(ordered, starts)) for _, _, ordered in self._shared]
+        )
+        self._shared_bytes = np.array([n for n, _, _ in self._shared], dtype=np.int64)
+        self._shared_weight = np.array([w for _, w, _ in self._shared], dtype=bool)
+
+    def _count_graph_outputs(self) -> None:
+        """Graph outputs are held by the stage producing them until the pipeline ends."""
         position_of = self._position
-        for value in graph.outputs:
+        for value in self.analysis.graph.outputs:
             producer = value.producer()
             if producer is None or producer not in position_of:
                 continue
             s = int(self._segment_of[position_of[producer]])
             n = self._nbytes(value)
             if n is None:
-                self._unknown[s][value.name or "<unnamed>"] = None
-                self.unknown_values[value.name or "<unnamed>"] = value
+                self._note_unknown(value, (s,))
             else:
                 self._io[s] += n
 
+    def _note_unknown(self, value: ir.Value, segments: Iterable[int]) -> None:
+        """Record that ``value``, held by ``segments``, has an unknown size."""
+        name = value.name or "<unnamed>"
+        for s in segments:
+            self._unknown[s][name] = None
+        self.unknown_values[name] = value
+
     def _count_activations(self) -> None:
-        """Peak live activation bytes of each segment, one sweep over the planning order."""
-        analysis = self.analysis
-        order = analysis.order
-        uses = analysis.uses
-        # Position of the last reader of each value (later readers overwrite earlier ones);
-        # only node outputs are looked up, so other values read do no harm.
-        # Position of the last reader of each value (later readers overwrite earlier ones).
-        uses_list = list(map(uses.__getitem__, order))
-        last_read = dict(
-            zip(
-                chain.from_iterable(uses_list),
-                chain.from_iterable(map(repeat, range(len(order)), map(len, uses_list))),
-            )
-        )
-        last_get = last_read.get
-        outputs = self._order_outputs()
-        made = [i for i, values in enumerate(outputs) for _ in values]
-        values = list(chain.from_iterable(outputs))
-        ends = list(map(last_get, values, made))
-        amounts = list(map(self.sizes.nbytes, values))
-        if None in amounts:
-            op_types = self._order_op_types()
-            segment_of = self._segment_of.tolist()
-            unknown, unknown_values = self._unknown, self.unknown_values
-            for k in [k for k, n in enumerate(amounts) if n is None]:
-                i = made[k]
-                if op_types[i] == "Constant":  # self._nbytes: a Constant's own tensor
-                    amounts[k] = self._nbytes(values[k])
-                    if amounts[k] is not None:
-                        continue
-                value = values[k]
-                name = value.name or "<unnamed>"
-                unknown_values[name] = value
-                first, last = segment_of[i], segment_of[ends[k]]
-                if first == last:
-                    unknown[first][name] = None
-                else:
-                    for s in range(first, last + 1):
-                        unknown[s][name] = None
-            known = [k for k, n in enumerate(amounts) if n is not None]
-            made = [made[k] for k in known]
-            values = [values[k] for k in known]
-            ends = [ends[k] for k in known]
-            amounts = [amounts[k] for k in known]
+        """Peak live activation bytes of each segment, one sweep over the planning order.
+
+        Also the peak with float16 values counted twice where onnxruntime upcasts them
+        (:data:`_FLOAT16_CPU_OPS`).
+        """
+        made, values, ends, amounts = self._known_lifetimes(*self._lifetimes())
+        order = self.analysis.order
         delta = np.zeros(len(order) + 1, dtype=np.int64)
         if amounts:
             weights = np.asarray(amounts, dtype=np.int64)
             np.add.at(delta, np.asarray(made, dtype=np.int64), weights)
             np.add.at(delta, np.asarray(ends, dtype=np.int64) + 1, -weights)
-        live = np.cumsum(delta[:-1])
-        starts = np.asarray(self.starts, dtype=np.int64)
-        nonempty = starts < np.asarray(self.ends, dtype=np.int64)
-        if nonempty.any():
-            self._peak[nonempty] = np.maximum.reduceat(live, starts[nonempty])
+        self._peak = self._segment_peaks(delta)
         # float16 values computed by an op with no float16 CPU kernel: onnxruntime casts
         # around the op and computes in float32, so the value counts twice its bytes.
         dtype = self.sizes.dtype
@@ -544,9 +478,67 @@ class MemoryModel:
             for start, end, n in extra:
                 delta[start] += n
                 delta[end + 1] -= n
-            live = np.cumsum(delta[:-1])
-            self._peak_upcast = self._peak.copy()
-            self._peak_upcast[nonempty] = np.maximum.reduceat(live, starts[nonempty])
+            self._peak_upcast = self._segment_peaks(delta)
+
+    def _lifetimes(self) -> tuple[list[int], list[ir.Value], list[int], list[int | None]]:
+        """Each node output of the order: made at, value, last read at, bytes (or ``None``)."""
+        order = self.analysis.order
+        uses = self.analysis.uses
+        # Position of the last reader of each value (later readers overwrite earlier ones);
+        # only node outputs are looked up, so other values read do no harm.
+        uses_list = list(map(uses.__getitem__, order))
+        last_read = dict(
+            zip(
+                chain.from_iterable(uses_list),
+                chain.from_iterable(map(repeat, range(len(order)), map(len, uses_list))),
+            )
+        )
+        outputs = self._order_outputs()
+        made = [i for i, values in enumerate(outputs) for _ in values]
+        values = list(chain.from_iterable(outputs))
+        ends = list(map(last_read.get, values, made))
+        amounts = list(map(self.sizes.nbytes, values))
+        return made, values, ends, amounts
+
+    def _known_lifetimes(
+        self,
+        made: list[int],
+        values: list[ir.Value],
+        ends: list[int],
+        amounts: list[int | None],
+    ) -> tuple[list[int], list[ir.Value], list[int], list[int]]:
+        """The lifetimes whose size is known; the others are noted unknown where they live.
+
+        A ``Constant``'s output is sized by its own tensor (:meth:`_nbytes`).
+        """
+        if None not in amounts:
+            return made, values, ends, [n for n in amounts if n is not None]
+        op_types = self._order_op_types()
+        segment_of = self._segment_of.tolist()
+        for k in [k for k, n in enumerate(amounts) if n is None]:
+            i = made[k]
+            if op_types[i] == "Constant":
+                amounts[k] = self._nbytes(values[k])
+                if amounts[k] is not None:
+                    continue
+            self._note_unknown(values[k], range(segment_of[i], segment_of[ends[k]] + 1))
+        known = [k for k, n in enumerate(amounts) if n is not None]
+        return (
+            [made[k] for k in known],
+            [values[k] for k in known],
+            [ends[k] for k in known],
+            [n for n in amounts if n is not None],
+        )
+
+    def _segment_peaks(self, delta: np.ndarray) -> np.ndarray:
+        """Peak of each segment of the live bytes whose changes along the order are ``delta``."""
+        live = np.cumsum(delta[:-1])
+        peak = np.zeros(self.num_segments, dtype=np.int64)
+        starts = np.asarray(self.starts, dtype=np.int64)
+        nonempty = starts < np.asarray(self.ends, dtype=np.int64)
+        if nonempty.any():
+            peak[nonempty] = np.maximum.reduceat(live, starts[nonempty])
+        return peak
 
     def _count_prepacked(self) -> np.ndarray:
         """Largest pre-packed weight of each segment.
@@ -646,28 +638,42 @@ class MemoryModel:
         initializers = _plain(analysis.graph.initializers)
         tables = {node.inputs[0] for node in position if node.inputs}
         for value in initializers.values():
-            if value not in tables:
-                continue
-            tensor = value.const_value
-            shape: tuple[int, ...] = tensor.shape.numpy() if tensor is not None else ()
-            if tensor is None or len(shape) < 1 or shape[0] < 1:
-                continue
-            uses = value.uses()
-            if not uses:
-                continue
-            touched, segments = 0, set()
-            for node, index in uses:
-                axis = node.attributes.get_int("axis", 0) if node.op_type == "Gather" else None
-                rows = None if axis != 0 or index != 0 else self.sizes.shape(node.inputs[1])
-                if rows is None or node not in position:
-                    break
-                row_bytes = tensor.nbytes // shape[0]
-                touched += math.prod(rows) * max(row_bytes, _ROW_RESIDENT_BYTES)
-                segments.add(int(self._segment_of[position[node]]))
-            else:
-                if len(segments) == 1:
-                    mapped[segments.pop()] += max(0, tensor.nbytes - touched)
+            if value in tables:
+                found = self._mapped_table(value, position)
+                if found is not None:
+                    segment, untouched = found
+                    mapped[segment] += untouched
         return mapped
+
+    def _mapped_table(
+        self, value: ir.Value, position: Mapping[ir.Node, int]
+    ) -> tuple[int, int] | None:
+        """The segment of a ``Gather``-only table and its untouched bytes, else ``None``.
+
+        Args:
+            value: An initializer some ``Gather`` of the planning order reads.
+            position: Each ``Gather`` of the planning order -> its position in the order.
+        """
+        tensor = value.const_value
+        shape: Sequence[int] = tensor.shape.numpy() if tensor is not None else ()
+        if tensor is None or len(shape) < 1 or shape[0] < 1:
+            return None
+        uses = value.uses()
+        if not uses:
+            return None
+        touched, segments = 0, set()
+        row_bytes = tensor.nbytes // shape[0]
+        for node, index in uses:
+            axis = node.attributes.get_int("axis", 0) if node.op_type == "Gather" else None
+            indices = node.inputs[1] if axis == 0 and index == 0 and len(node.inputs) > 1 else None
+            rows = None if indices is None else self.sizes.shape(indices)
+            if rows is None or node not in position:
+                return None
+            touched += math.prod(rows) * max(row_bytes, _ROW_RESIDENT_BYTES)
+            segments.add(int(self._segment_of[position[node]]))
+        if len(segments) != 1:
+            return None
+        return segments.pop(), max(0, tensor.nbytes - touched)
 
     def _count_reordered(self) -> np.ndarray:
         """Reordered convolution weight bytes of each segment (see the module docstring).
@@ -864,6 +870,98 @@ _FLOAT16_CPU_OPS = frozenset(
 )  # fmt: skip
 """Op types onnxruntime's CPU provider runs on float16 tensors as they are (moving data, not
 computing with it); for every other op it inserts casts to and from float32."""
+
+
+class _HeldItems:
+    """What a stage holds to read a value: the weights and graph inputs it is computed from.
+
+    A replicable node is recomputed by each stage reading it, so a stage reading its output
+    holds the node's own sources instead. A value computed from a graph input is itself held
+    (a buffer); so is a value larger than what it is computed from (``ConstantOfShape``,
+    ``Expand``, ``Tile``...), which onnxruntime holds folded or computed.
+
+    Args:
+        analysis: The cut-point analysis of the graph.
+        nbytes: The byte size of a value, ``None`` when unknown.
+    """
+
+    def __init__(self, analysis: CutAnalysis, nbytes: Callable[[ir.Value], int | None]) -> None:
+        self.initializers = _initializer_set(analysis)
+        self.replicable = set(analysis.replicable_nodes)
+        self.classes = analysis.classes
+        index = analysis.index
+        #: The nodes holding a subgraph (``None`` without an index: any node with attributes).
+        self.with_bodies = None if index is None else {node for node, _ in index.bodies}
+        self._nbytes = nbytes
+        self._uses = analysis.uses
+        #: Replicable node -> the items its reads need, and whether a graph input is among them.
+        self.memo: dict[ir.Node, tuple[frozenset[ir.Value], bool]] = {}
+        for node in analysis.replicable_nodes:  # topological: sources before users
+            self.memo[node] = self._node_items(node)
+
+    def has_bodies(self, node: ir.Node) -> bool:
+        """Whether ``node`` may hold a subgraph (``If``, ``Loop``, ``Scan``...)."""
+        if self.with_bodies is not None:
+            return node in self.with_bodies
+        return bool(node.attributes)
+
+    def value_items(self, value: ir.Value) -> tuple[frozenset[ir.Value], bool]:
+        """Items a stage holds to have ``value``, and whether a graph input is among them."""
+        producer = value.producer()
+        if producer is None:
+            if value in self.initializers or value.const_value is not None:
+                return frozenset((value,)), False
+            return frozenset((value,)), True  # a graph input
+        if producer not in self.replicable:
+            return frozenset(), False  # an activation: counted by liveness
+        items, from_input = self.memo[producer]
+        if not producer.inputs or not items:
+            return items | {value}, False  # a Constant-like source: the value is a weight
+        if not from_input and _generates(producer, value, self._nbytes):
+            return items | {value}, False
+        return (items | {value} if from_input else items), from_input
+
+    def read_items(self, value: ir.Value) -> Iterable[ir.Value]:
+        """Items a stage holds to read ``value`` (none for an activation)."""
+        producer = value.producer()
+        if producer is None:
+            return (value,)  # a weight or a graph input
+        if producer in self.replicable:
+            return self.value_items(value)[0]
+        return ()  # an activation: counted by liveness
+
+    def is_weight(self, item: ir.Value) -> bool:
+        """Whether ``item`` is a weight (constant-derived), rather than a buffer."""
+        producer = item.producer()
+        if producer is not None and producer in self.memo:
+            # A replicable node output: a weight when constant-derived, else a buffer.
+            return not self.memo[producer][1]
+        # (A Constant inside an If/Loop body is produced by no main-graph node: a weight.)
+        return item in self.initializers or self.classes.get(item) is not TensorClass.FORWARDED
+
+    def _node_items(self, node: ir.Node) -> tuple[frozenset[ir.Value], bool]:
+        items: set[ir.Value] = set()
+        from_input = False
+        for value in self._uses[node]:
+            producer = value.producer()
+            if producer is not None and producer not in self.replicable:
+                continue  # an activation: counted by liveness
+            inner, flag = self.value_items(value)
+            items |= inner
+            from_input |= flag
+        if self.has_bodies(node):
+            for body in node_subgraphs(node):
+                items.update(_body_constants(body))
+        return frozenset(items), from_input
+
+
+def _add_segment(item_segments: dict[ir.Value, set[int]], item: ir.Value, segment: int) -> None:
+    """Add ``segment`` to the segments reading ``item``."""
+    segments = item_segments.get(item)
+    if segments is None:
+        item_segments[item] = {segment}
+    else:
+        segments.add(segment)
 
 
 def _generates(
