@@ -27,6 +27,7 @@ from plain_text import assert_plain
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import (
+    BindingError,
     OmnyError,
     OmnyFormatError,
     OmnyIOError,
@@ -447,19 +448,20 @@ API_CASES: list[Any] = [
         "directory",
         id="check-dir",
     ),
-    # bind takes an ir.Model: a path or a proto is a TypeError that says how to load it (plan,
-    # split and verify load a path, see test_plan.py); the metadata must be an OmnyMetadata
+    # bind takes an ir.Model or a path (loaded, as plan, split, verify, annotate and check
+    # do); a proto is a TypeError that says how to convert it; the metadata, when given, must
+    # be an OmnyMetadata, and a model without a plan is a BindingError that says how to plan
     pytest.param(
-        lambda f: __import__("onnx_ir_multidevice").bind(_load_good(f), None),
-        TypeError,
-        "OmnyMetadata",
+        lambda f: __import__("onnx_ir_multidevice").bind(load(f / "plain.onnx"), None),
+        BindingError,
+        "no .omny metadata",
         id="bind-none",
     ),
     pytest.param(
-        lambda f: __import__("onnx_ir_multidevice").bind(_load_good(f), None),
-        TypeError,
-        "omny.read(model)",
-        id="bind-none-says-read",
+        lambda f: __import__("onnx_ir_multidevice").bind(f / "plain.onnx"),
+        BindingError,
+        "omny plan",
+        id="bind-plain-path-says-plan",
     ),
     pytest.param(
         lambda f: __import__("onnx_ir_multidevice").bind(_load_good(f), _metadata().to_json()),
@@ -468,10 +470,10 @@ API_CASES: list[Any] = [
         id="bind-json-text",
     ),
     pytest.param(
-        lambda f: __import__("onnx_ir_multidevice").bind(str(f / "good.omny"), _metadata()),
-        TypeError,
-        "onnx_ir_multidevice.load(path)",
-        id="bind-str",
+        lambda f: __import__("onnx_ir_multidevice").bind(str(f / "missing.omny")),
+        OmnyIOError,
+        "no such",
+        id="bind-missing-path",
     ),
     pytest.param(
         lambda f: __import__("onnx_ir_multidevice").bind(ir.to_proto(_chain()), _metadata()),

@@ -172,22 +172,51 @@ def test_wrong_argument_types_say_what_to_pass(tmp_path):
     metadata = _spec_metadata()
     path = tmp_path / "m.onnx"
     ir.save(model, path)
-    for bad_model in (str(path), path, ir.to_proto(model), None):
-        with pytest.raises(TypeError, match=r"bind\(\) takes an onnx_ir\.Model as model") as info:
+    for bad_model in (ir.to_proto(model), None, 3):
+        with pytest.raises(TypeError, match=r"bind\(\) takes an onnx_ir\.Model or a path") as info:
             bind(bad_model, metadata)
-        assert "onnx_ir_multidevice.load(path)" in str(info.value)
         assert "onnx_ir.from_proto(proto)" in str(info.value)
-    for bad_metadata in (None, metadata.to_json(), {"version": "1.0"}, path):
+    for bad_metadata in (metadata.to_json(), {"version": "1.0"}, path):
         with pytest.raises(TypeError, match=r"bind\(\) takes an OmnyMetadata as metadata") as info:
             bind(model, bad_metadata)
         message = str(info.value)
         assert type(bad_metadata).__name__ in message
         assert "omny.read(model)" in message and "OmnyMetadata.from_json" in message
-    with pytest.raises(TypeError, match="returns None when the model has no .omny metadata"):
-        bind(model, None)
+    for no_plan in (model, path):  # no metadata given, none in the model: typed, says how
+        with pytest.raises(BindingError, match="returns None.*omny plan"):
+            bind(no_plan)
+        with pytest.raises(BindingError, match="has no .omny metadata"):
+            bind(no_plan, None)
     # A model passed first with metadata in the wrong place is reported for the model.
     with pytest.raises(TypeError, match="as model, not OmnyMetadata"):
         bind(metadata, model)
+
+
+def test_bind_takes_a_path_as_plan_split_verify_annotate_and_check_do(tmp_path):
+    """`bind(path)` raised TypeError while plan, split, verify, annotate and check take a
+    path: it loads the file with the package's `load` (the file is not modified) and binds
+    the model's own plan, or the metadata passed."""
+    from onnx_ir_multidevice import load, omny, save
+
+    model = _spec_model(layers=30)
+    omny.write(model, _spec_metadata())
+    path = tmp_path / "m.omny"
+    save(model, path)
+    before = path.read_bytes()
+    expected = bind(load(path))
+    for given in (path, str(path)):
+        plan = bind(given)
+        assert isinstance(plan.model, ir.Model) and plan.model is not model
+        assert [c.id for c in plan.cut_points] == [c.id for c in expected.cut_points]
+        assert [c.node.name for c in plan.cut_points] == [c.node.name for c in expected.cut_points]
+        assert plan.cut_points[0].node.graph is plan.model.graph  # bound to the loaded model
+        assert plan.unresolved == expected.unresolved
+        assert bind(given, _spec_metadata()).to_metadata() == plan.to_metadata()
+    assert path.read_bytes() == before
+    from onnx_ir_multidevice import OmnyIOError
+
+    with pytest.raises(OmnyIOError):
+        bind(tmp_path / "missing.omny")
 
 
 def _metadata(cut_points, configurations=(), inputs=(), outputs=()) -> OmnyMetadata:

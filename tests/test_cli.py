@@ -433,24 +433,69 @@ def test_json_is_one_envelope_for_every_command_also_on_error(capsys, tmp_path):
         assert words in document["error"] and document["error"] in err
 
 
-def test_command_line_messages_name_flags_not_python_arguments(capsys, tmp_path):
+class _FakeRay:
+    """Enough of the ``ray`` module for the Ray engine to start its actors and refuse them: a
+    cluster of ``cpus`` CPUs whose actors never become ready (no Ray instance started)."""
+
+    def __init__(self, cpus: float) -> None:
+        self.cpus = cpus
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def remote(self, *args, **kwargs):  # ray.remote(cls), cls.remote(...), method.remote()
+        return self
+
+    def options(self, **options):
+        return self
+
+    def cluster_resources(self):
+        return {"CPU": self.cpus}
+
+    def available_resources(self):
+        return {"CPU": self.cpus}
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        return [], list(refs)
+
+    def kill(self, actor, no_restart=True):
+        pass
+
+    def __getattr__(self, name):  # actor.ready / actor.close: a method with .remote()
+        return self
+
+
+def test_command_line_messages_name_flags_not_python_arguments(capsys, tmp_path, monkeypatch):
     """Issue 18 item 27: `force=True in Python`, `intra_op_num_threads`, `max_shard_size_mb`
-    and `shards=N` in messages of the command line."""
+    and `shards=N` in messages of the command line; `omny run --backend ray` said
+    `lower intra_op_num_threads or pass ray_actor_options` for `--threads`, and
+    `--threads 1,2,3` for 2 stages `intra_op_num_threads gives 3 values`."""
+    import sys
+
     model = str(EXAMPLE)
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "keep").write_text("x")
+    ray = ["run", model, "--shards", "2", "--backend", "ray", "--no-baseline"]
     cases = [
         (["split", model, str(tmp_path / "s"), "--shards", "2"], "pass --force to replace"),
         (["run", model, "--shards", "2", "--threads", "0"], "--threads"),
+        (["run", model, "--shards", "2", "--threads", "1,2,3"], "--threads gives 3 values"),
         (["plan", model, "-o", str(tmp_path / "p.omny"), "--max-shard-mb", "0"], "--max-shard-mb"),
         (["export", "split", model, str(tmp_path / "e")], "pass --shards N"),
+        ([*ray, "--threads", "2"], "the Ray cluster has 1; lower --threads or start Ray"),
+        ([*ray, "--threads", "1"], "did not start within 60.0 s; they ask for"),
     ]
     for argv, flag in cases:
+        if "ray" in argv:  # 2 actors of 2 threads on 1 CPU; 2 of 1 on 2 that never start
+            monkeypatch.setitem(sys.modules, "ray", _FakeRay(1.0 if "2" in argv[-1] else 2.0))
         code, _, err = _run(capsys, *argv)
         assert code == 2 and flag in err, (argv, err)
         for python in ("in Python", "force=True", "intra_op_num_threads", "max_shard_size_mb"):
             assert python not in err, (argv, err)
-        assert "shards=N" not in err, (argv, err)
+        for python in ("shards=N", "ray_actor_options"):
+            assert python not in err, (argv, err)
+        if "ray" in argv:
+            assert "lower --threads or start Ray with more resources" in err, err
 
 
 def test_run_prints_the_whole_model_baseline_as_the_demo_does(capsys, tmp_path):

@@ -124,3 +124,34 @@ def test_annotate_refuses_bad_plan(tmp_path: Path, capsys):
     ir.save(chain(2), plain)
     assert main(["annotate", str(plain), str(out), "--no-check", "--force"]) == 1
     capsys.readouterr()
+
+
+def test_check_and_inspect_verify_data_read_every_data_file(tmp_path: Path, capsys):
+    """`--verify-data` runs `load(path, verify_data=True)`: a data file rewritten with other
+    bytes and its old time passes the fast check (a `stat`), not the full one (OMNY109)."""
+    import os
+
+    from onnx_ir_multidevice import check
+
+    path = tmp_path / "m.omny"
+    save(planned(), path, external_data=True, size_threshold_bytes=0)
+    data = tmp_path / "m.omny.data"
+    info = data.stat()
+    content = bytearray(data.read_bytes())
+    content[0] ^= 0xFF
+    data.write_bytes(bytes(content))
+    os.utime(data, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert main(["check", str(path)]) == 0
+    assert main(["inspect", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(path), "--verify-data"]) == 2
+    out = capsys.readouterr().out
+    assert "OMNY109" in out and "CRC-32" in out, out
+    assert main(["check", str(path), "--verify-data", "--json"]) == 2
+    document = json.loads(capsys.readouterr().out)["result"]
+    assert document["ok"] is False
+    assert [d["code"] for d in document["diagnostics"]] == ["OMNY109"]
+    assert main(["inspect", str(path), "--verify-data"]) == 2
+    assert "CRC-32" in capsys.readouterr().err
+    assert "OMNY109" not in {d.code for d in check(path)}
+    assert "OMNY109" in {d.code for d in check(path, verify_data=True)}

@@ -84,6 +84,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -470,8 +471,10 @@ def _dispatch(func: Callable[[argparse.Namespace], int], args: argparse.Namespac
         return EXIT_OK
 
 
-_PYTHON_WORDS = (" (force=True in Python)", " (max_per_code=None in Python)")
-"""What messages of the Python API add for Python callers beside a flag's name."""
+_PYTHON_WORDS = re.compile(r" \([^()]*\bin Python\b[^()]*\)")
+"""What messages of the Python API add for Python callers beside a flag's name: a
+parenthesis that says ``in Python`` ("(force=True in Python)", "(intra_op_num_threads in
+Python, or pass ray_actor_options)")."""
 
 
 def in_cli_words(message: str) -> str:
@@ -480,9 +483,7 @@ def in_cli_words(message: str) -> str:
     The package's errors serve both audiences ("pass --force (force=True in Python)"); on
     the command line only the flag is said.
     """
-    for words in _PYTHON_WORDS:
-        message = message.replace(words, "")
-    return message
+    return _PYTHON_WORDS.sub("", message)
 
 
 def _exit_now(status: int) -> NoReturn:

@@ -184,11 +184,13 @@ def _spec_tensor(info: Any) -> dict[str, Any]:
     return {"name": info.name, "shape": list(info.shape), "dtype": info.dtype}
 
 
-def collect(path: str | Path) -> dict[str, Any]:
+def collect(path: str | Path, *, verify_data: bool = False) -> dict[str, Any]:
     """Read a model file and describe it as a JSON-ready dict (the ``--json`` document).
 
     Args:
         path: An ``.omny`` or ``.onnx`` file.
+        verify_data: Compare every data file's CRC-32 with the model's record (``load``'s
+            ``verify_data``).
 
     Returns:
         The document described in ``docs/cli.md``.
@@ -197,7 +199,7 @@ def collect(path: str | Path) -> dict[str, Any]:
         OmnyIOError: The file cannot be read as ONNX.
         OmnyFormatError: Its ``.omny`` metadata is malformed.
     """
-    model = load(path)
+    model = load(path, verify_data=verify_data)
     metadata = omny.read(model)
     return {
         "schema": SCHEMA,

@@ -5,7 +5,9 @@ saying how many more, unless ``--all``) and a summary; the info diagnostics (wha
 stage boundary...) are counted in the summary and listed with ``--verbose``. Exit status: 0
 when there is no error, 1 when there are errors, 2 when the file cannot be read as ONNX or
 its ``.omny`` plan cannot be read (the status the other commands give for that file).
-``--strict`` makes every warning an error. ``--json`` prints one JSON document instead (schema
+``--strict`` makes every warning an error. ``--verify-data`` reads every data file to compare
+its CRC-32 with the model's record (by default only a changed size, time or inode makes it read
+one). ``--json`` prints one JSON document instead (schema
 in ``docs/diagnostics.md``)::
 
     {"format": "onnx-ir-multidevice/check", "version": 1, "file": "model.omny",
@@ -67,6 +69,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"list every diagnostic (default: at most {_MAX_PER_CODE} of one code)",
     )
     parser.add_argument(
+        "--verify-data",
+        action="store_true",
+        help="read every data file and compare its CRC-32 with the model's record, even when "
+        "its size, time and inode match (OMNY109 on a mismatch; costs reading the weights)",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="also list the info diagnostics"
     )
     parser.add_argument(
@@ -110,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         relaxed_cuts=args.relaxed,
         strict=args.strict,
         max_per_code=None if args.all else _MAX_PER_CODE,
+        verify_data=args.verify_data,
     )
     if args.json:
         print_json(report_document(str(args.file), report))

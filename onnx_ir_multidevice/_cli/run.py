@@ -34,6 +34,7 @@ from onnx_ir_multidevice._cli import (
     dim_argument,
     error,
     help_description,
+    in_cli_words,
     print_json,
     progress_reporter,
 )
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             max_in_flight=args.max_in_flight,
         )
     except SplitError as exc:
-        error(f"{args.input}: {exc}")
+        error(f"{args.input}: {in_cli_words(str(exc))}")
         return EXIT_FINDINGS
     with pipeline:
         problem = check_dim_names(args.input, dims, dim_names(pipeline.inputs))
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
             # The requests are generated: name the dims they took (a model that runs at some
             # sizes only fails inside onnxruntime with a message about a node, not the sizes).
             note = generated_at(pipeline.inputs, {**pipeline.chain.planning_dims, **dims})
-            error(f"{args.input}: {exc}" + (f"; {note}" if note else ""))
+            error(in_cli_words(f"{args.input}: {exc}" + (f"; {note}" if note else "")))
             return EXIT_FINDINGS
         stats = pipeline.stats()
         baseline = None

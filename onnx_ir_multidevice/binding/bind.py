@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 import dataclasses
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -59,6 +60,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import BindingError
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
+from onnx_ir_multidevice.omny._props import read as read_omny
 from onnx_ir_multidevice.omny._schema import (
     CutPoint,
     OmnyMetadata,
@@ -553,21 +555,14 @@ def _check_arguments(model: object, metadata: object) -> None:
     """Raise a ``TypeError`` that says what to pass when an argument has the wrong type."""
     if not isinstance(model, ir.Model):
         raise TypeError(
-            f"bind() takes an onnx_ir.Model as model, not {type(model).__name__}; load a file "
-            "with onnx_ir_multidevice.load(path) and convert an onnx.ModelProto with "
-            "onnx_ir.from_proto(proto)"
+            f"bind() takes an onnx_ir.Model or a path as model, not {type(model).__name__}; "
+            "convert an onnx.ModelProto with onnx_ir.from_proto(proto)"
         )
-    if not isinstance(metadata, OmnyMetadata):
-        hint = (
-            " (omny.read(model) returns None when the model has no .omny metadata: create it "
-            "with onnx_ir_multidevice.plan(model) or `omny plan`)"
-            if metadata is None
-            else ""
-        )
+    if metadata is not None and not isinstance(metadata, OmnyMetadata):
         raise TypeError(
             f"bind() takes an OmnyMetadata as metadata, not {type(metadata).__name__}; read "
-            "it with onnx_ir_multidevice.omny.read(model) or parse JSON text with "
-            f"OmnyMetadata.from_json(text){hint}"
+            "it with onnx_ir_multidevice.omny.read(model), parse JSON text with "
+            "OmnyMetadata.from_json(text), or leave it out to bind the model's own"
         )
 
 
@@ -581,23 +576,32 @@ def _graph_index(graph: ir.Graph, index: GraphIndex | None) -> GraphIndex:
         return GraphIndex._build_unsorted(graph)
 
 
-def bind(model: ir.Model, metadata: OmnyMetadata, *, index: GraphIndex | None = None) -> BoundPlan:
+def bind(
+    model: ir.Model | str | os.PathLike,
+    metadata: OmnyMetadata | None = None,
+    *,
+    index: GraphIndex | None = None,
+) -> BoundPlan:
     """Bind ``.omny`` metadata to ``model``.
 
     Never raises on content: every name that does not resolve is listed in
     :attr:`BoundPlan.unresolved` (with its JSON path and diagnostic code) and kept as
     written.
 
-    Unlike :func:`~onnx_ir_multidevice.annotate`, ``bind`` does not load files: the bound
-    objects belong to the model passed in, so pass the model you will work on, e.g.
-    ``model = onnx_ir_multidevice.load(path)`` and ``bind(model, omny.read(model))``.
+    The bound objects belong to the model bound: pass the model you will work on, e.g.
+    ``model = onnx_ir_multidevice.load(path)`` and ``bind(model)``. Given a path, ``bind``
+    loads the file into a new model (as :func:`~onnx_ir_multidevice.plan`,
+    :func:`~onnx_ir_multidevice.annotate` and :func:`~onnx_ir_multidevice.check` do), which
+    is :attr:`BoundPlan.model`.
 
     Args:
-        model: The model the metadata describes, an :class:`onnx_ir.Model` (load a file with
-            :func:`onnx_ir_multidevice.load`).
+        model: The model the metadata describes: an :class:`onnx_ir.Model`, or the path of
+            a ``.onnx`` / ``.omny`` file (``str`` or ``os.PathLike``, loaded with
+            :func:`onnx_ir_multidevice.load`; the file is not modified).
         metadata: The parsed metadata, an
             :class:`~onnx_ir_multidevice.omny._schema.OmnyMetadata` (from
-            :func:`onnx_ir_multidevice.omny.read` or ``OmnyMetadata.from_json``).
+            :func:`onnx_ir_multidevice.omny.read` or ``OmnyMetadata.from_json``). ``None``
+            (the default): the model's own, ``omny.read(model)``.
         index: A :class:`~onnx_ir_multidevice.graph.index.GraphIndex` of ``model.graph``
             to take the name lookups from (built when not given or for another graph).
 
@@ -605,11 +609,28 @@ def bind(model: ir.Model, metadata: OmnyMetadata, *, index: GraphIndex | None = 
         The bound plan. The model is not modified.
 
     Raises:
-        TypeError: ``model`` is not an :class:`onnx_ir.Model` (e.g. a path or an
-            ``onnx.ModelProto``) or ``metadata`` is not an ``OmnyMetadata`` (e.g. ``None``,
-            what ``omny.read`` returns for a model without ``.omny`` metadata).
+        BindingError: ``metadata`` is ``None`` and the model has no ``.omny`` metadata.
+        OmnyIOError: ``model`` is a path that cannot be loaded (see
+            :func:`onnx_ir_multidevice.load`).
+        TypeError: ``model`` is not an :class:`onnx_ir.Model` or a path (e.g. an
+            ``onnx.ModelProto``) or ``metadata`` is not an ``OmnyMetadata`` (e.g. JSON text).
+
+    .. versionchanged:: 0.2
+        ``model`` may be a path, and ``metadata`` defaults to the model's own.
     """
+    if isinstance(model, (str, os.PathLike)):
+        from onnx_ir_multidevice._proto.files import load  # lazy: only for a path
+
+        model = load(model)
     _check_arguments(model, metadata)
+    if metadata is None:
+        metadata = read_omny(model)
+        if metadata is None:
+            raise BindingError(
+                "bind(): the model has no .omny metadata (omny.read(model) returns None): "
+                "create it with onnx_ir_multidevice.plan(model) or `omny plan`, or pass the "
+                "metadata"
+            )
     graph = model.graph
     resolver = _Resolver(_graph_index(graph, index), metadata)
     unresolved: list[UnresolvedReference] = []

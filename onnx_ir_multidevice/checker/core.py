@@ -142,6 +142,7 @@ def check(
     onnx_checker: bool | None = None,
     index: GraphIndex | None = None,
     max_per_code: int | None = DEFAULT_MAX_PER_CODE,
+    verify_data: bool = False,
 ) -> list[Diagnostic]:
     """Check a model: its ``.omny`` plan, its IR v11 device fields and its pipeline stages.
 
@@ -166,6 +167,10 @@ def check(
         max_per_code: List at most this many diagnostics of one code and severity; the rest
             are counted, and one more diagnostic of that code says how many were left out.
             ``None`` lists every one.
+        verify_data: For a path, read every data file the model's record names and compare
+            its CRC-32 with the record, even when its size, modification time and inode match
+            (``load(path, verify_data=True)``; ``omny check --verify-data``): a mismatch is
+            ``OMNY109``. Ignored for a model or a proto (no data file is read).
 
     Returns:
         The diagnostics, errors first, then warnings, then infos. No error means valid.
@@ -176,7 +181,7 @@ def check(
 
     .. versionadded:: 0.1
     .. versionchanged:: 0.2
-        ``strict`` and ``max_per_code``.
+        ``strict``, ``max_per_code`` and ``verify_data``.
     """
     report = run_check(
         model,
@@ -185,6 +190,7 @@ def check(
         onnx_checker=onnx_checker,
         index=index,
         max_per_code=max_per_code,
+        verify_data=verify_data,
     )
     return list(report.diagnostics)
 
@@ -197,6 +203,7 @@ def run_check(
     onnx_checker: bool | None = None,
     index: GraphIndex | None = None,
     max_per_code: int | None = DEFAULT_MAX_PER_CODE,
+    verify_data: bool = False,
 ) -> CheckReport:
     """Like :func:`check`, but also return the model that was checked (see :class:`CheckReport`).
 
@@ -206,7 +213,7 @@ def run_check(
     """
     diagnostics = DiagnosticCollector(max_per_code)
     plan: BoundPlan | None = None
-    ir_model = _as_model(model, onnx_checker, diagnostics)
+    ir_model = _as_model(model, onnx_checker, diagnostics, verify_data=verify_data)
     if ir_model is not None:
         with gc_paused():
             if index is not None and index.graph is not ir_model.graph:
@@ -283,7 +290,11 @@ def _onnx_checker_diagnostic(error: Exception, location: str = "model") -> Diagn
 
 
 def _as_model(
-    model: ModelLike, onnx_checker: bool | None, diagnostics: list[Diagnostic]
+    model: ModelLike,
+    onnx_checker: bool | None,
+    diagnostics: list[Diagnostic],
+    *,
+    verify_data: bool = False,
 ) -> ir.Model | None:
     if isinstance(model, ir.Model):
         if onnx_checker:
@@ -300,7 +311,7 @@ def _as_model(
                 diagnostics.append(_onnx_checker_diagnostic(error))
         return _from_proto(model, diagnostics)
     if isinstance(model, (str, os.PathLike)):
-        return _load_path(os.fspath(model), onnx_checker, diagnostics)
+        return _load_path(os.fspath(model), onnx_checker, diagnostics, verify_data=verify_data)
     raise TypeError(
         f"check() takes an onnx_ir.Model, an onnx.ModelProto or a path, not {type(model).__name__}"
     )
@@ -363,7 +374,11 @@ def _external_data_diagnostic(problem: ExternalDataProblem) -> Diagnostic:
 
 
 def _load_path(
-    path: str, onnx_checker: bool | None, diagnostics: list[Diagnostic]
+    path: str,
+    onnx_checker: bool | None,
+    diagnostics: list[Diagnostic],
+    *,
+    verify_data: bool = False,
 ) -> ir.Model | None:
     if os.path.isdir(path):
         raise OmnyIOError(
@@ -375,7 +390,7 @@ def _load_path(
     require_regular(path)  # a FIFO or a device: refused before anything is read
     model: ir.Model | None
     try:
-        model = _io.load(path)
+        model = _io.load(path, verify_data=verify_data)
     except ExternalDataError as error:  # OMNY108 / OMNY109: one diagnostic per tensor or file
         diagnostics.extend(_external_data_diagnostic(p) for p in error.problems)
         return None

@@ -480,7 +480,8 @@ class Pipeline:
         self._chain = load_stages(source, shards, outputs=outputs)
         n = self._chain.num_stages
         self._devices = tuple(_per_stage("providers", providers, n, _device))
-        self._threads = tuple(_per_stage("intra_op_num_threads", intra_op_num_threads, n, _threads))
+        threads = "--threads (intra_op_num_threads in Python)"  # `omny run` says the flag only
+        self._threads = tuple(_per_stage(threads, intra_op_num_threads, n, _threads))
         if max_in_flight is None:
             max_in_flight = 2 * n
         if (

@@ -59,6 +59,14 @@ def _ray() -> Any:
     return ray
 
 
+_FEWER_RESOURCES = (
+    "lower --threads (intra_op_num_threads in Python, or pass ray_actor_options) or start Ray "
+    "with more resources"
+)
+"""The advice of the errors of actors that ask for more than the Ray cluster has. The flag
+first, the Python arguments in the parentheses that ``omny`` leaves out of its messages."""
+
+
 def _actor_options(options: Any, n: int) -> list[dict[str, Any]]:
     """One dict of actor options per stage, from one dict for all or one per stage."""
     if options is None or isinstance(options, Mapping):
@@ -202,8 +210,7 @@ class RayEngine:
             raise PipelineError(
                 f"the Ray actors of stages {waiting} did not start within {start_timeout} s; "
                 f"they ask for {[requested[i] for i in waiting]} and the cluster has "
-                f"{ray.available_resources()} free; lower intra_op_num_threads or pass "
-                "ray_actor_options",
+                f"{ray.available_resources()} free; {_FEWER_RESOURCES}",
                 stage=waiting[0],
             )
         for i, ref in enumerate(ready):
@@ -226,8 +233,7 @@ class RayEngine:
                 raise PipelineError(
                     f"the stage actors ask for {wanted:g} {resource} in all "
                     f"({[options.get(key) for options in requested]} per stage) but the Ray "
-                    f"cluster has {total.get(resource, 0.0):g}; lower intra_op_num_threads, "
-                    "pass ray_actor_options, or start Ray with more resources"
+                    f"cluster has {total.get(resource, 0.0):g}; {_FEWER_RESOURCES}"
                 )
 
     @property
