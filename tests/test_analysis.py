@@ -454,7 +454,7 @@ def test_invalid_cuts(make_cuts, match):
 def test_cut_inside_subgraph_is_rejected():
     graph, if_node = _if_model(heavy_body=True, capture="h")
     inner = if_node.attributes["then_branch"].as_graph()[0].outputs[0]
-    with pytest.raises(StageAssignmentError, match="'then_out'.*inside a subgraph"):
+    with pytest.raises(StageAssignmentError, match=r"'then_out'.*inside a subgraph"):
         assign_stages(graph, [inner])
 
 
@@ -518,7 +518,7 @@ def test_topological_order_sorts_and_detects_cycles():
     nodes = list(b.nodes)
     b.nodes.reverse()
     shuffled = b.graph([x], [h])
-    assert list(shuffled)[0] is nodes[-1]
+    assert next(iter(shuffled)) is nodes[-1]
     assert topological_order(shuffled) == nodes
     stages = assign_stages(shuffled, [nodes[1].outputs[0]])
     assert stages[nodes[-1]] == 1 and stages[nodes[0]] == 0

@@ -183,7 +183,7 @@ def test_wrong_argument_types_say_what_to_pass(tmp_path):
         message = str(info.value)
         assert type(bad_metadata).__name__ in message
         assert "omny.read(model)" in message and "OmnyMetadata.from_json" in message
-    with pytest.raises(TypeError, match="returns None when the model has no .omny metadata"):
+    with pytest.raises(TypeError, match=r"returns None when the model has no .omny metadata"):
         bind(model, None)
     # A model passed first with metadata in the wrong place is reported for the model.
     with pytest.raises(TypeError, match="as model, not OmnyMetadata"):

@@ -146,8 +146,7 @@ def random_graphs(draw) -> ir.Graph:
     for i in extra:
         if produced and produced[i] not in outputs:
             outputs.append(produced[i])
-    graph = ir.Graph([x, y], outputs, nodes=nodes, initializers=inits, opset_imports={"": 18})
-    return graph
+    return ir.Graph([x, y], outputs, nodes=nodes, initializers=inits, opset_imports={"": 18})
 
 
 @settings(max_examples=150, deadline=None)

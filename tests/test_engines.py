@@ -86,7 +86,7 @@ def test_engine_options_reach_the_factory():
         assert pipe._engine.tag == "x"
     with pytest.raises(PipelineError, match=r"'test-sync' does not take the option \['nope'\]"):
         Pipeline(mlp_stages([2]), backend="test-sync", engine_options={"nope": 1})
-    with pytest.raises(PipelineError, match="'thread' does not take.*actor_options"):
+    with pytest.raises(PipelineError, match=r"'thread' does not take.*actor_options"):
         Pipeline(mlp_stages([2]), ray_actor_options={"num_cpus": 1})
 
 

@@ -66,7 +66,7 @@ def test_example_path():
     assert example_path() == EXAMPLE == BERT_TINY
     assert example_path("gpt_tiny.omny") == GPT_TINY
     assert example_path("spec_example.json") == SPEC_EXAMPLE_JSON
-    with pytest.raises(FileNotFoundError, match="bert_tiny.omny, gpt_tiny.omny"):
+    with pytest.raises(FileNotFoundError, match=r"bert_tiny.omny, gpt_tiny.omny"):
         example_path("missing.omny")
 
 

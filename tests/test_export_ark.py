@@ -288,7 +288,7 @@ def test_rank_files_pass_the_verifier_and_send_what_split_sends(
 
 def test_int64_and_bool_side_tensors_of_a_relaxed_plan_are_byte_views(gpt, tmp_path):
     # gpt_tiny's cuts are relaxed: the causal mask (bool) and two shape vectors (int64) cross
-    index, files = read_export(export(gpt, tmp_path / "a", "ark", shards=4).destination)
+    index, _files = read_export(export(gpt, tmp_path / "a", "ark", shards=4).destination)
     by_tensor = {t["tensor"]: t for t in index["transfers"] if t["destination"] == 1}
     assert set(by_tensor) == {"hidden_shape", "causal.future", "split_heads_shape", "layer.0.out"}
     shape = by_tensor["hidden_shape"]
@@ -453,7 +453,7 @@ def test_command_line(tmp_path, capsys):
     document = json.loads(stdout)["result"]
     assert document["format"] == "ark" and document["details"]["layout"] == "seed"
     assert document["details"]["world_size"] == 2
-    index, files = read_export(out)
+    _index, files = read_export(out)
     assert "Ops" in files[0]["Nodes"][0]
     code, _, err = _run(capsys, "export", "ark", str(GPT_TINY), str(tmp_path / "b"), "--shards",
                         "2", "--strict-dtypes")  # fmt: skip

@@ -415,7 +415,7 @@ def test_an_unknown_dim_is_refused_naming_it(tmp_path, capsys):
         capsys, "export", "mlf", str(file), str(tmp_path / "d.tar"), "--shards", "2"
     )
     assert code == 2 and "'seq'" in err and "--dim seq=N" in err
-    code, out, err = _run(
+    code, _out, err = _run(
         capsys, "export", "mlf", str(file), str(tmp_path / "d.tar"), "--shards", "2",
         "--dim", "seq=128", "--dim", "batch=1",
     )  # fmt: skip

@@ -40,7 +40,7 @@ def brute_force(
     best = None
     for combo in itertools.combinations(usable, n - 1):
         ends = [0, *combo, memory.num_segments]
-        stages = list(zip(ends[:-1], ends[1:]))
+        stages = list(itertools.pairwise(ends))
         totals = [int(memory.total_bytes([i], [j])[0]) for i, j in stages]
         if capacities is not None and any(
             t > usable_bytes(c, memory.headroom) for t, c in zip(totals, capacities)
@@ -181,7 +181,7 @@ def layer_chain(widths: list[int]) -> ir.Graph:
     f32 = ir.TensorType(ir.DataType.FLOAT)
     x = ir.Value(name="x", type=f32, shape=ir.Shape([1, widths[0]]))
     nodes, inits, current = [], [], x
-    for k, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+    for k, (a, b) in enumerate(itertools.pairwise(widths)):
         w = ir.Value(name=f"w{k}", const_value=ir.tensor(rng.random((a, b), dtype=np.float32)))
         inits.append(w)
         for op in ("MatMul", "Relu"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -115,7 +116,7 @@ def mlp_stages(
     bounds = [0, *cuts, layers]
     return [
         _graph(a, b, layers, width, seed, name=f"stage{k}")
-        for k, (a, b) in enumerate(zip(bounds, bounds[1:]))
+        for k, (a, b) in enumerate(itertools.pairwise(bounds))
     ]
 
 
@@ -224,7 +225,7 @@ def test_parse_device():
     ]
     assert parse_device("cpu").ort_providers() == ["CPUExecutionProvider"]
     for bad in ("tpu", "cuda:x", "cpu:1"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="device"):
             parse_device(bad)
 
 
@@ -430,9 +431,9 @@ def test_map_stops_at_failure_and_pipeline_stays_usable():
     requests[2] = {"x": requests[2]["x"].astype(np.float64), "scale": requests[2]["scale"]}
     with Pipeline(mlp_stages([2]), intra_op_num_threads=1) as pipe:
         got = []
-        with pytest.raises(PipelineError) as info:
+        with pytest.raises(PipelineError) as info:  # noqa: PT012  # map() fails at the third
             for out in pipe.map(requests):
-                got.append(out)
+                got.append(out)  # noqa: PERF402  # keeps the results before the error
         assert len(got) == 2 and info.value.request == 2 and info.value.stage == 0
         assert pipe.in_flight == 0  # the rest were drained
         outs = list(pipe.map(requests[:2]))
@@ -453,7 +454,8 @@ def test_run_and_map_keep_their_own_results_while_requests_are_queued():
     with Pipeline(mlp_stages([2])) as pipe:
         pipe.send_input(request(0))
         assert_outputs(pipe.run(request(1)), request(1))
-        assert_outputs(list(pipe.map([request(2)]))[0], request(2))
+        [mapped] = pipe.map([request(2)])
+        assert_outputs(mapped, request(2))
         assert pipe.in_flight == 1
         assert_outputs(pipe.receive_output(), request(0))
 
@@ -508,7 +510,8 @@ def test_an_infinite_timeout_means_no_limit(timeout):
         assert_outputs(pipe.run(inputs, timeout=timeout), inputs)  # waits for room, then runs
         watcher.join()
         assert_outputs(pipe.receive_output(timeout=timeout), inputs)
-        assert [*pipe.map([inputs], timeout=timeout)][0].keys() == {"layer.0.out", "y"}
+        [mapped] = pipe.map([inputs], timeout=timeout)
+        assert mapped.keys() == {"layer.0.out", "y"}
 
 
 @pytest.mark.parametrize("timeout", [float("nan"), "10", True])

@@ -124,7 +124,7 @@ def test_dead_actor_fails_every_pending_and_later_request(stage):
         else:
             pytest.fail("the killed actor still answers after 60 s")
         sent = 0
-        with pytest.raises(PipelineError) as refused:
+        with pytest.raises(PipelineError) as refused:  # noqa: PT012  # sends until refused
             for k in range(1000):  # until the pipeline learns of the death and refuses
                 pipe.send_input(request(k), timeout=60)
                 sent += 1

@@ -292,7 +292,7 @@ def test_error_unknown_cut_name():
 
 def test_error_stage_reads_later_stage():
     model = zoo.resnet(depth_blocks=2)
-    stages = {node: 1 for node in model.graph}
+    stages = dict.fromkeys(model.graph, 1)
     stages[model.graph.node(-1)] = 0  # the classifier before its inputs
     with pytest.raises(SplitError, match="later stage 1"):
         split_by_stages(model, stages)

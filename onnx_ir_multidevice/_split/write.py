@@ -274,7 +274,8 @@ def _save_split(
                     direct = False
             if not direct:
                 if stage.graph.num_nodes() < len(plans[i].nodes):  # a skeleton
-                    stage = _build_stage_model(model, plans[i], i, shards, stripped, typed=typed)
+                    # The skeleton gives way to the whole stage model from here on.
+                    stage = _build_stage_model(model, plans[i], i, shards, stripped, typed=typed)  # noqa: PLW2901
                     data = f"{file}.data" if _has_weights(stage) else None
                 if data is not None:
                     ir.save(

@@ -359,8 +359,7 @@ class _Finder:
                 for v, p in zip(all_uses[i], slots):
                     if placed_mask[p]:
                         reads.append(v)
-                        if level_at[p] > deepest:
-                            deepest = level_at[p]
+                        deepest = max(deepest, level_at[p])
             level_at[i] = deepest + 1
             reads_by_node.append(reads)
             for value in reads:
@@ -443,8 +442,7 @@ class _Finder:
             low[vertex[value]] = min(map(reach_of.__getitem__, readers))
         for v in range(size - 1, 0, -1):
             p = parent[v]
-            if low[v] < low[p]:
-                low[p] = low[v]
+            low[p] = min(low[p], low[v])
             nodes_below[p] += nodes_below[v]
         consumers = self.consumers
         strict = {

@@ -160,7 +160,9 @@ def guess_architecture(graph: ir.Graph) -> str:
     .. versionadded:: 0.1
     """
     ops = Counter(map(OP_TYPE_OF, graph))
-    attention = ops["Softmax"] > 0 and ops["MatMul"] >= 2 or any(op in ops for op in ATTENTION_OPS)
+    attention = (ops["Softmax"] > 0 and ops["MatMul"] >= 2) or any(
+        op in ops for op in ATTENTION_OPS
+    )
     conv = ops["Conv"] > 0
     if conv and not attention:
         return "cnn"

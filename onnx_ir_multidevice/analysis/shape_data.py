@@ -363,7 +363,8 @@ def _slice(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
     else:
         starts, ends, axes = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes")
         steps = None
-    assert starts is not None and ends is not None  # required inputs
+    assert starts is not None
+    assert ends is not None
     axes = list(axes) if axes is not None else list(range(len(starts)))
     steps = list(steps) if steps is not None else [1] * len(starts)
     index = [slice(None)] * data.ndim

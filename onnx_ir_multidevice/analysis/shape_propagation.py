@@ -70,7 +70,7 @@ def _lift(f: Callable[..., int], *args: Dual) -> Dual:
 
 
 def _broadcast_dim(a: Dual, b: Dual) -> Dual:
-    if a == b or b == 1:
+    if b in (a, 1):
         return a
     if a == 1:
         return b
@@ -427,8 +427,8 @@ def _slice(node: ir.Node, ins: list) -> list:
     def length(size: int, start: int, end: int, step: int) -> int:
         return len(range(*slice(start, end, step).indices(size)))
 
-    for start, end, axis, step in zip(starts, ends, axes, steps):
-        axis = _axis(axis, rank)
+    for start, end, given_axis, step in zip(starts, ends, axes, steps):
+        axis = _axis(given_axis, rank)
         dims[axis] = _lift(lambda d, e, s=start, k=step: length(d, s, e, k), dims[axis], end)
     data = None
     if t.data is not None and rank == 1 and all(type(e) is int for e in ends):

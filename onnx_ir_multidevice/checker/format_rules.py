@@ -472,7 +472,7 @@ class _FormatRules:
                         "OMNY120",
                         f"shard {s} memory is {amount} MiB; it must be positive",
                         location,
-                    )  # fmt: skip
+                    )
                 )
             elif amount > sharding.max_shard_size_mb:
                 self.out.append(

@@ -330,7 +330,7 @@ class _PipelineRules:
                     "OMNY300",
                     f"... and {violations - _MAX_PER_RULE} more backward edges in {name!r}",
                     location,
-                )  # fmt: skip
+                )
             )
         self._check_stage_numbers(configuration, staged)
         if entry is not None:

@@ -291,7 +291,7 @@ def _flat_reads(
     uses: list = inputs_list.copy()
     # Nodes reading a value twice, or with an empty (None) input: drop repeats and Nones.
     unique = list(map(len, map(set, reads)))
-    odd = [i for i in compress(range(n), map(operator.ne, unique, counts))]
+    odd = list(compress(range(n), map(operator.ne, unique, counts)))
     if has_none:
         odd = sorted({*odd, *compress(range(n), map(operator.contains, inputs_list, repeat(None)))})
     for i in odd:
@@ -331,7 +331,8 @@ def _node_reads(
         slots = tuple(map(pos_get, map(_PRODUCER, node_reads)))
         if None in slots:
             fixed = []
-            for value, slot in zip(node_reads, slots):
+            for value, known in zip(node_reads, slots):
+                slot = known
                 if slot is None:
                     slot = ext_get(value)
                     if slot is None:

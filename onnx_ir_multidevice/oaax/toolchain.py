@@ -228,7 +228,8 @@ class _Conversion:
         }
 
     def step_validate(self) -> dict[str, Any]:
-        assert self.model is not None and self.input is not None
+        assert self.model is not None
+        assert self.input is not None
         model = self.model
         container = model.meta.get(CONTAINER_META_KEY)
         try:
@@ -338,7 +339,8 @@ class _Conversion:
         return None
 
     def step_plan(self) -> dict[str, Any]:
-        assert self.model is not None and self.input is not None
+        assert self.model is not None
+        assert self.input is not None
         model = self.model
         self.dims = dict(self.config.dims) or dict(read_planning_dims(model) or {})
         chosen = self._chosen_configuration(omny.read(model))
@@ -479,7 +481,8 @@ class _Conversion:
         return data
 
     def step_write(self) -> tuple[Path, dict[str, Any]]:
-        assert self.model is not None and self.input is not None
+        assert self.model is not None
+        assert self.input is not None
         model = self.model
         now = {"inputs": _io(_graph_inputs(model)), "outputs": _io(model.graph.outputs)}
         if now != self.io:

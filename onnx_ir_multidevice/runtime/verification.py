@@ -147,8 +147,10 @@ class VerifyReport:
     def __str__(self) -> str:
         verdict = "OK" if self.ok else "MISMATCH"
         lines = [
-            f"{verdict}: {plural(self.num_stages, 'stage')} vs whole model "
-            f"(rtol={self.rtol:g}, atol={self.atol:g})"
+            (
+                f"{verdict}: {plural(self.num_stages, 'stage')} vs whole model "
+                f"(rtol={self.rtol:g}, atol={self.atol:g})"
+            )
         ]
         width = max((len(o.name) for o in self.outputs), default=6)
         lines.append(f"  {'output':<{width}}  {'max abs diff':>12}  {'max rel diff':>12}  status")
