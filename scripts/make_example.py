@@ -126,7 +126,7 @@ def build_metadata(model: ir.Model, file_bytes: int) -> OmnyMetadata:
                 shard_memory_mb=per_stage[j],
             )
         )
-    by_id = {c.id: value for c, value in zip(cut_points, cut_values)}
+    by_id = {c.id: value for c, value in zip(cut_points, cut_values, strict=True)}
     configurations = tuple(
         ShardConfiguration(
             num_shards=num_shards,

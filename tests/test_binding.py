@@ -237,7 +237,7 @@ def test_unresolved_cut_point_keeps_its_names(after_node, tensor_name, expected)
     assert [(u.kind, u.json_path, u.name) for u in plan.unresolved] == [
         (kind, f"cut_points[0].{field}", getattr(spec, field)) for kind, field, _ in expected
     ]
-    for unresolved, (_, _, reason) in zip(plan.unresolved, expected):
+    for unresolved, (_, _, reason) in zip(plan.unresolved, expected, strict=True):
         assert reason in unresolved.reason
     assert not plan.configurations[0].resolved
     with pytest.raises(BindingError, match=r"cut point 'c' \(cut_points\[0\]\) does not resolve"):

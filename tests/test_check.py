@@ -170,7 +170,7 @@ def configuration(model: ir.Model, name: str) -> ir.ModelConfiguration:
 def hand_staged(num_devices: int, stages: Sequence[int]) -> ir.Model:
     model = chain(len(stages))
     conf = model.add_device_configuration("hand", num_devices=num_devices)
-    for n, s in zip(model.graph, stages):
+    for n, s in zip(model.graph, stages, strict=True):
         n.set_pipeline_stage(conf, s)
     return model
 

@@ -56,7 +56,7 @@ class StageListExporter:
             manifest,
             stages=[
                 dataclasses.replace(entry, extra={"num_nodes": stage.graph.num_nodes()})
-                for entry, stage in zip(manifest.stages, stages)
+                for entry, stage in zip(manifest.stages, stages, strict=True)
             ],
         )
         indent = int(options["indent"]) if "indent" in options else None

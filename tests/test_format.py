@@ -920,7 +920,7 @@ def check_matches(obj: Any, document: dict[str, Any]) -> None:
             check_matches(field, value)
         elif isinstance(value, list) and value and isinstance(value[0], dict):
             assert len(field) == len(value)
-            for item, item_document in zip(field, value):
+            for item, item_document in zip(field, value, strict=True):
                 check_matches(item, item_document)
         else:
             assert field == tuples(value)

@@ -65,7 +65,9 @@ class RecordingEngine:
     def __init__(self, chain, devices, threads, recorder, on_done, *, spinning):
         self._chain = chain
         self._on_done = on_done
-        self._runners = [StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads)]
+        self._runners = [
+            StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads, strict=True)
+        ]
 
     def submit(self, request, env):
         RecordingEngine.seen.append({k: v.copy() for k, v in env.items()})

@@ -311,6 +311,6 @@ def test_the_contract_orders_the_layers_as_the_architecture_does():
         number: [_layer_of(f"{PACKAGE}.{name}", layers)[0] for name in names]
         for number, names in ARCHITECTURE_LAYERS.items()
     }
-    for lower, higher in zip(sorted(position), sorted(position)[1:]):
+    for lower, higher in zip(sorted(position), sorted(position)[1:], strict=False):
         # the contract lists the top first: a higher layer has a smaller index
         assert max(position[higher]) < min(position[lower]), (lower, higher)

@@ -48,7 +48,7 @@ def _request(seed: int, seq: int = 8) -> dict[str, np.ndarray]:
 
 def _expected(whole, request):
     names = [o.name for o in whole.get_outputs()]
-    return dict(zip(names, whole.run(None, request)))
+    return dict(zip(names, whole.run(None, request), strict=True))
 
 
 def _loaded(artifact: Path, *pairs: tuple[str, object]) -> OaaxRuntime:

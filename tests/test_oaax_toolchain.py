@@ -138,7 +138,7 @@ def _whole_vs_pipeline(artifact: Path, feeds: dict[str, np.ndarray], shards: int
     """Run the artifact whole in onnxruntime (from its path) and as a pipeline; compare."""
     session = ort.InferenceSession(str(artifact), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
-    whole = dict(zip(names, session.run(None, feeds)))
+    whole = dict(zip(names, session.run(None, feeds), strict=True))
     with omd.Pipeline(artifact, shards) as pipeline:
         assert pipeline.num_stages == shards
         staged = pipeline.run(feeds)

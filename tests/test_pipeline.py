@@ -303,7 +303,7 @@ def test_map_streams_in_order_and_stats_record_busy_periods():
         outputs = list(pipe.map(requests))
         stats = pipe.stats()
     assert len(outputs) == 12
-    for out, r in zip(outputs, requests):
+    for out, r in zip(outputs, requests, strict=True):
         assert_outputs(out, r)
     assert stats.requests == 12 and stats.failed == 0
     assert stats.wall_s > 0 and stats.throughput == pytest.approx(12 / stats.wall_s)
@@ -314,7 +314,7 @@ def test_map_streams_in_order_and_stats_record_busy_periods():
         assert 0 < stage.utilisation <= 1
         assert stage.busy_s == pytest.approx(sum(p.duration for p in stage.periods))
     # stage 1 runs request k after stage 0 finished it
-    for p0, p1 in zip(stats.stages[0].periods, stats.stages[1].periods):
+    for p0, p1 in zip(stats.stages[0].periods, stats.stages[1].periods, strict=True):
         assert p1.start >= p0.end
     assert "stage" in stats.format()
     assert stats.to_dict()["stages"][0]["requests"] == 12
@@ -329,7 +329,9 @@ class SerialEngine:
         from onnx_ir_multidevice.runtime import StageRunner
 
         self._chain, self._recorder, self._on_done = chain, recorder, on_done
-        self._runners = [StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads)]
+        self._runners = [
+            StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads, strict=True)
+        ]
 
     def submit(self, request, env):
         for i, runner in enumerate(self._runners):
@@ -668,12 +670,12 @@ def test_streams_match_oracle(cuts, bad, max_in_flight, use_map):
                 assert exc.request == good
                 assert exc.stage == (0 if bad[good] == "x" else last_stage)
             assert len(got) == (len(requests) if good is None else good)
-            for out, r in zip(got, requests):
+            for out, r in zip(got, requests, strict=False):
                 assert_outputs(out, r)
         else:
             for r in requests:
                 pipe.send_input(r)
-            for k, (r, which) in enumerate(zip(requests, bad)):
+            for k, (r, which) in enumerate(zip(requests, bad, strict=True)):
                 if which is None:
                     assert_outputs(pipe.receive_output(), r)
                 else:

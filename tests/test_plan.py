@@ -112,7 +112,9 @@ def test_devices_and_tied_weights():
     model = zoo.gpt(layers=4, hidden=128, seq=64)
     result = plan_model(model, relaxed=True, devices=["4MiB", "2MiB", "2MiB"])
     (found,) = result.partitions
-    assert [m.required_bytes <= c for m, c in zip(found.memory, result.capacities[0])] == [True] * 3
+    assert [
+        m.required_bytes <= c for m, c in zip(found.memory, result.capacities[0], strict=True)
+    ] == [True] * 3
     wte = model.graph.initializers["wte.weight"].const_value.nbytes
     assert found.memory[0].weights_bytes > wte and found.memory[-1].weights_bytes > wte
     assert "3 shards" in describe(result) and "device 2.0 MiB" in describe(result)

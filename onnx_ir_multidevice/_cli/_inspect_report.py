@@ -220,7 +220,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str 
     """Left-aligned plain-text table (columns sized to their widest cell)."""
     cells = [[str(h) for h in headers], *[[_cell(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [indent + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines = [
+        indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
     return "\n".join(lines)
 
 

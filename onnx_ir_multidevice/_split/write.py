@@ -262,7 +262,7 @@ def _save_split(
     manifest = build_manifest(model, stages, files=files)
     entries = []
     with staged_directory(target, force, holds=_HOLDS) as temporary:
-        for i, (entry, stage, file) in enumerate(zip(manifest.stages, stages, files)):
+        for i, (entry, stage, file) in enumerate(zip(manifest.stages, stages, files, strict=True)):
             path = temporary / file
             data = f"{file}.data" if _has_weights(stage) else None
             if direct:

@@ -128,7 +128,7 @@ def weights(graph: ir.Graph, sizes: ValueSizes) -> tuple[int, int]:
         nonlocal nbytes, count
         values = list(getattr(g.initializers, "data", g.initializers).values())
         prod = math.prod
-        for shape, n in zip(map(sizes.shape, values), map(sizes.nbytes, values)):
+        for shape, n in zip(map(sizes.shape, values), map(sizes.nbytes, values), strict=True):
             if shape is not None and n is not None:
                 nbytes += n
                 count += prod(shape)

@@ -135,7 +135,7 @@ def evaluate_cone(
         outputs = rule.apply(node, get, shape_of)
         if outputs is None:
             continue
-        for value, array in zip(node.outputs, outputs):
+        for value, array in zip(node.outputs, outputs, strict=False):
             if array is not None and array.size <= MAX_ELEMENTS:
                 data[value] = array
     return {v: a for v, a in data.items() if v.producer() is not None}
@@ -172,7 +172,7 @@ class ShapeDataRule:
         args: list[np.ndarray | None] = []
         if self.reads_values:
             args = [get(value) for value in node.inputs]
-            if any(a is None and v is not None for a, v in zip(args, node.inputs)):
+            if any(a is None and v is not None for a, v in zip(args, node.inputs, strict=True)):
                 return None  # an input without a value
         try:
             return self.compute(node, args, shape_of)
@@ -368,7 +368,7 @@ def _slice(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
     axes = list(axes) if axes is not None else list(range(len(starts)))
     steps = list(steps) if steps is not None else [1] * len(starts)
     index = [slice(None)] * data.ndim
-    for start, end, axis, step in zip(starts, ends, axes, steps):
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
         index[axis % data.ndim] = slice(start, end, step)
     return [data[tuple(index)]]
 

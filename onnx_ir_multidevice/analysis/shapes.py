@@ -1333,7 +1333,7 @@ class ValueShapes:
             return symbolic
         checked = tuple(
             None if isinstance(d, int) and size is not None and size != d else d
-            for d, size in zip(symbolic, dims)
+            for d, size in zip(symbolic, dims, strict=False)
         )
         if checked != symbolic:
             planning = None if self.unbound else info.planning

@@ -248,7 +248,7 @@ class _Conversion:
                 ("inputs", _graph_inputs(model)),
                 ("outputs", model.graph.outputs),
             )
-            for t, v in zip(self.io[side], values)
+            for t, v in zip(self.io[side], values, strict=True)
             if oaax_data_type(v.dtype) is None
         ]
         if unsupported:
@@ -329,7 +329,7 @@ class _Conversion:
         if len(devices) < n:
             return f"its {n} stages need {n} devices and config.json gives {len(devices)}"
         memory = list(configuration.memory_per_shard_mb)
-        for k, (device, mib) in enumerate(zip(devices, memory)):
+        for k, (device, mib) in enumerate(zip(devices, memory, strict=False)):
             usable = usable_bytes(parse_size(device), DEFAULT_HEADROOM)
             if mib * 2**20 > usable:
                 return (

@@ -289,7 +289,7 @@ def _run(
             ) from error
         seconds = time.perf_counter() - start
         del session  # the owner's close releases the last reference: one session at a time
-    return dict(zip(outputs, results)), seconds, created
+    return dict(zip(outputs, results, strict=True)), seconds, created
 
 
 def compare_outputs(
