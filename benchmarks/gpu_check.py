@@ -109,7 +109,7 @@ def main() -> int:
     n = max(args.requests // 2, 10)
 
     cpu = whole_session(model, "CPUExecutionProvider")
-    reference = dict(zip(outputs, cpu.run(None, inputs)))
+    reference = dict(zip(outputs, cpu.run(None, inputs), strict=True))
     report["whole_cpu_ms"] = median_ms(lambda: cpu.run(None, inputs), n)
     plans = [("cpu", "cpu")]
     if cuda:

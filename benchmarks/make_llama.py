@@ -105,7 +105,7 @@ def ort_check(path: Path, seq: int, save_logits: str | None) -> None:
         presents = sess.run(None, prefill)[1:]
         step = {k: feeds[k][:, -1:] for k in tokens[:2]}
         step["attention_mask"] = feeds["attention_mask"]
-        for name, value in zip(names[1:], presents):
+        for name, value in zip(names[1:], presents, strict=False):
             step[name.replace("present.", "past_key_values.")] = value
         start = time.perf_counter()
         last = sess.run(None, step)[0]

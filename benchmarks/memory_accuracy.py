@@ -303,7 +303,7 @@ def summary(rows) -> list[str]:
     for key, label in (("measured_bytes", "arena on"), ("measured_no_arena_bytes", "arena off")):
         ratios = [r["predicted_bytes"] / r[key] for r in rows]
         within = sum(0.8 <= q <= 1.2 for q in ratios)
-        under = [r for r, q in zip(rows, ratios) if q < 0.9]
+        under = [r for r, q in zip(rows, ratios, strict=True) if q < 0.9]
         worst_low = min(range(len(rows)), key=lambda i: ratios[i])
         worst_high = max(range(len(rows)), key=lambda i: ratios[i])
         lo, hi = rows[worst_low], rows[worst_high]

@@ -239,7 +239,7 @@ def main() -> int:
         "  stages: "
         + ", ".join(
             f"{ms:.1f} ms/req {u:.0%} busy"
-            for ms, u in zip(p["stage_mean_ms"], p["stage_utilisation"])
+            for ms, u in zip(p["stage_mean_ms"], p["stage_utilisation"], strict=True)
         )
     )
     if "ray" in result:

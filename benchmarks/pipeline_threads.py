@@ -55,7 +55,8 @@ def main() -> None:
             with oracle_lock:
                 expected = whole.run(names, inputs(seed))
             same = all(
-                np.allclose(out[n], e, rtol=1e-4, atol=1e-5) for n, e in zip(names, expected)
+                np.allclose(out[n], e, rtol=1e-4, atol=1e-5)
+                for n, e in zip(names, expected, strict=True)
             )
             with count_lock:
                 counts["ok" if same else "wrong"] += 1
@@ -85,7 +86,9 @@ def main() -> None:
         def map_user() -> None:
             seeds = [500_000 + k for k in range(args.requests)]
             try:
-                for out, seed in zip(pipe.map((inputs(s) for s in seeds), timeout=60), seeds):
+                for out, seed in zip(
+                    pipe.map((inputs(s) for s in seeds), timeout=60), seeds, strict=True
+                ):
                     check(out, seed)
             except Exception:  # noqa: BLE001 - counted
                 refused()

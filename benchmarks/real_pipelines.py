@@ -229,9 +229,11 @@ def _table(models: dict) -> str:
         f"{'vs 1 thr':>8} {'vs 2 thr':>8}  {'60/40':>5}  note"
     )
     lines = [
-        "default plan (balance='speed') and the former default (balance='memory'): 2-stage "
-        "pipeline throughput over the whole model's on 1 thread (one stage's cores) and on 2 "
-        "threads (all the cores the pipeline uses)",
+        (
+            "default plan (balance='speed') and the former default (balance='memory'): 2-stage "
+            "pipeline throughput over the whole model's on 1 thread (one stage's cores) and on 2 "
+            "threads (all the cores the pipeline uses)"
+        ),
         header,
         "-" * len(header),
     ]

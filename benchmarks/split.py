@@ -129,6 +129,7 @@ _CHILD = textwrap.dedent(
 def _child(path: str, out: str, shards: int, mode: str) -> tuple[float, int]:
     result = subprocess.run(
         [sys.executable, "-c", _CHILD, path, out, str(shards), mode],
+        check=False,
         capture_output=True,
         text=True,
     )

@@ -33,7 +33,7 @@ def draw(result: PlanResult, path: str | Path = DEFAULT_OUT) -> Path:
     configuration, with each device's capacity as a red line; saved as a PNG at ``path``."""
     panels = len(result.partitions)
     fig, axes = plt.subplots(1, panels, figsize=(3.4 * panels, 3.4), sharey=True, squeeze=False)
-    for ax, found, caps in zip(axes[0], result.partitions, result.capacities):
+    for ax, found, caps in zip(axes[0], result.partitions, result.capacities, strict=True):
         stages = list(range(found.num_stages))
         parts = [
             ("weights", [m.weights_bytes / MIB for m in found.memory], "#4c72b0", None),
@@ -50,7 +50,7 @@ def draw(result: PlanResult, path: str | Path = DEFAULT_OUT) -> Path:
         for label, heights, color, hatch in parts:
             ax.bar(stages, heights, bottom=bottom, color=color, hatch=hatch,
                    edgecolor="grey", label=label)  # fmt: skip
-            bottom = [b + h for b, h in zip(bottom, heights)]
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         if caps is not None:
             for k, cap in enumerate(caps):
                 ax.hlines(cap / MIB, k - 0.45, k + 0.45, colors="red", linewidth=2,

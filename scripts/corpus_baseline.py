@@ -96,6 +96,7 @@ def run_cmd(cmd: list[str], timeout: int) -> dict[str, Any]:
     try:
         p = subprocess.run(
             cmd,
+            check=False,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -206,7 +207,7 @@ def _err(r: dict[str, Any]) -> str:
 
 def _signature(err: str) -> str:
     """An error with its model-specific parts (quoted names, numbers, paths) blanked."""
-    err = err.split(" / ")[0]
+    err = err.split(" / ", maxsplit=1)[0]
     err = re.sub(r"Node\(name=.*?(?=@|$)", "Node(…) ", err)
     err = re.sub(r"'[^']*'", "'…'", err)
     err = re.sub(r"\$WORK/\S+|tests/corpus/\S+", "FILE", err)
@@ -364,7 +365,10 @@ def _header(timeout: int) -> dict[str, Any]:
 
     try:
         commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            check=False,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
     except Exception:
         commit = "?"

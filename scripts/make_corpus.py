@@ -1163,7 +1163,7 @@ def _yolo_like() -> Any:
             m4 = self.pan4(torch.cat([self.down3(n3), n4], 1))
             m5 = self.pan5(torch.cat([self.down4(m4), p5], 1))
             outs = []
-            for head, feat, stride in zip(self.heads, (n3, m4, m5), self.strides):
+            for head, feat, stride in zip(self.heads, (n3, m4, m5), self.strides, strict=True):
                 y = head(feat)
                 b, _, h, w = y.shape
                 y = y.view(b, self.na, self.no, h, w).permute(0, 1, 3, 4, 2).sigmoid()
@@ -2005,7 +2005,9 @@ def run_ort(path: Path, built: Built) -> dict[str, Any]:
         return {
             "ok": True,
             "inputs": {k: list(v.shape) for k, v in feeds.items()},
-            "outputs": {o.name: list(np.shape(v)) for o, v in zip(sess.get_outputs(), outs)},
+            "outputs": {
+                o.name: list(np.shape(v)) for o, v in zip(sess.get_outputs(), outs, strict=True)
+            },
         }
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"}

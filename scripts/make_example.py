@@ -74,7 +74,8 @@ def spec_shape(value: ir.Value) -> tuple[int, ...]:
 
 def planning_bytes(value: ir.Value) -> int:
     """Bytes of a tensor at the planning dims."""
-    assert value.shape is not None and value.dtype is not None, value.name
+    assert value.shape is not None, value.name
+    assert value.dtype is not None, value.name
     dims = [d if isinstance(d, int) else PLANNING_DIMS[str(d.value)] for d in value.shape]
     return int(np.prod(dims, dtype=np.int64)) * value.dtype.itemsize
 
@@ -112,7 +113,8 @@ def build_metadata(model: ir.Model, file_bytes: int) -> OmnyMetadata:
     for j, value in enumerate(cut_values):
         cumulative += per_stage[j]
         producer = value.producer()
-        assert producer is not None and producer.name is not None
+        assert producer is not None
+        assert producer.name is not None
         cut_points.append(
             CutPoint(
                 id=f"cut_{j + 1}",
@@ -124,7 +126,7 @@ def build_metadata(model: ir.Model, file_bytes: int) -> OmnyMetadata:
                 shard_memory_mb=per_stage[j],
             )
         )
-    by_id = {c.id: value for c, value in zip(cut_points, cut_values)}
+    by_id = {c.id: value for c, value in zip(cut_points, cut_values, strict=True)}
     configurations = tuple(
         ShardConfiguration(
             num_shards=num_shards,

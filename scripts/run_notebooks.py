@@ -79,12 +79,12 @@ def stale_outputs(committed: list[dict], fresh: list[dict]) -> str | None:
     Returns:
         What differs first (cell number and the two lines), or ``None``.
     """
-    for number, (old, new) in enumerate(zip(committed, fresh), 1):
+    for number, (old, new) in enumerate(zip(committed, fresh, strict=False), 1):
         if CHECK_TEXT_TAG not in old.get("metadata", {}).get("tags", []):
             continue
         before, after = masked_text(old), masked_text(new)
         if before != after:
-            pairs = zip(before + [""] * len(after), after + [""] * len(before))
+            pairs = zip(before + [""] * len(after), after + [""] * len(before), strict=True)
             first = next((pair for pair in pairs if pair[0] != pair[1]), ("", ""))
             return (
                 f"cell {number} (tagged {CHECK_TEXT_TAG}) prints other text than its "

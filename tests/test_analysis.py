@@ -454,7 +454,7 @@ def test_invalid_cuts(make_cuts, match):
 def test_cut_inside_subgraph_is_rejected():
     graph, if_node = _if_model(heavy_body=True, capture="h")
     inner = if_node.attributes["then_branch"].as_graph()[0].outputs[0]
-    with pytest.raises(StageAssignmentError, match="'then_out'.*inside a subgraph"):
+    with pytest.raises(StageAssignmentError, match=r"'then_out'.*inside a subgraph"):
         assign_stages(graph, [inner])
 
 
@@ -518,7 +518,7 @@ def test_topological_order_sorts_and_detects_cycles():
     nodes = list(b.nodes)
     b.nodes.reverse()
     shuffled = b.graph([x], [h])
-    assert list(shuffled)[0] is nodes[-1]
+    assert next(iter(shuffled)) is nodes[-1]
     assert topological_order(shuffled) == nodes
     stages = assign_stages(shuffled, [nodes[1].outputs[0]])
     assert stages[nodes[-1]] == 1 and stages[nodes[0]] == 0
@@ -1028,7 +1028,7 @@ def test_graph_index_fast_path_matches_brute_force(graph):
         assert all(p < i for p in expected if p < len(graph_order))  # topological
     # The flat arrays list every read in order; readers of a few slots match ``consumers``.
     flat_slots, flat_readers = index.flat_reads
-    assert list(zip(flat_readers.tolist(), flat_slots.tolist())) == [
+    assert list(zip(flat_readers.tolist(), flat_slots.tolist(), strict=True)) == [
         (i, p) for i, slots in enumerate(index.reads) for p in slots
     ]
     some = list(range(0, len(index.nodes) + len(index.external), 2))
@@ -1056,7 +1056,9 @@ def test_precompute_stages_matches_assign_stages_one_by_one(rg, data):
             with pytest.raises(StageAssignmentError, match="pipeline order"):
                 assign_stages(rg.graph, cuts, index=index)
             continue
-        assert assign_stages(rg.graph, cuts, index=index) == dict(zip(fresh.nodes, expected))
+        assert assign_stages(rg.graph, cuts, index=index) == dict(
+            zip(fresh.nodes, expected, strict=False)
+        )
 
 
 @st.composite

@@ -227,7 +227,7 @@ CLI_CASES: list[Any] = [
             "split good.omny OUT/split",
             "verify good.omny",
             "run good.omny",
-        )  # fmt: skip
+        )
         for n in ("0", "-1", "x")
     ],
     pytest.param("plan plain.onnx -o OUT/o.omny --shards 0", 2, ["--shards"], id="plan-0"),
@@ -326,10 +326,10 @@ def test_cli_same_input_and_output_paths_are_safe(
     files: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`annotate IN IN` and `plan IN -o IN` replace IN by a valid, loadable model."""
-    for argv in (["annotate", "m.omny", "m.omny"], ["plan", "m.omny", "-o", "m.omny"]):
+    for words in (["annotate", "m.omny", "m.omny"], ["plan", "m.omny", "-o", "m.omny"]):
         path = tmp_path / "m.omny"
         path.write_bytes((files / "good.omny").read_bytes())
-        argv = [str(path) if a == "m.omny" else a for a in argv]
+        argv = [str(path) if a == "m.omny" else a for a in words]
         assert main(argv) == 0, capsys.readouterr().err
         assert omny.read(load(path)) is not None
         assert [p.name for p in tmp_path.iterdir()] == ["m.omny"], "temporary files left"
@@ -358,7 +358,7 @@ API_CASES: list[Any] = [
         OmnyIOError,
         "does not exist",
         id="save-no-folder",
-    ),  # fmt: skip
+    ),
     pytest.param(lambda f: save(_chain(), f / "folder"), OmnyIOError, "directory", id="save-dir"),
     pytest.param(
         lambda f: save(_chain(), "/proc/x.onnx"),
@@ -366,30 +366,30 @@ API_CASES: list[Any] = [
         "cannot write",
         id="save-ro",
         marks=LINUX_ONLY,
-    ),  # fmt: skip
+    ),
     pytest.param(
         lambda f: save(_chain(), f / "good.omny", overwrite=False),
         OmnyIOError,
         "overwrite",
         id="save-exists",
-    ),  # fmt: skip
+    ),
     pytest.param(
         lambda f: save(str(f / "good.omny"), f / "x.onnx"),
         TypeError,
         "load it",
         id="save-not-model",
-    ),  # fmt: skip
+    ),
     # omny.read / write, OmnyMetadata.from_json
     pytest.param(
         lambda f: omny.read(load(f / "broken_json.omny")),
         OmnyFormatError,
         "metadata_props[omnynet_metadata]",
         id="read-broken",
-    ),  # fmt: skip
+    ),
     pytest.param(lambda f: omny.read(str(f / "good.omny")), TypeError, "load", id="read-str"),
     pytest.param(
         lambda f: omny.write(_chain(), {"version": "1.0"}), TypeError, "from_json", id="write-dict"
-    ),  # fmt: skip
+    ),
     pytest.param(lambda f: OmnyMetadata.from_json(""), OmnyFormatError, "JSON", id="json-empty"),
     pytest.param(lambda f: OmnyMetadata.from_json("[]"), OmnyFormatError, "object", id="json-l"),
     pytest.param(lambda f: OmnyMetadata.from_json(b"\xff"), OmnyFormatError, "UTF-8", id="j-b"),
@@ -414,13 +414,13 @@ API_CASES: list[Any] = [
         VerifyError,
         "batch",
         id="verify-dim-neg",
-    ),  # fmt: skip
+    ),
     pytest.param(
         lambda f: make_inputs(_load_good(f), dims={"batch": 0}),
         VerifyError,
         "batch",
         id="make-inputs-dim-0",
-    ),  # fmt: skip
+    ),
     pytest.param(lambda f: verify(onnx.load(f / "good.omny"), 2), TypeError, "load", id="v-proto"),
     # Pipeline construction
     pytest.param(lambda f: Pipeline(f / "missing.onnx", 2), OmnyIOError, "no such", id="p-miss"),
@@ -434,13 +434,13 @@ API_CASES: list[Any] = [
         PipelineError,
         "backend",
         id="p-backend",
-    ),  # fmt: skip
+    ),
     pytest.param(
         lambda f: Pipeline(f / "good.omny", 2, providers="x"),
         PipelineError,
         "'x'",
         id="p-providers",
-    ),  # fmt: skip
+    ),
     # in other modules (still failing: see the reasons)
     pytest.param(
         lambda f: __import__("onnx_ir_multidevice").check(f / "folder"),

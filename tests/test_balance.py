@@ -43,7 +43,7 @@ def test_describe_and_summary_show_compute_shares_and_bytes_sent():
     assert text.count("% of compute)") == 5 and text.count("sent per request: cut_") == 2
     summary = plan_summary(result)
     assert [c["num_shards"] for c in summary] == [2, 3]
-    for config, found in zip(summary, result.partitions):
+    for config, found in zip(summary, result.partitions, strict=True):
         assert sum(config["stage_flops"]) == int(
             result.memory.flops([0], [result.memory.num_segments])[0]
         )

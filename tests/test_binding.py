@@ -183,9 +183,9 @@ def test_wrong_argument_types_say_what_to_pass(tmp_path):
         assert type(bad_metadata).__name__ in message
         assert "omny.read(model)" in message and "OmnyMetadata.from_json" in message
     for no_plan in (model, path):  # no metadata given, none in the model: typed, says how
-        with pytest.raises(BindingError, match="returns None.*omny plan"):
+        with pytest.raises(BindingError, match=r"returns None.*omny plan"):
             bind(no_plan)
-        with pytest.raises(BindingError, match="has no .omny metadata"):
+        with pytest.raises(BindingError, match=r"has no \.omny metadata"):
             bind(no_plan, None)
     # A model passed first with metadata in the wrong place is reported for the model.
     with pytest.raises(TypeError, match="as model, not OmnyMetadata"):
@@ -266,7 +266,7 @@ def test_unresolved_cut_point_keeps_its_names(after_node, tensor_name, expected)
     assert [(u.kind, u.json_path, u.name) for u in plan.unresolved] == [
         (kind, f"cut_points[0].{field}", getattr(spec, field)) for kind, field, _ in expected
     ]
-    for unresolved, (_, _, reason) in zip(plan.unresolved, expected):
+    for unresolved, (_, _, reason) in zip(plan.unresolved, expected, strict=True):
         assert reason in unresolved.reason
     assert not plan.configurations[0].resolved
     with pytest.raises(BindingError, match=r"cut point 'c' \(cut_points\[0\]\) does not resolve"):

@@ -66,8 +66,13 @@ def test_reverse_pass_and_plan_write_the_same_cut_points_model_inputs_and_output
     ]
     assert derived.sharding.allowed_shards == planned.sharding.allowed_shards
     # Memory: the weights a stage reads are part of the planner's full figure.
-    for ours, theirs in zip(derived.sharding.configurations, planned.sharding.configurations):
-        assert all(a <= b for a, b in zip(ours.memory_per_shard_mb, theirs.memory_per_shard_mb))
+    for ours, theirs in zip(
+        derived.sharding.configurations, planned.sharding.configurations, strict=True
+    ):
+        assert all(
+            a <= b
+            for a, b in zip(ours.memory_per_shard_mb, theirs.memory_per_shard_mb, strict=True)
+        )
     # Both documents follow the same rounding and running sums, and check clean.
     for document in (planned, derived):
         running = 0

@@ -170,7 +170,7 @@ def configuration(model: ir.Model, name: str) -> ir.ModelConfiguration:
 def hand_staged(num_devices: int, stages: Sequence[int]) -> ir.Model:
     model = chain(len(stages))
     conf = model.add_device_configuration("hand", num_devices=num_devices)
-    for n, s in zip(model.graph, stages):
+    for n, s in zip(model.graph, stages, strict=True):
         n.set_pipeline_stage(conf, s)
     return model
 
@@ -666,6 +666,12 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY324": _t324,
 }
 
+
+def _planned_in_place(model: ir.Model, configurations: Sequence[Sequence[str]]) -> ir.Model:
+    plan(model, configurations)
+    return model
+
+
 #: A clean counterpart for each code: by default the annotated chain (no error, no warning).
 CLEAN: dict[str, Callable[[], object]] = {
     "OMNY100": annotated,
@@ -681,7 +687,7 @@ CLEAN: dict[str, Callable[[], object]] = {
         device=(-1,), index_to_device_group_map=(ir.IndexToDeviceGroupMapEntry(-1, (0, 1)),)
     ),
     "OMNY218": lambda: with_spec(sharded_dims=(_sharded(0), _sharded(1, 1))),
-    "OMNY320": lambda: (lambda m: (plan(m, [["h3"]]), m)[1])(chain(side=False)),
+    "OMNY320": lambda: _planned_in_place(chain(side=False), [["h3"]]),
 }
 
 

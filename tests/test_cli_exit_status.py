@@ -82,7 +82,7 @@ def _table() -> tuple[list[str], dict[str, dict[str, str]]]:
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         if len(cells) != len(header):
             break
-        rows[cells[0]] = dict(zip(header[1:], cells[1:]))
+        rows[cells[0]] = dict(zip(header[1:], cells[1:], strict=True))
     return header[1:], rows
 
 

@@ -396,7 +396,7 @@ def test_read_container_io_errors(tmp_path):
     with pytest.raises(OmnyIOError, match="directory"):
         c.read_container(tmp_path)
     (tmp_path / "short.omny").write_bytes(b"OMNY")
-    with pytest.raises(OmnyContainerError, match="short.omny: header: the file is 4 bytes"):
+    with pytest.raises(OmnyContainerError, match=r"short.omny: header: the file is 4 bytes"):
         c.read_container(tmp_path / "short.omny")
 
 
@@ -476,7 +476,7 @@ def test_a_deeply_nested_manifest_round_trips_or_is_refused_cleanly():
             continue
         assert c.serialize_container(container) == data
         assert c.downgrade(container)[1] == ["a"]
-        assert [f.code for f in c.container_findings(container)][0] == "manifest-version"
+        assert next(f.code for f in c.container_findings(container)) == "manifest-version"
 
 
 def test_serialize_rebuilds_the_header_from_the_fields():

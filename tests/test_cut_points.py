@@ -146,8 +146,7 @@ def random_graphs(draw) -> ir.Graph:
     for i in extra:
         if produced and produced[i] not in outputs:
             outputs.append(produced[i])
-    graph = ir.Graph([x, y], outputs, nodes=nodes, initializers=inits, opset_imports={"": 18})
-    return graph
+    return ir.Graph([x, y], outputs, nodes=nodes, initializers=inits, opset_imports={"": 18})
 
 
 @settings(max_examples=150, deadline=None)
@@ -163,7 +162,7 @@ def test_chain_cuts_split_the_planning_order(graph):
     """Every chain cut feeds exactly the suffix of the planning order from its boundary."""
     analysis = analyse_cut_points(graph, relaxed=True, side_limit_bytes=64)
     assert list(analysis.boundaries) == sorted(set(analysis.boundaries))
-    for cut, boundary in zip(analysis.chain, analysis.boundaries):
+    for cut, boundary in zip(analysis.chain, analysis.boundaries, strict=True):
         stages = assign_stages(graph, [cut.value], classes=analysis.classes)
         after = {n for n in analysis.order if stages[n] == 1}
         assert after == set(analysis.order[boundary:])
@@ -344,5 +343,5 @@ def test_split_at_an_index_table_cut_runs_like_the_whole_model():
     for stage in stages:
         names = [i.name for i in stage.graph.inputs]
         outputs = session(stage).run(None, {n: env[n] for n in names})
-        env.update(zip([o.name for o in stage.graph.outputs], outputs))
+        env.update(zip([o.name for o in stage.graph.outputs], outputs, strict=True))
     np.testing.assert_array_equal(env["y"], expected)

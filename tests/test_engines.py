@@ -35,7 +35,9 @@ class SyncEngine:
         self._chain = chain
         self._recorder = recorder
         self._on_done = on_done
-        self._runners = [StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads)]
+        self._runners = [
+            StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads, strict=True)
+        ]
 
     def submit(self, request: int, env: dict) -> None:
         for i, runner in enumerate(self._runners):
@@ -66,7 +68,7 @@ def test_an_engine_defined_here_runs_a_pipeline():
         inputs = request(0)
         assert_outputs(pipe.run(inputs), inputs)
         requests = [request(k, batch=1 + k % 3) for k in range(5)]
-        for out, r in zip(pipe.map(requests), requests):
+        for out, r in zip(pipe.map(requests), requests, strict=True):
             assert_outputs(out, r)
         bad = request(9)
         bad["x"] = bad["x"][:, :-1]
@@ -86,7 +88,7 @@ def test_engine_options_reach_the_factory():
         assert pipe._engine.tag == "x"
     with pytest.raises(PipelineError, match=r"'test-sync' does not take the option \['nope'\]"):
         Pipeline(mlp_stages([2]), backend="test-sync", engine_options={"nope": 1})
-    with pytest.raises(PipelineError, match="'thread' does not take.*actor_options"):
+    with pytest.raises(PipelineError, match=r"'thread' does not take.*actor_options"):
         Pipeline(mlp_stages([2]), ray_actor_options={"num_cpus": 1})
 
 

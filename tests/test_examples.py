@@ -74,7 +74,7 @@ def test_example_path():
     assert example_path() == EXAMPLE == BERT_TINY
     assert example_path("gpt_tiny.omny") == GPT_TINY
     assert example_path("spec_example.json") == SPEC_EXAMPLE_JSON
-    with pytest.raises(FileNotFoundError, match="bert_tiny.omny, gpt_tiny.omny"):
+    with pytest.raises(FileNotFoundError, match=r"bert_tiny.omny, gpt_tiny.omny"):
         example_path("missing.omny")
 
 
@@ -155,7 +155,7 @@ class _Oracle:
 
     def stage_weights(self, cones: list[frozenset[int]]) -> list[int]:
         bounds = [frozenset(), *cones, frozenset(range(len(self.nodes)))]
-        return [self.weight_bytes(b - a) for a, b in zip(bounds, bounds[1:])]
+        return [self.weight_bytes(b - a) for a, b in itertools.pairwise(bounds)]
 
 
 def test_bert_example_cuts_are_the_best_strict_cuts_by_brute_force():
@@ -172,15 +172,15 @@ def test_bert_example_cuts_are_the_best_strict_cuts_by_brute_force():
     ordered = sorted(strict, key=lambda t: len(strict[t]))
     for config in metadata.sharding.configurations:
         cones = [strict[tensor[cut]] for cut in config.cut_point_ids]
-        assert all(a < b for a, b in zip(cones, cones[1:]))  # a chain, in graph order
+        assert all(a < b for a, b in itertools.pairwise(cones))  # a chain, in graph order
         chosen = oracle.stage_weights(cones)
         best = min(
             max(oracle.stage_weights([strict[t] for t in combo]))
             for combo in itertools.combinations(ordered, config.num_shards - 1)
-            if all(strict[a] < strict[b] for a, b in zip(combo, combo[1:]))
+            if all(strict[a] < strict[b] for a, b in itertools.pairwise(combo))
         )
         assert max(chosen) == best, (config.num_shards, chosen, best)
-        for weights, mb in zip(chosen, config.memory_per_shard_mb):
+        for weights, mb in zip(chosen, config.memory_per_shard_mb, strict=True):
             assert mb * 2**20 >= weights
     params = sum(array.size for array in oracle.initializers.values())
     assert metadata.model.total_params == params
@@ -218,7 +218,7 @@ def test_bert_example_stages_cut_by_onnx_chain_to_the_whole_model_in_onnxruntime
         names = [tensor[c] for c in config.cut_point_ids]
         env = dict(feeds)
         computed: list[str] = []  # each heavy op in one stage: no stage recomputes the past
-        for start, end in zip([None, *names], [*names, graph_output]):
+        for start, end in zip([None, *names], [*names, graph_output], strict=True):
             stage = extractor.extract_model([*graph_inputs, *[start] * (start is not None)], [end])
             computed += [n.name for n in stage.graph.node if n.op_type in _HEAVY]
             wanted = {i.name for i in stage.graph.input}

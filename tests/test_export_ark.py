@@ -84,11 +84,15 @@ def verify_tensor(tensor: dict[str, Any], layout: str) -> None:
     if layout == "main":
         padded_shape = tensor["PaddedShape"]
         assert len(padded_shape) == len(shape)
-        assert all(s <= p for s, p in zip(shape, padded_shape)), "shape exceeds the padded shape"
-        assert all(o + p <= t for o, p, t in zip(offsets, padded_shape, strides)), "boundary"
+        assert all(s <= p for s, p in zip(shape, padded_shape, strict=True)), (
+            "shape exceeds the padded shape"
+        )
+        assert all(o + p <= t for o, p, t in zip(offsets, padded_shape, strides, strict=True)), (
+            "boundary"
+        )
     else:  # the seed document: "Pads should be an array of ones"
         assert tensor["Pads"] == [1] * len(shape)
-        assert all(o + s <= t for o, s, t in zip(offsets, shape, strides))
+        assert all(o + s <= t for o, s, t in zip(offsets, shape, strides, strict=True))
 
 
 def verify_op(op: dict[str, Any], layout: str) -> None:
@@ -145,7 +149,7 @@ def check_communication(files: list[dict[str, Any]], names: list[dict[str, str]]
     sends: set[tuple[int, int, str]] = set()
     recvs: set[tuple[int, int, str]] = set()
     senders: dict[tuple[int, int, int], int] = {}  # (rank, remote, tag) -> local sending buffer
-    for rank, (document, tensor_names) in enumerate(zip(files, names)):
+    for rank, (document, tensor_names) in enumerate(zip(files, names, strict=True)):
         assert document["Rank"] == rank and document["WorldSize"] == world
         by_id = buffers(document)
         all_ops = ops(document)
@@ -288,7 +292,7 @@ def test_rank_files_pass_the_verifier_and_send_what_split_sends(
 
 def test_int64_and_bool_side_tensors_of_a_relaxed_plan_are_byte_views(gpt, tmp_path):
     # gpt_tiny's cuts are relaxed: the causal mask (bool) and two shape vectors (int64) cross
-    index, files = read_export(export(gpt, tmp_path / "a", "ark", shards=4).destination)
+    index, _files = read_export(export(gpt, tmp_path / "a", "ark", shards=4).destination)
     by_tensor = {t["tensor"]: t for t in index["transfers"] if t["destination"] == 1}
     assert set(by_tensor) == {"hidden_shape", "causal.future", "split_heads_shape", "layer.0.out"}
     shape = by_tensor["hidden_shape"]
@@ -390,7 +394,7 @@ def test_translate_writes_an_mlp_completely(tmp_path):
     check_communication(files, names)
     from onnx_ir_multidevice import split
 
-    for document, stage in zip(files, split(model, 3)):
+    for document, stage in zip(files, split(model, 3), strict=True):
         computed = [op for op in ops(document) if not op["IsVirtual"] and op["Type"] not in
                     ("Send", "SendDone", "Recv")]  # fmt: skip
         assert [op["Type"] for op in computed] == [TRANSLATED_OPS[n.op_type] for n in stage.graph]
@@ -453,7 +457,7 @@ def test_command_line(tmp_path, capsys):
     document = json.loads(stdout)["result"]
     assert document["format"] == "ark" and document["details"]["layout"] == "seed"
     assert document["details"]["world_size"] == 2
-    index, files = read_export(out)
+    _index, files = read_export(out)
     assert "Ops" in files[0]["Nodes"][0]
     code, _, err = _run(capsys, "export", "ark", str(GPT_TINY), str(tmp_path / "b"), "--shards",
                         "2", "--strict-dtypes")  # fmt: skip
@@ -471,20 +475,20 @@ def test_layouts_differ_only_where_ark_changed(gpt, tmp_path):
     _, main = read_export(export(gpt, tmp_path / "m", "ark", shards=2).destination)
     _, seed = read_export(export(gpt, tmp_path / "s", "ark", shards=2, layout="seed").destination)
 
-    for a, b in zip(main, seed):
+    for a, b in zip(main, seed, strict=True):
         first_main = a["Nodes"][0]["Op"]["ResultTensors"][0]
         first_seed = b["Nodes"][0]["Ops"][0]["ResultTensors"][0]
         assert first_main["PaddedShape"] == first_main["Shape"]
         assert first_seed["Pads"] == [1] * len(first_seed["Shape"])
         assert len(a["Nodes"]) == len(b["Nodes"])
         assert [n["Op"] for n in a["Nodes"]] != [n["Ops"][0] for n in b["Nodes"]]
-        for node_a, node_b in zip(a["Nodes"], b["Nodes"]):
+        for node_a, node_b in zip(a["Nodes"], b["Nodes"], strict=True):
             op_a, (op_b,) = node_a["Op"], node_b["Ops"]
             assert {k: v for k, v in op_a.items() if not k.endswith("Tensors")} == {
                 k: v for k, v in op_b.items() if not k.endswith("Tensors")
             }
             for key in ("ReadTensors", "WriteTensors", "ResultTensors"):
-                for t_a, t_b in zip(op_a[key], op_b[key]):
+                for t_a, t_b in zip(op_a[key], op_b[key], strict=True):
                     assert t_a.pop("PaddedShape") == t_a["Shape"]
                     assert t_b.pop("Pads") == [1] * len(t_b["Shape"])
                     assert t_a == t_b

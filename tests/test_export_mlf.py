@@ -241,7 +241,7 @@ def test_per_stage_writes_one_module_per_archive(bert, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [f"{n}.tar" for n in names]
     whole = tar_metadata(export(model, tmp_path / "all.tar", "mlf", shards=3,
                                 export_datetime=DATE, name="bert_dynamo").destination)  # fmt: skip
-    for name, path in zip(names, result.files):
+    for name, path in zip(names, result.files, strict=True):
         check_members(path, [name])
         folder = tmp_path / name
         with tarfile.open(path) as tar:
@@ -279,7 +279,7 @@ def test_numbers_equal_the_split_files_and_the_planner(bert, tmp_path, shards):
             for info in tar.getmembers()
             if info.isfile() and info.name.endswith(".params")
         }
-    for k, (entry, memory) in enumerate(zip(manifest.stages, found.memory)):
+    for k, (entry, memory) in enumerate(zip(manifest.stages, found.memory, strict=True)):
         name = f"bert_dynamo_stage{k}"
         stage = load(entry.path)  # the file `omny split` wrote
         main = metadata["modules"][name]["memory"]["functions"]["main"][0]
@@ -415,7 +415,7 @@ def test_an_unknown_dim_is_refused_naming_it(tmp_path, capsys):
         capsys, "export", "mlf", str(file), str(tmp_path / "d.tar"), "--shards", "2"
     )
     assert code == 2 and "'seq'" in err and "--dim seq=N" in err
-    code, out, err = _run(
+    code, _out, err = _run(
         capsys, "export", "mlf", str(file), str(tmp_path / "d.tar"), "--shards", "2",
         "--dim", "seq=128", "--dim", "batch=1",
     )  # fmt: skip

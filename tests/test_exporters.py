@@ -56,7 +56,7 @@ class StageListExporter:
             manifest,
             stages=[
                 dataclasses.replace(entry, extra={"num_nodes": stage.graph.num_nodes()})
-                for entry, stage in zip(manifest.stages, stages)
+                for entry, stage in zip(manifest.stages, stages, strict=True)
             ],
         )
         indent = int(options["indent"]) if "indent" in options else None
@@ -131,7 +131,7 @@ def test_an_exporter_defined_outside_works_from_the_command_line(stage_list, tmp
     code, stdout, _ = _run(capsys, "export", "--list-formats", "--json")
     listed = {entry["name"]: entry for entry in json.loads(stdout)["result"]}
     assert listed["stage-list"]["options"] == {"indent": "JSON indentation (default: none)"}
-    assert list(listed)[0] == "split"
+    assert next(iter(listed)) == "split"
     code, stdout, _ = _run(capsys, "export", "--help")
     assert code == 0
     help_text = " ".join(stdout.split())
@@ -197,7 +197,7 @@ def test_the_registry_view_is_read_only():
     view = exporters.exporters()
     with pytest.raises(TypeError):
         view["split"] = None  # type: ignore[index]
-    assert list(view)[0] == "split"
+    assert next(iter(view)) == "split"
 
 
 def test_export_refuses_unknown_formats_options_and_bad_shards(stage_list, gpt, tmp_path):
@@ -210,7 +210,7 @@ def test_export_refuses_unknown_formats_options_and_bad_shards(stage_list, gpt, 
     for shards in (0, -1, 2.0, True, "2"):
         with pytest.raises(ExportError, match="shards must be a positive integer"):
             exporters.export(gpt, tmp_path / "a", "stage-list", shards=shards)
-    with pytest.raises(TypeError, match="onnx_ir.Model"):
+    with pytest.raises(TypeError, match=r"onnx_ir.Model"):
         exporters.export(str(GPT_TINY), tmp_path / "a", "stage-list", shards=2)  # type: ignore[arg-type]
     assert stage_list.calls == 0
     assert list(tmp_path.iterdir()) == []

@@ -271,7 +271,7 @@ def test_save_of_a_model_with_a_broken_external_tensor_is_a_typed_error(tmp_path
         base_dir=str(tmp_path),
     )  # fmt: skip
     model.graph.initializers["W1"].const_value = tensor
-    with pytest.raises(OmnyError, match="'W1' at '../../etc/passwd'") as info:
+    with pytest.raises(OmnyError, match=r"'W1' at '../../etc/passwd'") as info:
         save(model, tmp_path / "out" / "m.onnx", external_data=False)
     assert not isinstance(info.value, ValueError) or isinstance(info.value, OmnyError)
     assert list((tmp_path / "out").iterdir()) == []
@@ -309,7 +309,7 @@ def test_a_data_file_that_is_not_the_models_is_detected(tmp_path, how, capsys):
     else:
         with open(data, "ab") as file:
             file.write(b"\0" * 4)
-    with pytest.raises(ExternalDataError, match="m.onnx.data") as info:
+    with pytest.raises(ExternalDataError, match=r"m.onnx.data") as info:
         load(path)
     assert "OMNY109" in {p.code for p in info.value.problems}
     assert "OMNY109" in {d.code for d in check(path)}

@@ -145,7 +145,7 @@ def test_spec_example_changed_keeps_layout():
 
 STYLES = [
     pytest.param(lambda d: json.dumps(d, indent=2), id="reference-writer"),
-    pytest.param(lambda d: json.dumps(d), id="one-line"),
+    pytest.param(json.dumps, id="one-line"),
     pytest.param(lambda d: json.dumps(d, separators=(",", ":")), id="compact"),
     pytest.param(lambda d: json.dumps(d, indent=4, separators=(", ", ": ")), id="old-indent"),
     pytest.param(lambda d: json.dumps(d, indent="\t", ensure_ascii=False), id="tabs"),
@@ -294,7 +294,7 @@ def test_extra_from_constructor_is_frozen_and_checked():
         TensorInfo("x", (), extra={"a": object()})
     with pytest.raises(TypeError):
         TensorInfo("x", (), extra={1: 2})  # type: ignore[dict-item]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="nan cannot be written as JSON"):
         TensorInfo("x", (), extra={"a": float("nan")})
     text = OmnyMetadata(inputs=(info,)).to_json()
     assert json.loads(text)["inputs"][0] == {
@@ -482,7 +482,7 @@ def set_at(d: dict[str, Any], path: list[Any], value: Any) -> None:
 DELETE = object()
 CONFIG = ["sharding", "configurations"]
 ERROR_CASES = [
-    (CONFIG + [1, "cut_point_ids", 2], 3, "expected a string, got 3"),
+    ([*CONFIG, 1, "cut_point_ids", 2], 3, "expected a string, got 3"),
     (["model", "total_params"], True, "expected an integer, got true"),
     (["model", "total_size_mb"], 1200.5, "expected an integer, got 1200.5"),
     (["model", "total_size_mb"], 1e19, "outside the signed 64-bit range"),
@@ -510,13 +510,13 @@ ERROR_CASES = [
     (["sharding", "min_shards"], 0, "expected an integer >= 1, got 0"),
     (["sharding", "allowed_shards", 0], 0, "expected an integer >= 1, got 0"),
     (["sharding", "allowed_shards", 1], -1, "expected an integer >= 1, got -1"),
-    (CONFIG + [0, "num_shards"], 0, "expected an integer >= 1, got 0"),
-    (CONFIG + [0, "num_shards"], DELETE, "required key is missing"),
-    (CONFIG + [1, "memory_per_shard_mb"], DELETE, "required key is missing"),
-    (CONFIG + [1, "cut_point_ids"], DELETE, "required key is missing"),
-    (CONFIG + [1, "cut_point_ids"], "cut_1", 'expected an array, got "cut_1"'),
-    (CONFIG + [0, "memory_per_shard_mb", 1], -1, "expected a non-negative integer, got -1"),
-    (CONFIG + [1], [], "expected an object, got an array"),
+    ([*CONFIG, 0, "num_shards"], 0, "expected an integer >= 1, got 0"),
+    ([*CONFIG, 0, "num_shards"], DELETE, "required key is missing"),
+    ([*CONFIG, 1, "memory_per_shard_mb"], DELETE, "required key is missing"),
+    ([*CONFIG, 1, "cut_point_ids"], DELETE, "required key is missing"),
+    ([*CONFIG, 1, "cut_point_ids"], "cut_1", 'expected an array, got "cut_1"'),
+    ([*CONFIG, 0, "memory_per_shard_mb", 1], -1, "expected a non-negative integer, got -1"),
+    ([*CONFIG, 1], [], "expected an object, got an array"),
     (["export_info", "onnx_opset"], "17", 'expected an integer, got "17"'),
     (["export_info", "onnx_opset"], -1, "expected a non-negative integer, got -1"),
     (["export_info", "validated"], 1, "expected true, false or null, got 1"),
@@ -920,7 +920,7 @@ def check_matches(obj: Any, document: dict[str, Any]) -> None:
             check_matches(field, value)
         elif isinstance(value, list) and value and isinstance(value[0], dict):
             assert len(field) == len(value)
-            for item, item_document in zip(field, value):
+            for item, item_document in zip(field, value, strict=True):
                 check_matches(item, item_document)
         else:
             assert field == tuples(value)

@@ -8,6 +8,7 @@ the same model, seed and dims gave two different requests.
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
 import numpy as np
 import onnx_ir as ir
@@ -59,12 +60,14 @@ def assert_same_arrays(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) 
 class RecordingEngine:
     """Runs each request in the submitting thread and keeps a copy of its inputs."""
 
-    seen: list[dict[str, np.ndarray]] = []
+    seen: ClassVar[list[dict[str, np.ndarray]]] = []
 
     def __init__(self, chain, devices, threads, recorder, on_done, *, spinning):
         self._chain = chain
         self._on_done = on_done
-        self._runners = [StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads)]
+        self._runners = [
+            StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads, strict=True)
+        ]
 
     def submit(self, request, env):
         RecordingEngine.seen.append({k: v.copy() for k, v in env.items()})
@@ -82,7 +85,7 @@ class RecordingEngine:
 
 
 def test_omny_run_sends_what_omny_verify_feeds(tmp_path, capsys):
-    model, path = planned_bert(tmp_path)
+    _model, path = planned_bert(tmp_path)
     register_engine("test-recording", RecordingEngine, replace=True)
     RecordingEngine.seen = []
     args = ["--shards", "2", "--seed", "5", "--dim", "batch=3", "--json"]
@@ -130,13 +133,12 @@ def _two_lookups() -> tuple[ir.Model, list[ir.Model]]:
     """ids -> Gather(table of 7) -> a; ids -> Cast -> Gather(table of 5) -> b: whole and stages."""
 
     def table(name: str, rows: int) -> ir.Value:
-        value = ir.Value(
+        return ir.Value(
             name=name,
             type=ir.TensorType(ir.DataType.FLOAT),
             shape=ir.Shape([rows, 2]),
             const_value=ir.tensor(np.ones((rows, 2), np.float32), name=name),
         )
-        return value
 
     def graph(with_first: bool, with_second: bool) -> ir.Model:
         ids = ir.Value(name="ids", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(["n"]))
@@ -283,7 +285,7 @@ def test_one_dims_validator_numpy_integers_everywhere(tmp_path):
     for bad in ({"batch": np.float64(8)}, {"batch": 0}, {"batch": True}, {"batch": 2**41}, {3: 1}):
         with pytest.raises(ValueError, match="planning dim"):
             check_dims(bad)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="planning dim"):
             plan(model, shards=[2], dims=bad)
         with pytest.raises(VerifyError):
             verify(model, 2, dims=bad)

@@ -93,7 +93,7 @@ def test_load_not_protobuf(tmp_path, content):
 def test_load_missing_external_data(external_model):
     path, _ = external_model
     os.remove(path.parent / "weights.bin")
-    with pytest.raises(OmnyIOError, match="weights.bin") as info:
+    with pytest.raises(OmnyIOError, match=r"weights.bin") as info:
         load(path)
     assert "does not exist" in str(info.value)
 

@@ -144,7 +144,7 @@ def test_logits_match_numpy_reference(tiny_sessions, kv_cache):
     expected, expected_presents = reference(config, weights_of(model), ids, mask, pos)
     assert logits.dtype == np.float32 and logits.shape == (2, 7, config.vocab)
     np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=0)
-    for (k, v), (ek, ev) in zip(presents, expected_presents):
+    for (k, v), (ek, ev) in zip(presents, expected_presents, strict=False):
         np.testing.assert_allclose(k, ek, atol=1e-5, rtol=0)
         np.testing.assert_allclose(v, ev, atol=1e-5, rtol=0)
     assert np.abs(expected).max() > 1e-2  # not a trivially small output

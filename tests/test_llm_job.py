@@ -81,7 +81,7 @@ def test_plan_split_verify_run(job):
     with ModelSession(path) as whole, Pipeline(folder, intra_op_num_threads=1) as pipe:
         names = [o.name for o in whole.session.get_outputs()]
         for feeds in (requests(0, 16, seed=1), requests(16, 1, seed=2)):
-            expected = dict(zip(names, whole.session.run(None, feeds)))
+            expected = dict(zip(names, whole.session.run(None, feeds), strict=True))
             got = pipe.run(feeds)
             assert set(got) == set(names)
             for name in names:
@@ -94,7 +94,7 @@ def test_measured_stages_match_the_prediction(job):
     _, model, result, folder = job
     measured = measure_stages(folder, make_inputs(model, dims=DIMS))
     assert len(measured) == 2
-    for stage, found in zip(result.partitions[0].memory, measured):
+    for stage, found in zip(result.partitions[0].memory, measured, strict=True):
         assert found.peak_bytes >= found.steady_bytes > 0 and found.peak_reset
         assert found.output_bytes > 0 and found.create_seconds > 0
         # The goal of docs/memory_accuracy.md, with room for a noisy neighbour.

@@ -129,7 +129,7 @@ def test_malformed_manifests_are_located(split_dir, change, path, reason):
 
 
 def test_missing_manifest_or_stage_file_is_an_io_error(split_dir, tmp_path):
-    with pytest.raises(OmnyIOError, match="without manifest.json"):
+    with pytest.raises(OmnyIOError, match=r"without manifest.json"):
         read_manifest(tmp_path)
     (split_dir / "stage_1.onnx").unlink()
     with pytest.raises(OmnyIOError, match=r"stages\[1\]\.file: .*stage_1.onnx does not exist"):

@@ -168,7 +168,7 @@ def test_matches_brute_force_and_grows_with_the_stage(graph):
     pairs = [(i, j) for i in range(size) for j in range(i + 1, size + 1)]
     i, j = np.array(pairs).T
     totals = memory.total_bytes(i, j)
-    table = dict(zip(pairs, totals.tolist()))
+    table = dict(zip(pairs, totals.tolist(), strict=True))
     for (a, b), total in table.items():
         assert total == memory.stage(a, b).total_bytes
         assert total == brute_force_stage(memory, a, b)

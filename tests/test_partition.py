@@ -40,10 +40,10 @@ def brute_force(
     best = None
     for combo in itertools.combinations(usable, n - 1):
         ends = [0, *combo, memory.num_segments]
-        stages = list(zip(ends[:-1], ends[1:]))
+        stages = list(itertools.pairwise(ends))
         totals = [int(memory.total_bytes([i], [j])[0]) for i, j in stages]
         if capacities is not None and any(
-            t > usable_bytes(c, memory.headroom) for t, c in zip(totals, capacities)
+            t > usable_bytes(c, memory.headroom) for t, c in zip(totals, capacities, strict=True)
         ):
             continue
         if max_stage is not None and max(totals) > max_stage:
@@ -112,7 +112,7 @@ def test_random_partitions_with_capacities_are_optimal(graph, n, scale, uneven):
         return
     found = partition(memory, n, capacities=capacities, balance="memory")
     assert objective(found) == expected
-    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities))
+    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities, strict=True))
 
 
 def test_heterogeneous_devices_put_big_stages_on_big_devices():
@@ -121,7 +121,7 @@ def test_heterogeneous_devices_put_big_stages_on_big_devices():
     capacities = [whole * 3 // 4, whole // 2, whole // 2]
     found = partition(memory, 3, capacities=capacities, balance="memory")
     assert found.memory[0].total_bytes > found.memory[1].total_bytes
-    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities))
+    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities, strict=True))
     assert objective(found) == brute_force(memory, 3, capacities)
 
 
@@ -181,7 +181,7 @@ def layer_chain(widths: list[int]) -> ir.Graph:
     f32 = ir.TensorType(ir.DataType.FLOAT)
     x = ir.Value(name="x", type=f32, shape=ir.Shape([1, widths[0]]))
     nodes, inits, current = [], [], x
-    for k, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+    for k, (a, b) in enumerate(itertools.pairwise(widths)):
         w = ir.Value(name=f"w{k}", const_value=ir.tensor(rng.random((a, b), dtype=np.float32)))
         inits.append(w)
         for op in ("MatMul", "Relu"):
@@ -248,7 +248,7 @@ def test_random_speed_partitions_are_optimal(graph, n, scale, devices, flops_per
     found = partition(memory, n, flops_per_byte=flops_per_byte, **options)
     assert objective(found, "speed") == expected
     if capacities is not None:
-        assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities))
+        assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities, strict=True))
     if max_stage is not None:
         assert found.bottleneck_bytes <= max_stage
     # What bound it: the slowest step is the one named, and memory only where the devices'

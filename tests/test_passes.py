@@ -132,7 +132,7 @@ def test_select_configurations_and_device_names():
 
 
 def test_annotate_errors():
-    with pytest.raises(BindingError, match="no .omny metadata"):
+    with pytest.raises(BindingError, match=r"no .omny metadata"):
         AnnotatePass()(chain(3))
     model = chain(6)
     plan(model, [["h3"]])

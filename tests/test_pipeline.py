@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -115,7 +116,7 @@ def mlp_stages(
     bounds = [0, *cuts, layers]
     return [
         _graph(a, b, layers, width, seed, name=f"stage{k}")
-        for k, (a, b) in enumerate(zip(bounds, bounds[1:]))
+        for k, (a, b) in enumerate(itertools.pairwise(bounds))
     ]
 
 
@@ -224,7 +225,7 @@ def test_parse_device():
     ]
     assert parse_device("cpu").ort_providers() == ["CPUExecutionProvider"]
     for bad in ("tpu", "cuda:x", "cpu:1"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="device"):
             parse_device(bad)
 
 
@@ -302,7 +303,7 @@ def test_map_streams_in_order_and_stats_record_busy_periods():
         outputs = list(pipe.map(requests))
         stats = pipe.stats()
     assert len(outputs) == 12
-    for out, r in zip(outputs, requests):
+    for out, r in zip(outputs, requests, strict=True):
         assert_outputs(out, r)
     assert stats.requests == 12 and stats.failed == 0
     assert stats.wall_s > 0 and stats.throughput == pytest.approx(12 / stats.wall_s)
@@ -313,7 +314,7 @@ def test_map_streams_in_order_and_stats_record_busy_periods():
         assert 0 < stage.utilisation <= 1
         assert stage.busy_s == pytest.approx(sum(p.duration for p in stage.periods))
     # stage 1 runs request k after stage 0 finished it
-    for p0, p1 in zip(stats.stages[0].periods, stats.stages[1].periods):
+    for p0, p1 in zip(stats.stages[0].periods, stats.stages[1].periods, strict=True):
         assert p1.start >= p0.end
     assert "stage" in stats.format()
     assert stats.to_dict()["stages"][0]["requests"] == 12
@@ -328,7 +329,9 @@ class SerialEngine:
         from onnx_ir_multidevice.runtime import StageRunner
 
         self._chain, self._recorder, self._on_done = chain, recorder, on_done
-        self._runners = [StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads)]
+        self._runners = [
+            StageRunner(s, d, n) for s, d, n in zip(chain.stages, devices, threads, strict=True)
+        ]
 
     def submit(self, request, env):
         for i, runner in enumerate(self._runners):
@@ -430,9 +433,9 @@ def test_map_stops_at_failure_and_pipeline_stays_usable():
     requests[2] = {"x": requests[2]["x"].astype(np.float64), "scale": requests[2]["scale"]}
     with Pipeline(mlp_stages([2]), intra_op_num_threads=1) as pipe:
         got = []
-        with pytest.raises(PipelineError) as info:
+        with pytest.raises(PipelineError) as info:  # noqa: PT012  # map() fails at the third
             for out in pipe.map(requests):
-                got.append(out)
+                got.append(out)  # noqa: PERF402  # keeps the results before the error
         assert len(got) == 2 and info.value.request == 2 and info.value.stage == 0
         assert pipe.in_flight == 0  # the rest were drained
         outs = list(pipe.map(requests[:2]))
@@ -453,7 +456,8 @@ def test_run_and_map_keep_their_own_results_while_requests_are_queued():
     with Pipeline(mlp_stages([2])) as pipe:
         pipe.send_input(request(0))
         assert_outputs(pipe.run(request(1)), request(1))
-        assert_outputs(list(pipe.map([request(2)]))[0], request(2))
+        [mapped] = pipe.map([request(2)])
+        assert_outputs(mapped, request(2))
         assert pipe.in_flight == 1
         assert_outputs(pipe.receive_output(), request(0))
 
@@ -508,7 +512,8 @@ def test_an_infinite_timeout_means_no_limit(timeout):
         assert_outputs(pipe.run(inputs, timeout=timeout), inputs)  # waits for room, then runs
         watcher.join()
         assert_outputs(pipe.receive_output(timeout=timeout), inputs)
-        assert [*pipe.map([inputs], timeout=timeout)][0].keys() == {"layer.0.out", "y"}
+        [mapped] = pipe.map([inputs], timeout=timeout)
+        assert mapped.keys() == {"layer.0.out", "y"}
 
 
 @pytest.mark.parametrize("timeout", [float("nan"), "10", True])
@@ -665,12 +670,12 @@ def test_streams_match_oracle(cuts, bad, max_in_flight, use_map):
                 assert exc.request == good
                 assert exc.stage == (0 if bad[good] == "x" else last_stage)
             assert len(got) == (len(requests) if good is None else good)
-            for out, r in zip(got, requests):
+            for out, r in zip(got, requests, strict=False):
                 assert_outputs(out, r)
         else:
             for r in requests:
                 pipe.send_input(r)
-            for k, (r, which) in enumerate(zip(requests, bad)):
+            for k, (r, which) in enumerate(zip(requests, bad, strict=True)):
                 if which is None:
                     assert_outputs(pipe.receive_output(), r)
                 else:

@@ -31,7 +31,7 @@ def test_run_map_and_queue_match_oracle():
         inputs = request(0)
         assert_outputs(pipe.run(inputs), inputs)
         requests = [request(k, batch=1 + k % 4) for k in range(10)]
-        for out, r in zip(pipe.map(requests), requests):
+        for out, r in zip(pipe.map(requests), requests, strict=True):
             assert_outputs(out, r)
         for r in requests[:4]:
             pipe.send_input(r)
@@ -54,7 +54,7 @@ def test_three_stages_forward_graph_inputs():
         ray_actor_options={"num_cpus": 0.5},
     ) as pipe:
         requests = [request(k) for k in range(6)]
-        for out, r in zip(pipe.map(requests), requests):
+        for out, r in zip(pipe.map(requests), requests, strict=True):
             assert_outputs(out, r)
 
 
@@ -124,7 +124,7 @@ def test_dead_actor_fails_every_pending_and_later_request(stage):
         else:
             pytest.fail("the killed actor still answers after 60 s")
         sent = 0
-        with pytest.raises(PipelineError) as refused:
+        with pytest.raises(PipelineError) as refused:  # noqa: PT012  # sends until refused
             for k in range(1000):  # until the pipeline learns of the death and refuses
                 pipe.send_input(request(k), timeout=60)
                 sent += 1

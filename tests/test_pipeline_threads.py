@@ -52,7 +52,7 @@ class Oracle:
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with self._lock:
             values = self._session.run(OUTPUTS, inputs)
-        return dict(zip(OUTPUTS, values))
+        return dict(zip(OUTPUTS, values, strict=True))
 
     def check(self, out: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> None:
         expected = self(inputs)
@@ -137,7 +137,7 @@ def test_run_map_and_queue_api_from_several_threads_each_get_their_own_results(o
         def map_user(t: int) -> None:
             requests = [distinct_request(t, k) for k in range(rounds)]
             got = 0
-            for out, r in zip(pipe.map(requests, timeout=WAIT), requests):
+            for out, r in zip(pipe.map(requests, timeout=WAIT), requests, strict=True):
                 oracle.check(out, r)
                 got += 1
             results[f"map{t}"] = got
@@ -160,7 +160,7 @@ def test_run_map_and_queue_api_from_several_threads_each_get_their_own_results(o
         for stage in stats.stages:
             assert stage.requests == 5 * rounds and stage.utilisation <= 1
             periods = sorted(stage.periods, key=lambda p: p.start)
-            assert all(a.end <= b.start for a, b in zip(periods, periods[1:]))
+            assert all(a.end <= b.start for a, b in itertools.pairwise(periods))
 
 
 def test_run_and_map_while_requests_are_queued(oracle):
@@ -171,7 +171,7 @@ def test_run_and_map_while_requests_are_queued(oracle):
         own = distinct_request(1, 0)
         oracle.check(pipe.run(own, timeout=WAIT), own)
         mapped = [distinct_request(2, k) for k in range(4)]
-        for out, r in zip(pipe.map(mapped, timeout=WAIT), mapped):
+        for out, r in zip(pipe.map(mapped, timeout=WAIT), mapped, strict=True):
             oracle.check(out, r)
         assert pipe.in_flight == 3
         for r in queued:
@@ -335,13 +335,14 @@ def test_close_from_another_thread_while_threads_send_run_and_receive():
             assert "send_input" not in str(exc) and "receive" not in str(exc), (name, exc)
     assert received
     numbers = sorted(sent)
-    for number, out in zip(numbers, received):  # the queue's results, in request-number order
+    # The queue's results, in request-number order (the close may leave some unreceived).
+    for number, out in zip(numbers, received, strict=False):
         heavy.check(out, sent[number])
     for call in (
         lambda: pipe.send_input(inputs_for(0, 0)),
         lambda: pipe.run(inputs_for(0, 0)),
         lambda: pipe.map([inputs_for(0, 0)]),
-        lambda: pipe.receive_output(),
+        pipe.receive_output,
     ):
         with pytest.raises(PipelineError, match="closed"):
             call()
@@ -499,7 +500,7 @@ def book_is_clean(pipe: Pipeline) -> bool:
 def test_keyboard_interrupt_in_the_map_consumer_leaves_nothing_behind(oracle, at):
     with two_stages(max_in_flight=4) as pipe:
         requests = (distinct_request(0, k) for k in itertools.count())
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):  # noqa: PT012  # interrupted mid-iteration
             for k, _ in enumerate(pipe.map(requests, timeout=WAIT)):
                 if k == at:
                     raise KeyboardInterrupt
@@ -547,7 +548,7 @@ def test_sigint_while_map_waits_for_a_result_leaves_nothing_behind(oracle):
         got = 1
         locks = pipe._engine._stage_locks
         with locks[0], locks[1]:  # no stage runs: once map() waits, no result can end the wait
-            with pytest.raises(KeyboardInterrupt):
+            with pytest.raises(KeyboardInterrupt):  # noqa: PT012  # interrupted while map() waits
                 interrupter = threading.Thread(target=interrupt_when_main_waits, daemon=True)
                 interrupter.start()
                 for out in it:
@@ -709,7 +710,7 @@ def test_sigint_to_omny_run_exits_130_promptly(tmp_path):
                 "--warmup",
                 "0",
                 "--progress",
-            ],  # fmt: skip
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )

@@ -48,7 +48,7 @@ ZOO = {
     "bert": (lambda: zoo.bert(layers=3), "transformer_encoder", False),
     "gpt": (lambda: zoo.gpt(layers=3), "transformer_decoder", True),
     "vit": (lambda: zoo.vit(layers=3), "vision_transformer", False),
-    "control_flow": (lambda: zoo.control_flow(), "mlp", True),
+    "control_flow": (zoo.control_flow, "mlp", True),
 }
 
 
@@ -112,17 +112,19 @@ def test_devices_and_tied_weights():
     model = zoo.gpt(layers=4, hidden=128, seq=64)
     result = plan_model(model, relaxed=True, devices=["4MiB", "2MiB", "2MiB"])
     (found,) = result.partitions
-    assert [m.required_bytes <= c for m, c in zip(found.memory, result.capacities[0])] == [True] * 3
+    assert [
+        m.required_bytes <= c for m, c in zip(found.memory, result.capacities[0], strict=True)
+    ] == [True] * 3
     wte = model.graph.initializers["wte.weight"].const_value.nbytes
     assert found.memory[0].weights_bytes > wte and found.memory[-1].weights_bytes > wte
     assert "3 shards" in describe(result) and "device 2.0 MiB" in describe(result)
-    with pytest.raises(PlanError, match="stage .* needs .* but device .* has"):
+    with pytest.raises(PlanError, match=r"stage .* needs .* but device .* has"):
         plan(model, relaxed=True, devices=["1MiB", "1MiB"])
     with pytest.raises(PlanError, match="4 shards need 4 devices"):
         plan(model, relaxed=True, devices=["4MiB", "2MiB", "2MiB"], shards=[4])
     with pytest.raises(PlanError, match="no unit"):
         plan(model, devices=["8.5"])
-    with pytest.raises(PlanError, match="needs .* but device .* has 8 B"):
+    with pytest.raises(PlanError, match=r"needs .* but device .* has 8 B"):
         plan(model, devices=["8", "8"])  # digits only: a byte count
 
 
@@ -220,7 +222,7 @@ def test_parse_sizes_and_dims():
     assert parse_memory_sizes("24GiB, 8GiB,8GiB") == (24 * 1024**3, 8 * 1024**3, 8 * 1024**3)
     assert parse_dims(["seq=512", "batch=2"]) == {"seq": 512, "batch": 2}
     for bad in ("8.5", "0", "8XB", "-1GB", "GB", "0MiB"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="memory size"):
             parse_size(bad)
     with pytest.raises(ValueError, match="NAME=POSITIVE_INT"):
         parse_dims(["seq"])

@@ -52,5 +52,5 @@ def test_bad_values_are_refused_on_write():
     model = zoo.bert(layers=1)
     with pytest.raises(OmnyFormatError):
         write_planning_dims(model, {"seq": 0})
-    with pytest.raises(TypeError, match="onnx_ir.Model"):
+    with pytest.raises(TypeError, match=r"onnx_ir.Model"):
         write_planning_dims("model.onnx", {"seq": 1})  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ def _model():
 
 def test_onnx_ir_replace_all_uses_with_drops_specs():
     """The raw onnx-ir behaviour this module works around."""
-    _, _, x, y, relu, neg = _model()
+    _, _, x, y, relu, _neg = _model()
     y.replace_all_uses_with(x)
     assert relu.inputs[0] is x
     assert relu.sharding_of(x) == () and relu.sharding_of(y) == ()
@@ -81,7 +81,7 @@ def test_existing_spec_of_the_replacement_wins():
 
 
 def test_move_sharding_creates_an_entry():
-    model, conf, x, y, relu, neg = _model()
+    model, _conf, _x, y, relu, _neg = _model()
     other = model.add_device_configuration("d", num_devices=2)
     spec = ir.ShardingSpec(value=y, device=(1,))
     assert move_sharding(relu, other, spec, relu.inputs[0])

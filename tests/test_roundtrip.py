@@ -375,7 +375,7 @@ def test_trap_pipeline_stage_out_of_int32():
     model = make_annotated_model()
     pipe = model.device_configurations[0]
     if_node = list(model.graph)[2]
-    then_node = list(if_node.attributes["then_branch"].as_graph())[0]
+    then_node = next(iter(if_node.attributes["then_branch"].as_graph()))
     then_node.set_pipeline_stage(pipe, 2**31)  # raw onnx-ir accepts it here...
     with pytest.raises(ir.serde.SerdeError):  # ...and fails deep inside protobuf
         ir.serde.serialize_model(model)
@@ -389,7 +389,7 @@ def test_trap_pipeline_stage_out_of_int32():
 
 def test_unnamed_sharded_value_is_refused_with_path():
     model = make_annotated_model()
-    list(model.graph)[0].inputs[0].name = ""
+    next(iter(model.graph)).inputs[0].name = ""
     with pytest.raises(OmnyFormatError, match=r"graph\.node\[0\]\..*tensor_name"):
         to_proto(model)
 
@@ -547,7 +547,7 @@ def test_from_proto_binds_like_onnx_ir(annotated_proto):
             for spec in config.sharding_specs:
                 assert any(spec.value is v for v in (*node.inputs, *node.outputs))
     # An If branch shards the outer value r: the very object the main graph produces.
-    else_node = list(list(ours.graph)[2].attributes["else_branch"].as_graph())[0]
+    else_node = next(iter(list(ours.graph)[2].attributes["else_branch"].as_graph()))
     assert (
         else_node.device_configurations[0].sharding_specs[0].value is list(ours.graph)[1].outputs[0]
     )
@@ -560,7 +560,7 @@ def test_dangling_references_round_trip(annotated_proto, caplog):
     config.sharding_spec[0].tensor_name = "nowhere"
     with caplog.at_level(logging.ERROR, logger="onnx_ir"):
         model = from_proto(proto)
-    spec = list(model.graph)[0].device_configurations[0].sharding_specs[0]
+    spec = next(iter(model.graph)).device_configurations[0].sharding_specs[0]
     assert spec.value.name == "nowhere" and spec.value.producer() is None  # placeholder
     _assert_lossless(proto, to_proto(model))
 

@@ -256,7 +256,7 @@ def _model(op: str, inputs: list[np.ndarray | None], attributes: dict[str, Any])
             helper.make_tensor_value_info(
                 name, helper.np_dtype_to_tensor_dtype(x.dtype), list(x.shape)
             )
-            for name, x in zip(names, inputs)
+            for name, x in zip(names, inputs, strict=True)
             if x is not None
         ],
         [helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)],

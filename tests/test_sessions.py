@@ -97,7 +97,7 @@ def test_sources_small_models_go_as_bytes():
     with ModelSession(proto, session_options(intra_op_num_threads=1)) as owner:
         assert owner.folder is None
         assert [i.name for i in owner.session.get_inputs()] == ["image"]
-    with pytest.raises(TypeError, match="onnx_ir.Model"):
+    with pytest.raises(TypeError, match=r"onnx_ir.Model"):
         session_source(42)  # type: ignore[arg-type]
 
 
@@ -109,5 +109,5 @@ def test_a_model_onnxruntime_refuses_leaves_no_folder(temp_root):
     with pytest.raises(Exception, match="NoSuchOp"):
         ModelSession(ir.Model(graph, ir_version=10))
     assert os.listdir(temp_root) == []
-    with pytest.raises(Exception, match="(?i)protobuf"):
+    with pytest.raises(Exception, match=r"(?i)protobuf"):
         ModelSession(b"not a model")

@@ -128,7 +128,7 @@ def test_device_memory_is_a_constraint_and_the_binding_device_is_named(name):
     except PlanError:
         pytest.skip("nothing fits the smaller device")
     found = result.partitions[0]
-    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities))
+    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities, strict=True))
     assert found.bound.time_flops == _oracle(result, 2, capacities)
     assert found.bound.time_flops > free.bound.time_flops
     assert found.bound.kind == "memory" and found.bound.devices == (1,)
@@ -170,7 +170,7 @@ def test_tied_weight_counts_in_both_stages_and_memory_steers_the_cut_away_from_i
     found = result.partitions[0]
     assert found.cuts[0].value.name in ("MatMul3", "Relu3")  # after the tied weight's reuse
     assert found.duplicated_weight_bytes == 0
-    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities))
+    assert all(m.required_bytes <= c for m, c in zip(found.memory, capacities, strict=True))
     assert found.bound.kind == "memory" and found.bound.devices == (1,)
     assert found.bound.time_flops == _oracle(result, 2, capacities)
 

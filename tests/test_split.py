@@ -43,7 +43,7 @@ def _run(model: ir.Model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]
         session = owner.session
         names = [i.name for i in session.get_inputs()]
         results = session.run(None, {n: feeds[n] for n in names})
-        return dict(zip([o.name for o in session.get_outputs()], results))
+        return dict(zip([o.name for o in session.get_outputs()], results, strict=True))
 
 
 def _run_chain(stages: list[ir.Model], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -292,7 +292,7 @@ def test_error_unknown_cut_name():
 
 def test_error_stage_reads_later_stage():
     model = zoo.resnet(depth_blocks=2)
-    stages = {node: 1 for node in model.graph}
+    stages = dict.fromkeys(model.graph, 1)
     stages[model.graph.node(-1)] = 0  # the classifier before its inputs
     with pytest.raises(SplitError, match="later stage 1"):
         split_by_stages(model, stages)
@@ -407,7 +407,7 @@ def test_save_split_writes_stages_and_manifest(tmp_path):
     for session in sessions:
         names = [i.name for i in session.get_inputs()]
         out = session.run(None, {n: env[n] for n in names})
-        env.update(zip([o.name for o in session.get_outputs()], out))
+        env.update(zip([o.name for o in session.get_outputs()], out, strict=True))
     np.testing.assert_allclose(env["logits"], _run(model, GPT_IDS)["logits"], atol=1e-5)
 
 
@@ -510,7 +510,7 @@ def test_save_split_from_external_data_model(tmp_path):
         session = ort.InferenceSession(str(out / s.file), providers=["CPUExecutionProvider"])
         names = [i.name for i in session.get_inputs()]
         env.update(zip([o.name for o in session.get_outputs()], session.run(None, {
-            n: env[n] for n in names})))  # fmt: skip
+            n: env[n] for n in names}), strict=True))  # fmt: skip
     np.testing.assert_allclose(env["logits"], _run(model, feeds)["logits"], atol=1e-5)
 
 
@@ -592,7 +592,7 @@ def test_random_graphs_split_compute_what_the_oracle_computes(case):
     for op, inputs in specs:
         has_x.append(any(i == 0 or (i > 0 and has_x[i - 1]) for i in inputs))
         has_matmul.append(op == "MatMul" or any(i > 0 and has_matmul[i - 1] for i in inputs))
-    activation = [a and b for a, b in zip(has_x, has_matmul)]
+    activation = [a and b for a, b in zip(has_x, has_matmul, strict=True)]
     expected_inputs: list[set[str]] = [set() for _ in range(num_stages)]
     produces = [False] * num_stages
     for j, (_, inputs) in enumerate(specs):
@@ -715,11 +715,11 @@ def test_fast_node_clone_matches_the_onnx_ir_cloner():
     fast, reference = clone_all(True), clone_all(False)
     assert _proto_bytes(fast) == _proto_bytes(reference)
     assert _proto_bytes(model) == before
-    for new, old in zip(fast.graph, model.graph):
+    for new, old in zip(fast.graph, model.graph, strict=True):
         assert new is not old
         assert new.metadata_props == old.metadata_props
         assert new.metadata_props is not old.metadata_props
-        for a, b in zip(new.outputs, old.outputs):
+        for a, b in zip(new.outputs, old.outputs, strict=True):
             assert a is not b and a.name == b.name and a.metadata_props == b.metadata_props
 
 
@@ -841,7 +841,7 @@ def test_save_split_direct_writer_equals_the_split_models(tmp_path, case, monkey
     expected = [ir.to_proto(s) for s in split(model, shards, metadata=metadata)]
     written = _loaded_protos(tmp_path / "direct", manifest)
     assert len(written) == len(expected) == shards
-    for i, (got, want) in enumerate(zip(written, expected)):
+    for i, (got, want) in enumerate(zip(written, expected, strict=True)):
         assert _roundtrip.diff(got, want) == [], (case, i)
         assert got == want, (case, i)
         assert all(e.key != "location" or e.value == f"stage_{i}.onnx.data"
@@ -897,5 +897,7 @@ def test_save_split_falls_back_to_the_stage_models_where_direct_differs(tmp_path
     metadata = _omny_cuts(cuts)
     manifest = save_split(model, tmp_path / "out", len(cuts) + 1, metadata=metadata)
     expected = [ir.to_proto(s) for s in split(model, len(cuts) + 1, metadata=metadata)]
-    for i, (got, want) in enumerate(zip(_loaded_protos(tmp_path / "out", manifest), expected)):
+    for i, (got, want) in enumerate(
+        zip(_loaded_protos(tmp_path / "out", manifest), expected, strict=True)
+    ):
         assert got == want, i

@@ -172,7 +172,7 @@ def test_verify_nan_and_integer_outputs_compare_exactly():
     assert not compare_outputs("a", nan, np.array([0.0, 1.0], np.float32), 1e-4, 1e-4).ok
     ints = np.array([1, 2, 3])
     assert compare_outputs("i", ints, ints.copy(), 0, 0).ok
-    assert compare_outputs("i", ints, ints + [0, 0, 1], 0, 0).mismatches == 1
+    assert compare_outputs("i", ints, ints + np.array([0, 0, 1]), 0, 0).mismatches == 1
     shape = compare_outputs("s", ints, ints[:2], 1, 1)
     assert not shape.ok and shape.max_abs_diff == float("inf")
 

@@ -106,7 +106,7 @@ def test_cli_run_verify_split_from_another_folder(external_bert, tmp_path, monke
 
 def test_over_the_proto_limit_from_another_folder(external_bert, tmp_path, monkeypatch):
     """A model too large for one protobuf message (the limits made tiny) goes through files."""
-    path, model = external_bert
+    _path, model = external_bert
     monkeypatch.setattr(sessions, "PROTO_LIMIT_BYTES", 1)
     monkeypatch.setattr(files, "EXTERNAL_DATA_TOTAL_BYTES", 1)
     big = tmp_path / "big"

@@ -86,7 +86,7 @@ def built(request) -> tuple[str, ir.Model]:
 def test_runs_with_declared_output_shapes(built):
     name, model = built
     results = _session(model).run(None, _feeds(model))
-    got = {o.name: r.shape for o, r in zip(model.graph.outputs, results)}
+    got = {o.name: r.shape for o, r in zip(model.graph.outputs, results, strict=True)}
     assert got == OUTPUTS[name]
     for r in results:
         assert np.isfinite(r).all()
@@ -96,7 +96,7 @@ def test_every_value_is_typed_and_its_shape_matches_onnxruntime(built):
     _, model = built
     session = _session(model, all_values=True)
     names = [o.name for o in session.get_outputs()]
-    values = dict(zip(names, session.run(None, _feeds(model))))
+    values = dict(zip(names, session.run(None, _feeds(model)), strict=True))
     declared = {v.name: v for node in model.graph for v in node.outputs}
     assert set(declared) <= set(values)
     for value_name, value in declared.items():

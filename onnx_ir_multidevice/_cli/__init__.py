@@ -408,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status (0 ok, 1 findings, 2 unreadable input or bad usage).
     """
-    global _envelope
+    global _envelope  # noqa: PLW0603  # the --json envelope of the one command this process runs
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     _envelope = _Envelope(_command_word(words)) if "--json" in words else None

@@ -515,7 +515,7 @@ def _step_pipeline(ctx: DemoContext) -> None:
         whole = owner.session
         whole.run(names, requests[0])  # warm up
         start = time.perf_counter()
-        expected = [dict(zip(names, whole.run(names, r))) for r in requests]
+        expected = [dict(zip(names, whole.run(names, r), strict=True)) for r in requests]
         whole_s = time.perf_counter() - start
     path = ctx.state["planned"]
     with Pipeline(path, PIPELINE_STAGES, intra_op_num_threads=1) as pipe:
@@ -550,7 +550,7 @@ def _step_pipeline(ctx: DemoContext) -> None:
         # verify's comparison, request by request; the worst figures over all requests.
         comparisons = [
             compare_outputs(name, want[name], got[name], rtol, atol)
-            for got, want in zip(results, expected)
+            for got, want in zip(results, expected, strict=True)
         ]
         worst_abs = max((c.max_abs_diff for c in comparisons), default=0.0)
         worst_rel = max((c.max_rel_diff for c in comparisons), default=0.0)

@@ -222,7 +222,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str 
     """Left-aligned plain-text table (columns sized to their widest cell)."""
     cells = [[str(h) for h in headers], *[[_cell(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [indent + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines = [
+        indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
     return "\n".join(lines)
 
 
@@ -311,11 +314,16 @@ def _format_metadata(meta: dict[str, Any]) -> list[str]:
     mm = meta["model"]
     s = meta["sharding"]
     lines = [
-        f"omny model  {mm['name']} (architecture: {mm['architecture']}), "
-        f"{mm['total_params']:,} parameters, {mm['total_size_mb']} MiB on disk, "
-        f"{mm['inference_memory_mb']} MiB to run",
-        f"sharding    {s['min_shards']}..{s['max_shards']} shards, allowed {s['allowed_shards']}, "
-        f"max shard {s['max_shard_size_mb']} MiB, min VRAM {s['min_vram_mb']} MiB",
+        (
+            f"omny model  {mm['name']} (architecture: {mm['architecture']}), "
+            f"{mm['total_params']:,} parameters, {mm['total_size_mb']} MiB on disk, "
+            f"{mm['inference_memory_mb']} MiB to run"
+        ),
+        (
+            f"sharding    {s['min_shards']}..{s['max_shards']} shards, "
+            f"allowed {s['allowed_shards']}, max shard {s['max_shard_size_mb']} MiB, "
+            f"min VRAM {s['min_vram_mb']} MiB"
+        ),
         "",
         f"cut points ({len(meta['cut_points'])})",
     ]

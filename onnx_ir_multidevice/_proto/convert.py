@@ -86,7 +86,9 @@ def _subgraph_pairs(
         if attr_proto.type == _GRAPH:
             yield f"{path}.attribute[{k}].g", attr_proto.g, attrs[k].as_graph()
         elif attr_proto.type == _GRAPHS:
-            for j, (g_proto, g) in enumerate(zip(attr_proto.graphs, attrs[k].as_graphs())):
+            for j, (g_proto, g) in enumerate(
+                zip(attr_proto.graphs, attrs[k].as_graphs(), strict=False)
+            ):
                 yield f"{path}.attribute[{k}].graphs[{j}]", g_proto, g
 
 
@@ -99,7 +101,7 @@ def _node_pairs(
     """
     if len(node_protos) != len(nodes):
         raise AssertionError(f"{path}: {len(node_protos)} node protos but {len(nodes)} IR nodes")
-    for i, (node_proto, node) in enumerate(zip(node_protos, nodes)):
+    for i, (node_proto, node) in enumerate(zip(node_protos, nodes, strict=True)):
         node_path = f"{path}.node[{i}]"
         yield node_path, node_proto, node
         if node_proto.attribute:
@@ -111,7 +113,9 @@ def _model_node_pairs(
     proto: onnx.ModelProto, model: ir.Model
 ) -> Iterator[tuple[str, onnx.NodeProto, ir.Node]]:
     yield from _node_pairs(proto.graph.node, list(model.graph), "graph")
-    for f, (f_proto, function) in enumerate(zip(proto.functions, model.functions.values())):
+    for f, (f_proto, function) in enumerate(
+        zip(proto.functions, model.functions.values(), strict=False)
+    ):
         yield from _node_pairs(f_proto.node, list(function), f"functions[{f}]")
 
 
@@ -174,15 +178,17 @@ def _node_config_presence(
     Those fields are scalars whose presence onnx-ir does not keep: ``key`` of index-to-group
     map entries, ``axis`` of sharded dims and ``num_shards`` of simple shardings.
     """
-    for config, ir_config in zip(configs, ir_configs):
-        for spec, ir_spec in zip(config.sharding_spec, ir_config.sharding_specs):
+    for config, ir_config in zip(configs, ir_configs, strict=False):
+        for spec, ir_spec in zip(config.sharding_spec, ir_config.sharding_specs, strict=False):
             for entry, ir_entry in zip(
-                spec.index_to_device_group_map, ir_spec.index_to_device_group_map
+                spec.index_to_device_group_map, ir_spec.index_to_device_group_map, strict=False
             ):
                 yield ir_entry, entry, ("key",)
-            for dim, ir_dim in zip(spec.sharded_dim, ir_spec.sharded_dims):
+            for dim, ir_dim in zip(spec.sharded_dim, ir_spec.sharded_dims, strict=False):
                 yield ir_dim, dim, ("axis",)
-                for simple, ir_simple in zip(dim.simple_sharding, ir_dim.simple_shardings):
+                for simple, ir_simple in zip(
+                    dim.simple_sharding, ir_dim.simple_shardings, strict=False
+                ):
                     yield ir_simple, simple, ("num_shards",)
 
 
@@ -517,7 +523,7 @@ def _attach_node_configs(proto: onnx.ModelProto, model: ir.Model, record: _Prese
         outer: ChainMap[str, ir.Value],
     ) -> None:
         scope = outer.new_child(_scope_of(graph))
-        for node_proto, node in zip(node_protos, graph):
+        for node_proto, node in zip(node_protos, graph, strict=False):
             if node_proto.device_configurations:
                 attach(node_proto, node, scope)
             if node_proto.attribute:
@@ -525,7 +531,7 @@ def _attach_node_configs(proto: onnx.ModelProto, model: ir.Model, record: _Prese
                     visit(g_proto.node, g, scope)
 
     visit(proto.graph.node, model.graph, ChainMap())
-    for f_proto, function in zip(proto.functions, model.functions.values()):
+    for f_proto, function in zip(proto.functions, model.functions.values(), strict=False):
         visit(f_proto.node, function, ChainMap())
 
 
@@ -580,14 +586,16 @@ def _from_proto(proto: onnx.ModelProto) -> ir.Model:
         for node_proto, configs in held:
             node_proto.device_configurations.extend(configs)
     try:
-        for f_proto, function in zip(proto.functions, model.functions.values()):
+        for f_proto, function in zip(proto.functions, model.functions.values(), strict=False):
             if f_proto.value_info:
                 _restore_function_input_types(f_proto, function)
         record = _PresenceRecord(
             opset_dict=dict(model.opset_imports),
             opset_protos=list(proto.opset_import),
         )
-        for config, ir_config in zip(proto.configuration, model.device_configurations):
+        for config, ir_config in zip(
+            proto.configuration, model.device_configurations, strict=False
+        ):
             record.note(ir_config, config, ("name", "num_devices"))
         if held:
             _attach_node_configs(proto, model, record)
@@ -672,10 +680,12 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
         proto.opset_import.extend(record.opset_protos)
     _restore_prop_order(proto.metadata_props, model.metadata_props)
     _restore_prop_order(proto.graph.metadata_props, model.graph.metadata_props)
-    for f_proto, function in zip(proto.functions, model.functions.values()):
+    for f_proto, function in zip(proto.functions, model.functions.values(), strict=False):
         _restore_prop_order(f_proto.metadata_props, function.metadata_props)
     if record is not None and record.unset:
-        for config, ir_config in zip(proto.configuration, model.device_configurations):
+        for config, ir_config in zip(
+            proto.configuration, model.device_configurations, strict=False
+        ):
             record.clear(ir_config, config)
     for _, node_proto, node in _model_node_pairs(proto, model):
         if len(node_proto.metadata_props) > 1:
@@ -767,10 +777,10 @@ def _diff_messages(a: _message.Message, b: _message.Message, path: str, out: lis
             if len(x) != len(y):
                 out.append(f"{field_path}: {len(x)} items != {len(y)} items")
             if is_message:
-                for i, (u, v) in enumerate(zip(x, y)):
+                for i, (u, v) in enumerate(zip(x, y, strict=False)):
                     _diff_messages(u, v, f"{field_path}[{i}]", out)
             elif list(x) != list(y):
-                for i, (u, v) in enumerate(zip(x, y)):
+                for i, (u, v) in enumerate(zip(x, y, strict=False)):
                     if not _same_scalar(u, v):
                         out.append(f"{field_path}[{i}]: {_show(u)} != {_show(v)}")
             continue

@@ -137,8 +137,10 @@ class _Files:
             return "has a NUL byte in its location, which no file name holds", location, 0
         if self.folder and (os.path.isabs(location) or location.startswith(("/", "\\"))):
             return (
-                "is an absolute path; external data must be a relative path inside the "
-                "model's folder",
+                (
+                    "is an absolute path; external data must be a relative path inside the "
+                    "model's folder"
+                ),
                 location,
                 0,
             )
@@ -153,8 +155,10 @@ class _Files:
                 # Refused even when it normalises inside: the OS resolves `sub/..` through
                 # `sub` (a link, or missing), so onnxruntime may open another file than checked.
                 return (
-                    "has a '..' component; write the data file's plain relative path (e.g. "
-                    "'weights.data' or 'sub/weights.data')",
+                    (
+                        "has a '..' component; write the data file's plain relative path (e.g. "
+                        "'weights.data' or 'sub/weights.data')"
+                    ),
                     location,
                     0,
                 )
@@ -174,8 +178,10 @@ class _Files:
             return "is not a regular file", path, 0
         if info.st_nlink > 1:
             return (
-                f"is a hard link ({info.st_nlink} names for one file), which onnx-ir and "
-                "onnxruntime refuse; replace it by a copy",
+                (
+                    f"is a hard link ({info.st_nlink} names for one file), which onnx-ir and "
+                    "onnxruntime refuse; replace it by a copy"
+                ),
                 path,
                 0,
             )

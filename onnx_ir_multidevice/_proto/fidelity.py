@@ -144,7 +144,7 @@ def _subgraphs(
         if attr_proto.type == _GRAPH:
             yield attr_proto.g, attrs[k].as_graph()
         elif attr_proto.type == _GRAPHS:
-            yield from zip(attr_proto.graphs, attrs[k].as_graphs())
+            yield from zip(attr_proto.graphs, attrs[k].as_graphs(), strict=False)
 
 
 def _graph_pairs(
@@ -152,14 +152,14 @@ def _graph_pairs(
 ) -> Iterator[tuple[Any, ir.Graph | ir.Function, bool]]:
     """Yield ``(graph or function proto, IR object, is_function)``: main graph first."""
     yield proto.graph, model.graph, False
-    for f_proto, function in zip(proto.functions, model.functions.values()):
+    for f_proto, function in zip(proto.functions, model.functions.values(), strict=False):
         yield f_proto, function, True
 
 
 def _node_pairs(
     nodes_proto: Sequence[onnx.NodeProto], graph: ir.Graph | ir.Function
 ) -> Iterator[tuple[onnx.NodeProto, ir.Node]]:
-    return zip(nodes_proto, graph)
+    return zip(nodes_proto, graph, strict=False)
 
 
 def _values_by_name(graph: ir.Graph | ir.Function) -> dict[str, ir.Value]:
@@ -200,7 +200,9 @@ def _record_graph(
         names = _values_by_name(graph)
         found = [names.get(info.name) for info in g_proto.value_info]
         value_info = [_Entry(v, None if v is None else _state(v), i) for i, v in enumerate(found)]
-        unmatched = {info.name for info, v in zip(g_proto.value_info, found) if v is None}
+        unmatched = {
+            info.name for info, v in zip(g_proto.value_info, found, strict=True) if v is None
+        }
     inputs: list[_Entry] = []
     outputs: list[_Entry] = []
     defaults: tuple[str, ...] = ()
@@ -288,7 +290,7 @@ def _is_implied_by_initializer(value: ir.Value) -> bool:
 def _restore_io(
     protos: Any, kept: Any, values: Sequence[ir.Value], entries: Sequence[_Entry]
 ) -> None:
-    for i, (entry, value) in enumerate(zip(entries, values)):
+    for i, (entry, value) in enumerate(zip(entries, values, strict=False)):
         if entry.value is value and entry.state == _state(value):
             protos[i].CopyFrom(kept[entry.index])
 

@@ -310,7 +310,7 @@ def _check_data_name(name: str, target: Path) -> str:
     if os.path.isabs(name) or name.startswith(("/", "\\")):
         raise OmnyIOError(f"external_data={name!r} must be relative to the model file's folder")
     normal = os.path.normpath(name)
-    if normal == "." or normal == ".." or normal.startswith(".." + os.sep):
+    if normal in {".", ".."} or normal.startswith(".." + os.sep):
         raise OmnyIOError(
             f"external_data={name!r} is outside the model's folder; name a file in the "
             "model's folder (or a subfolder of it), e.g. 'model.onnx.data'"
@@ -637,7 +637,8 @@ def _write_staged(
             shared=set(files) - owned,
         )
     elif wrote_data:
-        assert staged_data is not None and data_name is not None
+        assert staged_data is not None
+        assert data_name is not None
         size, crc = crc32_of(staged_data)
         # A rename keeps the inode and modification time: load() compares these first.
         record = make_record({data_name: (size, crc, os.stat(staged_data))})
@@ -887,7 +888,8 @@ def save(
                 _check_unchanged(shared[0].values(), path)
             _list_replaced(staging, folder, replaced)
             if staged.data:
-                assert claimed is not None and final is not None
+                assert claimed is not None
+                assert final is not None
                 os.replace(staging / final, claimed)
                 atomic.fsync_dir(claimed.parent)
             os.replace(staging / target.name, target)  # the commit

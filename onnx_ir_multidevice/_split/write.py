@@ -262,7 +262,7 @@ def _save_split(
     manifest = build_manifest(model, stages, files=files)
     entries = []
     with staged_directory(target, force, holds=_HOLDS) as temporary:
-        for i, (entry, stage, file) in enumerate(zip(manifest.stages, stages, files)):
+        for i, (entry, stage, file) in enumerate(zip(manifest.stages, stages, files, strict=True)):
             path = temporary / file
             data = f"{file}.data" if _has_weights(stage) else None
             if direct:
@@ -274,7 +274,8 @@ def _save_split(
                     direct = False
             if not direct:
                 if stage.graph.num_nodes() < len(plans[i].nodes):  # a skeleton
-                    stage = _build_stage_model(model, plans[i], i, shards, stripped, typed=typed)
+                    # The skeleton gives way to the whole stage model from here on.
+                    stage = _build_stage_model(model, plans[i], i, shards, stripped, typed=typed)  # noqa: PLW2901
                     data = f"{file}.data" if _has_weights(stage) else None
                 if data is not None:
                     ir.save(

@@ -244,7 +244,7 @@ def edge_violations(
     node_stage = list(map(stages.get, nodes))
     reads = index.reads
     found: list[int] = []
-    for i, (stage, slots) in enumerate(zip(node_stage, reads)):
+    for i, (stage, slots) in enumerate(zip(node_stage, reads, strict=True)):
         if stage is None:
             continue
         for p in slots:

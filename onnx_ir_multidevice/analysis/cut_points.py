@@ -356,11 +356,10 @@ class _Finder:
                     reads = []
             else:
                 reads = []
-                for v, p in zip(all_uses[i], slots):
+                for v, p in zip(all_uses[i], slots, strict=True):
                     if placed_mask[p]:
                         reads.append(v)
-                        if level_at[p] > deepest:
-                            deepest = level_at[p]
+                        deepest = max(deepest, level_at[p])
             level_at[i] = deepest + 1
             reads_by_node.append(reads)
             for value in reads:
@@ -372,7 +371,7 @@ class _Finder:
         self.levels = list(map(level_at.__getitem__, placed_at))  # in ``placed`` order
         self.placed_at = placed_at  # index positions, in ``placed`` order
         self.placed_outputs = list(map(index.outputs_at.__getitem__, placed_at))
-        self.reads = dict(zip(self.placed, reads_by_node))
+        self.reads = dict(zip(self.placed, reads_by_node, strict=True))
         self.reads_list = reads_by_node
         self._bytes: dict[ir.Value, int | None] = {}
         self._estimates: dict[ir.Value, int | None] = {}
@@ -408,7 +407,7 @@ class _Finder:
         node_vertex: list[int] = []  # vertex of each placed node, in ``placed`` order
         value_list: list[ir.Value] = []  # the values, in vertex order
         is_node = [False]
-        for outputs, reads in zip(self.placed_outputs, self.reads_list):
+        for outputs, reads in zip(self.placed_outputs, self.reads_list, strict=True):
             idom = 0
             if reads:
                 idom = vertex[reads[0]]
@@ -437,14 +436,13 @@ class _Finder:
         low = [infinity] * size
         nodes_below = [1 if flag else 0 for flag in is_node]
         # Depth of each node's immediate dominator: how high a read by the node reaches.
-        reach_of = dict(zip(self.placed, [depth[parent[v]] for v in node_vertex]))
-        values_by_vertex = dict(zip(vertex.values(), vertex.keys()))
+        reach_of = dict(zip(self.placed, [depth[parent[v]] for v in node_vertex], strict=True))
+        values_by_vertex = dict(zip(vertex.values(), vertex.keys(), strict=True))
         for value, readers in self.consumers.items():
             low[vertex[value]] = min(map(reach_of.__getitem__, readers))
         for v in range(size - 1, 0, -1):
             p = parent[v]
-            if low[v] < low[p]:
-                low[p] = low[v]
+            low[p] = min(low[p], low[v])
             nodes_below[p] += nodes_below[v]
         consumers = self.consumers
         strict = {
@@ -477,7 +475,7 @@ class _Finder:
         for v in range(1, size):
             p = parent[v]
             above[v] = above[p] + on_chain[p]
-        self.chain_rank = dict(zip(self.placed, map(above.__getitem__, node_vertex)))
+        self.chain_rank = dict(zip(self.placed, map(above.__getitem__, node_vertex), strict=True))
         return strict, chain
 
     # -- step 2 ---------------------------------------------------------------------------
@@ -492,7 +490,7 @@ class _Finder:
         keys_list = keys.tolist()
         self.order = list(map(placed.__getitem__, keys_list))
         self.order_positions = list(map(self.placed_at.__getitem__, keys_list))
-        self.pos = dict(zip(self.order, range(len(self.order))))
+        self.pos = dict(zip(self.order, range(len(self.order)), strict=True))
 
     # -- step 3 ---------------------------------------------------------------------------
 
@@ -505,7 +503,7 @@ class _Finder:
         counts = np.fromiter(map(len, reads_in_order), np.int64, size)
         flat = list(chain.from_iterable(reads_in_order))
         values = list(self.consumers)
-        value_id = dict(zip(values, range(len(values))))
+        value_id = dict(zip(values, range(len(values)), strict=True))
         ids = np.fromiter(map(value_id.__getitem__, flat), np.int64, len(flat))
         producers = np.fromiter(map(pos.__getitem__, map(_PRODUCER, flat)), np.int64, len(flat))
         readers = np.repeat(np.arange(size, dtype=np.int64), counts)
@@ -548,7 +546,7 @@ class _Finder:
         first_read: dict[int, list[ir.Value]] = {}
         add_at: dict[int, list[ir.Value]] = {}
         drop_at: dict[int, list[ir.Value]] = {}
-        for value, m, f, la in zip(values, made, first, last):
+        for value, m, f, la in zip(values, made, first, last, strict=True):
             first_read.setdefault(f, []).append(value)
             add_at.setdefault(m + 1, []).append(value)
             drop_at.setdefault(la + 1, []).append(value)

@@ -316,7 +316,7 @@ class _Propagation:
         for node in nodes:
             ins = [dtype(v) for v in node.inputs]
             outs = self.node_dtypes(node, ins, opsets)
-            for value, out in zip(node.outputs, outs):
+            for value, out in zip(node.outputs, outs, strict=False):
                 self.set(value, out)
 
     def node_dtypes(
@@ -345,7 +345,7 @@ class _Propagation:
     def _body(
         self, body: ir.Graph, inputs: Sequence[ir.DataType | None], opsets: Mapping[str, int]
     ) -> Dtypes:
-        for value, dtype in zip(body.inputs, inputs):
+        for value, dtype in zip(body.inputs, inputs, strict=False):
             self.set(value, dtype)
         self.run(list(body), {**opsets, **body.opset_imports})
         return [self.dtype(v) for v in body.outputs]
@@ -359,21 +359,21 @@ class _Propagation:
             if then_branch is None or else_branch is None:
                 return [None] * count
             a, b = self._body(then_branch, (), opsets), self._body(else_branch, (), opsets)
-            return [_first(x, y) for x, y in zip(a, b)]
+            return [_first(x, y) for x, y in zip(a, b, strict=False)]
         body = _attr(node, "body")
         if body is None:
             return [None] * count
         if node.op_type == "Loop":  # inputs: M, cond, carried...; body: iter, cond, carried...
             carried = ins[2:]
             outs = self._body(body, [ir.DataType.INT64, ir.DataType.BOOL, *carried], opsets)
-            result = [_first(c, o) for c, o in zip(carried, outs[1:])]
+            result = [_first(c, o) for c, o in zip(carried, outs[1:], strict=False)]
             return (result + outs[1 + len(carried) :])[:count]
         # Scan (opset >= 9): inputs: states..., scan inputs...; body: states..., elements...
         if (node.version or opsets.get("", 9)) < 9:
             return [None] * count
         outs = self._body(body, ins, opsets)
         states = len(ins) - int(_attr(node, "num_scan_inputs", 0))
-        result = [_first(s, o) for s, o in zip(ins[:states], outs)]
+        result = [_first(s, o) for s, o in zip(ins[:states], outs, strict=False)]
         return (result + outs[states:])[:count]
 
     def _call(self, function: ir.Function, ins: list[ir.DataType | None]) -> Dtypes:
@@ -381,7 +381,7 @@ class _Propagation:
         found = self._calls.get(key)
         if found is None:
             inner = _Propagation(self.functions)
-            for value, dtype in zip(function.inputs, ins):
+            for value, dtype in zip(function.inputs, ins, strict=False):
                 inner.set(value, dtype)
             inner.run(list(function), dict(function.opset_imports))
             found = self._calls[key] = [inner.dtype(v) for v in function.outputs]

@@ -128,7 +128,7 @@ def weights(graph: ir.Graph, sizes: ValueSizes) -> tuple[int, int]:
         nonlocal nbytes, count
         values = list(getattr(g.initializers, "data", g.initializers).values())
         prod = math.prod
-        for shape, n in zip(map(sizes.shape, values), map(sizes.nbytes, values)):
+        for shape, n in zip(map(sizes.shape, values), map(sizes.nbytes, values), strict=True):
             if shape is not None and n is not None:
                 nbytes += n
                 count += prod(shape)
@@ -160,7 +160,9 @@ def guess_architecture(graph: ir.Graph) -> str:
     .. versionadded:: 0.1
     """
     ops = Counter(map(OP_TYPE_OF, graph))
-    attention = ops["Softmax"] > 0 and ops["MatMul"] >= 2 or any(op in ops for op in ATTENTION_OPS)
+    attention = (ops["Softmax"] > 0 and ops["MatMul"] >= 2) or any(
+        op in ops for op in ATTENTION_OPS
+    )
     conv = ops["Conv"] > 0
     if conv and not attention:
         return "cnn"

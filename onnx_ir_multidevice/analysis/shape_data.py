@@ -135,7 +135,7 @@ def evaluate_cone(
         outputs = rule.apply(node, get, shape_of)
         if outputs is None:
             continue
-        for value, array in zip(node.outputs, outputs):
+        for value, array in zip(node.outputs, outputs, strict=False):
             if array is not None and array.size <= MAX_ELEMENTS:
                 data[value] = array
     return {v: a for v, a in data.items() if v.producer() is not None}
@@ -172,7 +172,7 @@ class ShapeDataRule:
         args: list[np.ndarray | None] = []
         if self.reads_values:
             args = [get(value) for value in node.inputs]
-            if any(a is None and v is not None for a, v in zip(args, node.inputs)):
+            if any(a is None and v is not None for a, v in zip(args, node.inputs, strict=True)):
                 return None  # an input without a value
         try:
             return self.compute(node, args, shape_of)
@@ -363,11 +363,12 @@ def _slice(node: ir.Node, args: list[Any], shape_of: ShapeOf) -> Outputs:
     else:
         starts, ends, axes = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes")
         steps = None
-    assert starts is not None and ends is not None  # required inputs
+    assert starts is not None
+    assert ends is not None
     axes = list(axes) if axes is not None else list(range(len(starts)))
     steps = list(steps) if steps is not None else [1] * len(starts)
     index = [slice(None)] * data.ndim
-    for start, end, axis, step in zip(starts, ends, axes, steps):
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
         index[axis % data.ndim] = slice(start, end, step)
     return [data[tuple(index)]]
 

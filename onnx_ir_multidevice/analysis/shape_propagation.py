@@ -70,7 +70,7 @@ def _lift(f: Callable[..., int], *args: Dual) -> Dual:
 
 
 def _broadcast_dim(a: Dual, b: Dual) -> Dual:
-    if a == b or b == 1:
+    if b in (a, 1):
         return a
     if a == 1:
         return b
@@ -128,7 +128,7 @@ def _elementwise(node: ir.Node, ins: list) -> list:
     if a.data is not None and b.data is not None and op in _DATA_OPS:
         f = _DATA_OPS[op]
         if len(a.data) == len(b.data):
-            data = tuple(_lift(f, x, y) for x, y in zip(a.data, b.data))
+            data = tuple(_lift(f, x, y) for x, y in zip(a.data, b.data, strict=True))
         elif len(b.data) == 1:
             data = tuple(_lift(f, x, b.data[0]) for x in a.data)
         elif len(a.data) == 1:
@@ -427,8 +427,8 @@ def _slice(node: ir.Node, ins: list) -> list:
     def length(size: int, start: int, end: int, step: int) -> int:
         return len(range(*slice(start, end, step).indices(size)))
 
-    for start, end, axis, step in zip(starts, ends, axes, steps):
-        axis = _axis(axis, rank)
+    for start, end, given_axis, step in zip(starts, ends, axes, steps, strict=False):
+        axis = _axis(given_axis, rank)
         dims[axis] = _lift(lambda d, e, s=start, k=step: length(d, s, e, k), dims[axis], end)
     data = None
     if t.data is not None and rank == 1 and all(type(e) is int for e in ends):
@@ -605,7 +605,7 @@ class Propagation:
                     outs = list(map(intern, outs))
                     if key is not None:
                         memo[key] = outs
-                for value, record in zip(outputs, outs):
+                for value, record in zip(outputs, outs, strict=False):
                     known[value] = record
                     result[value] = record.key
         except (_GiveUp, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):

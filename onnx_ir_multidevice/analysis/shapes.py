@@ -134,7 +134,7 @@ def normalize_dims(input_name: str, dims: Iterable[Any]) -> tuple[Dim, ...]:
             result.append(dim)
             continue
         if isinstance(dim, ir.SymbolicDim):
-            dim = dim.value
+            dim = dim.value  # noqa: PLW2901  # a symbolic dim is read as its value
         if isinstance(dim, (int, np.integer)) and not isinstance(dim, bool):
             result.append(int(dim) if dim >= 0 else _symbol(synthetic_name(input_name, axis)))
             continue
@@ -1072,7 +1072,8 @@ class ValueShapes:
     def _fill(self, start: int) -> None:
         """Answer every untyped value the propagation found from position ``start`` on."""
         fast = self._fast
-        assert fast is not None and fast is not _UNSET
+        assert fast is not None
+        assert fast is not _UNSET
         cache, same, from_fast = self._cache, self._same, self._from_fast
         items = iter(fast.items())
         if start:
@@ -1332,7 +1333,7 @@ class ValueShapes:
             return symbolic
         checked = tuple(
             None if isinstance(d, int) and size is not None and size != d else d
-            for d, size in zip(symbolic, dims)
+            for d, size in zip(symbolic, dims, strict=False)
         )
         if checked != symbolic:
             planning = None if self.unbound else info.planning

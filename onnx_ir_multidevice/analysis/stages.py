@@ -134,11 +134,12 @@ def assign_stages(
             _fused_stages(index, [(cuts, cut_positions)])
             cached = cache.get(cuts)
         if cached is None:
+            # The stage list also holds the slots of external values and cuts, after the nodes.
             stage = _stage_list(index, cuts, cut_positions, None)
-            cached = dict(zip(index.nodes, stage))
+            cached = dict(zip(index.nodes, stage, strict=False))
             cache.put(cuts, cached)
         return cached.copy()
-    return dict(zip(index.nodes, _stage_list(index, cuts, cut_positions, classes)))
+    return dict(zip(index.nodes, _stage_list(index, cuts, cut_positions, classes), strict=False))
 
 
 def precompute_stages(
@@ -195,7 +196,7 @@ def _fused_stages(
                 stage = _stage_list(index, cuts, cut_positions, None)
             except StageAssignmentError:
                 continue
-            index.stage_cache.put(cuts, dict(zip(index.nodes, stage)))
+            index.stage_cache.put(cuts, dict(zip(index.nodes, stage, strict=False)))
             continue
         new = distinct.union(cut_positions)
         if len(new) > FUSED_CUTS:
@@ -254,7 +255,7 @@ def _fused_group(
         if not in_order:
             continue  # _stage_list names the offending cuts
         _sink_replicable(index, stage, cut_positions, None, len(cuts))
-        index.stage_cache.put(cuts, dict(zip(nodes, stage)))
+        index.stage_cache.put(cuts, dict(zip(nodes, stage, strict=False)))
 
 
 def _last_cut(bits: Iterable[int]) -> Callable[[int], int]:
@@ -412,7 +413,7 @@ def stages_from_annotations(
     nodes = index.graph_nodes if index is not None else tuple(graph)
     if index is not None:
         index.check_graph(graph)
-    return dict(zip(nodes, annotated_stage_list(nodes, configuration)))
+    return dict(zip(nodes, annotated_stage_list(nodes, configuration), strict=True))
 
 
 def annotated_stage_list(
@@ -432,7 +433,7 @@ def annotated_stage_list(
     if entries_list is None:
         entries_list = list(map(_ENTRIES, nodes))
     # Entry tuples shared between nodes (as annotate() writes them) are looked up once.
-    distinct = dict(zip(map(id, entries_list), entries_list))
+    distinct = dict(zip(map(id, entries_list), entries_list, strict=True))
     stage_of: dict[int, int | None] = {}
     for key, entries in distinct.items():
         found: ir.NodeDeviceConfiguration | None = None

@@ -468,9 +468,9 @@ def classify_values(
     outputs_list = index.outputs_at
     node_classes = list(map(by_flags.__getitem__, islice(flags, len(nodes))))
     if list(map(len, outputs_list)).count(1) == len(nodes):
-        classes.update(zip(map(_FIRST, outputs_list), node_classes))
+        classes.update(zip(map(_FIRST, outputs_list), node_classes, strict=True))
     else:
-        for outputs, node_class in zip(outputs_list, node_classes):
+        for outputs, node_class in zip(outputs_list, node_classes, strict=True):
             for output in outputs:
                 classes[output] = node_class
     if judge.is_default() and functions is index.functions and index.slot_flags is None:

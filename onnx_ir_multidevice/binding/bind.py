@@ -314,7 +314,7 @@ class BoundPlan:
         ):
             old = getattr(self.metadata, field)
             new = tuple(entry.to_spec() for entry in bound)
-            if any(a is not b for a, b in zip(old, new)):
+            if len(old) != len(new) or any(a is not b for a, b in zip(old, new, strict=True)):
                 changes[field] = new
         if not changes:
             return self.metadata

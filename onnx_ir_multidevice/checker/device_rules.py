@@ -51,7 +51,7 @@ def _all_nodes(
         main = tuple(model.graph)
         bodies = {node: tuple(node_subgraphs(node)) for node in main if holds_subgraphs(node)}
     if not bodies:
-        yield from zip(main, range(len(main)))
+        yield from zip(main, range(len(main)), strict=True)
     else:
         for i, node in enumerate(main):
             yield node, i
@@ -114,7 +114,7 @@ def run_device_rules(
         if annotated_nodes and entries_list.count([]) + entries_list.count(None):  # type: ignore[arg-type]  # entries set by hand
             annotated_nodes = sum(map(bool, entries_list))
         if annotated_nodes:
-            distinct = dict(zip(map(id, entries_list), entries_list))
+            distinct = dict(zip(map(id, entries_list), entries_list, strict=True))
             odd = set()
             for key, entries in distinct.items():
                 if not entries or _plain_entries(entries, registered_ids):

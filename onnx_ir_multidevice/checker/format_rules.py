@@ -272,7 +272,7 @@ class _FormatRules:
                 )
             graph_dims = [d if isinstance(d, int) else -1 for d in shape]
             mismatch = len(graph_dims) != len(cut.shape) or any(
-                g >= 0 and c >= 0 and g != c for g, c in zip(graph_dims, cut.shape)
+                g >= 0 and c >= 0 and g != c for g, c in zip(graph_dims, cut.shape, strict=True)
             )
             if mismatch:
                 self.out.append(
@@ -472,7 +472,7 @@ class _FormatRules:
                         "OMNY120",
                         f"shard {s} memory is {amount} MiB; it must be positive",
                         location,
-                    )  # fmt: skip
+                    )
                 )
             elif amount > sharding.max_shard_size_mb:
                 self.out.append(

@@ -273,7 +273,7 @@ class _PipelineRules:
             # them: the same dict serves.
             stages: dict[ir.Node, int | None] = plan_stages  # type: ignore[assignment]  # dict is invariant
         else:
-            stages = dict(zip(nodes, stage_list))
+            stages = dict(zip(nodes, stage_list, strict=True))
         if stages is plan_stages:
             staged: dict[ir.Node, int] = plan_stages  # stages in range
         elif (
@@ -330,7 +330,7 @@ class _PipelineRules:
                     "OMNY300",
                     f"... and {violations - _MAX_PER_RULE} more backward edges in {name!r}",
                     location,
-                )  # fmt: skip
+                )
             )
         self._check_stage_numbers(configuration, staged)
         if entry is not None:

@@ -27,6 +27,7 @@ __all__ = ["ExportStages", "export_stages", "measure_memory"]
 
 import bisect
 import dataclasses
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 
@@ -275,7 +276,7 @@ def measure_memory(stages: ExportStages) -> ExportStages:
         PlanningDimsError: A stage's memory depends on a size unknown at the planning dims.
         ExportError: A stage boundary is not a cut the planner measures.
     """
-    planning = {n: v for n, v in stages.dims.items()}
+    planning = dict(stages.dims)
     analysis = analyse_cut_points(stages.model.graph, relaxed=True, dims=planning)
     memories = _stage_memory(analysis, MemoryModel(analysis), stages.stage_of, stages.num_stages)
     result = dataclasses.replace(stages, sizes=analysis.sizes, memory=memories)
@@ -320,4 +321,4 @@ def _stage_memory(
             )
         segments.append(where + 1)
     segments.append(model.num_segments)
-    return tuple(model.stage(i, j) for i, j in zip(segments, segments[1:]))
+    return tuple(model.stage(i, j) for i, j in itertools.pairwise(segments))

@@ -689,16 +689,16 @@ class ArkExporter:
                     "inputs": [item.to_dict() for item in entry.inputs],
                     "outputs": [item.to_dict() for item in entry.outputs],
                 }
-                for rank, file, entry in zip(ranks, files, stages.manifest.stages)
+                for rank, file, entry in zip(ranks, files, stages.manifest.stages, strict=True)
             ],
             "transfers": [t.describe() for t in transfers],
-            "tensors": {file: rank.tensor_names() for rank, file in zip(ranks, files)},
+            "tensors": {file: rank.tensor_names() for rank, file in zip(ranks, files, strict=True)},
             "byte_views": {
                 name: layout.describe() for name, layout in layouts.items() if layout.byte_view
             },
         }
         with staged_directory(destination, force, holds=holds) as folder:
-            for rank, file in zip(ranks, files):
+            for rank, file in zip(ranks, files, strict=True):
                 (folder / file).write_bytes(_dump(rank.to_json(layout)))
             (folder / "index.json").write_bytes(_dump(index))
         return ExportResult(

@@ -62,7 +62,7 @@ def _slot_getter(public: tuple[str, ...], probe: Any) -> Callable[[Any], tuple]:
         mine, theirs = private(probe), getter(probe)
         if len(public) == 1:
             mine, theirs = (mine,), (theirs,)
-        if all(a is b or a == b for a, b in zip(mine, theirs)):
+        if all(a is b or a == b for a, b in zip(mine, theirs, strict=True)):
             return private
     except Exception:  # noqa: BLE001 (any change in onnx-ir: the public properties)
         pass
@@ -123,7 +123,9 @@ def _values_state(values: list[ir.Value]) -> tuple:
     if all(frozen):
         unfrozen: tuple = ()
     else:
-        unfrozen = tuple(tuple(shape) for shape, done in zip(shapes, frozen) if not done)
+        unfrozen = tuple(
+            tuple(shape) for shape, done in zip(shapes, frozen, strict=True) if not done
+        )
     return (tuple(fields), tuple(map(_DTYPE_OF, types)), tuple(frozen), unfrozen)
 
 

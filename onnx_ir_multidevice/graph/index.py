@@ -91,7 +91,7 @@ def _fast_node_getter(*names: str) -> operator.attrgetter:
         mine, theirs = private(probe), public(probe)
         if len(names) == 1:
             mine, theirs = (mine,), (theirs,)
-        if all(a is b for a, b in zip(mine, theirs)):
+        if all(a is b for a, b in zip(mine, theirs, strict=True)):
             return private
     except Exception:  # noqa: BLE001 (any change in onnx-ir: use the properties)
         pass
@@ -256,12 +256,13 @@ def _flat_reads(
     # Slot of each node output: its producer's position.
     out_counts = list(map(len, outputs_list))
     if out_counts.count(1) == n:
-        slot_of = dict(zip(map(_FIRST, outputs_list), range(n)))
+        slot_of = dict(zip(map(_FIRST, outputs_list), range(n), strict=True))
     else:
         slot_of = dict(
             zip(
                 chain.from_iterable(outputs_list),
                 chain.from_iterable(map(repeat, range(n), out_counts)),
+                strict=True,
             )
         )
     counts = list(map(len, inputs_list))
@@ -280,7 +281,7 @@ def _flat_reads(
         # An external read is never None (None has the slot -2).
         external_reads = cast("list[ir.Value]", list(compress(flat, is_external.tolist())))
         external = dict.fromkeys(external_reads)
-        external_slot = dict(zip(external, range(n, n + len(external))))
+        external_slot = dict(zip(external, range(n, n + len(external)), strict=True))
         slot_of.update(external_slot)
         slot_array[is_external] = np.fromiter(
             map(external_slot.__getitem__, external_reads), np.int64, len(external_reads)
@@ -291,7 +292,7 @@ def _flat_reads(
     uses: list = inputs_list.copy()
     # Nodes reading a value twice, or with an empty (None) input: drop repeats and Nones.
     unique = list(map(len, map(set, reads)))
-    odd = [i for i in compress(range(n), map(operator.ne, unique, counts))]
+    odd = list(compress(range(n), map(operator.ne, unique, counts)))
     if has_none:
         odd = sorted({*odd, *compress(range(n), map(operator.contains, inputs_list, repeat(None)))})
     for i in odd:
@@ -331,7 +332,8 @@ def _node_reads(
         slots = tuple(map(pos_get, map(_PRODUCER, node_reads)))
         if None in slots:
             fixed = []
-            for value, slot in zip(node_reads, slots):
+            for value, known in zip(node_reads, slots, strict=True):
+                slot = known
                 if slot is None:
                     slot = ext_get(value)
                     if slot is None:
@@ -563,11 +565,11 @@ class GraphIndex:
     ) -> GraphIndex:
         graph_nodes = list(graph)
         n = len(graph_nodes)
-        position = dict(zip(graph_nodes, range(n)))
+        position = dict(zip(graph_nodes, range(n), strict=True))
         # One pass over the nodes for their inputs, outputs and attributes.
         if n and hasattr(graph_nodes[0].attributes, "data"):
             inputs_list, outputs_list, attributes = map(
-                list, zip(*map(_FAST_IO_ATTRIBUTES, graph_nodes))
+                list, zip(*map(_FAST_IO_ATTRIBUTES, graph_nodes), strict=True)
             )
         else:
             inputs_list = list(map(_INPUTS, graph_nodes))
@@ -661,7 +663,7 @@ class GraphIndex:
         for new, old in enumerate(order):
             new_of[old] = new
         self.nodes = tuple(self.nodes[old] for old in order)
-        self.position = dict(zip(self.nodes, range(n)))
+        self.position = dict(zip(self.nodes, range(n), strict=True))
         self.uses = tuple(self.uses[old] for old in order)
         self.reads = tuple(
             tuple(new_of[p] if p < n else p for p in self.reads[old]) for old in order
@@ -691,7 +693,7 @@ class GraphIndex:
         cached = self._graph_positions
         if cached is None:
             nodes = self.graph_nodes
-            cached = self._graph_positions = dict(zip(nodes, range(len(nodes))))
+            cached = self._graph_positions = dict(zip(nodes, range(len(nodes)), strict=True))
         return cached
 
     def slot_of(self, value: ir.Value) -> int | None:
@@ -766,7 +768,7 @@ class GraphIndex:
         wanted = np.asarray(slots, dtype=np.int64)
         hit = np.isin(flat_slots, wanted)
         found: dict[int, list[int]] = {p: [] for p in slots}
-        for p, reader in zip(flat_slots[hit].tolist(), flat_readers[hit].tolist()):
+        for p, reader in zip(flat_slots[hit].tolist(), flat_readers[hit].tolist(), strict=True):
             readers = found[p]
             if not readers or readers[-1] != reader:
                 readers.append(reader)
@@ -805,7 +807,7 @@ class GraphIndex:
         """:func:`graph_uses` of the graph (graph order), from the index."""
         cached = self._uses_by_node
         if cached is None:
-            by_node = dict(zip(self.nodes, self.uses))
+            by_node = dict(zip(self.nodes, self.uses, strict=True))
             if not self.in_graph_order:
                 by_node = {node: by_node[node] for node in self.graph_nodes}
             cached = self._uses_by_node = by_node
@@ -907,12 +909,12 @@ class GraphIndex:
             ]
             names = list(map(_NAME_OF, values))
             # First value of each name (reversed, so the first one wins), then the duplicates.
-            first = dict(zip(reversed(names), reversed(values)))
+            first = dict(zip(reversed(names), reversed(values), strict=True))
             first.pop(None, None)
             first.pop("", None)
             cached = {name: [value] for name, value in first.items()}
             if len(first) != len(values) - names.count(None) - names.count(""):
-                for name, value in zip(names, values):
+                for name, value in zip(names, values, strict=True):
                     if name:
                         found = cached[name]
                         if value not in found:

@@ -243,7 +243,7 @@ class TensorsStruct:
                         f"tensor {name!r}: rank {rank}, the model expects rank "
                         f"{len(want_shape)} ({list(want_shape)})"
                     )
-                for axis, (got, want) in enumerate(zip(shape, want_shape)):
+                for axis, (got, want) in enumerate(zip(shape, want_shape, strict=True)):
                     if isinstance(want, int) and got != want:
                         raise ValueError(
                             f"tensor {name!r}: dim {axis} is {got}, the model fixes it at {want}"

@@ -228,7 +228,8 @@ class _Conversion:
         }
 
     def step_validate(self) -> dict[str, Any]:
-        assert self.model is not None and self.input is not None
+        assert self.model is not None
+        assert self.input is not None
         model = self.model
         container = model.meta.get(CONTAINER_META_KEY)
         try:
@@ -247,7 +248,7 @@ class _Conversion:
                 ("inputs", _graph_inputs(model)),
                 ("outputs", model.graph.outputs),
             )
-            for t, v in zip(self.io[side], values)
+            for t, v in zip(self.io[side], values, strict=True)
             if oaax_data_type(v.dtype) is None
         ]
         if unsupported:
@@ -328,7 +329,7 @@ class _Conversion:
         if len(devices) < n:
             return f"its {n} stages need {n} devices and config.json gives {len(devices)}"
         memory = list(configuration.memory_per_shard_mb)
-        for k, (device, mib) in enumerate(zip(devices, memory)):
+        for k, (device, mib) in enumerate(zip(devices, memory, strict=False)):
             usable = usable_bytes(parse_size(device), DEFAULT_HEADROOM)
             if mib * 2**20 > usable:
                 return (
@@ -338,7 +339,8 @@ class _Conversion:
         return None
 
     def step_plan(self) -> dict[str, Any]:
-        assert self.model is not None and self.input is not None
+        assert self.model is not None
+        assert self.input is not None
         model = self.model
         self.dims = dict(self.config.dims) or dict(read_planning_dims(model) or {})
         chosen = self._chosen_configuration(omny.read(model))
@@ -479,7 +481,8 @@ class _Conversion:
         return data
 
     def step_write(self) -> tuple[Path, dict[str, Any]]:
-        assert self.model is not None and self.input is not None
+        assert self.model is not None
+        assert self.input is not None
         model = self.model
         now = {"inputs": _io(_graph_inputs(model)), "outputs": _io(model.graph.outputs)}
         if now != self.io:

@@ -488,7 +488,7 @@ class OmnyMetadata(_Record):
 
     _json_keys: tuple[str, ...] | None = _private_field()
 
-    _json_style: _LazyStyle | None = _private_field()
+    _json_style: _LazyStyle | None = _private_field()  # noqa: RUF009  # a dataclasses.field
 
     _source: str | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
 

@@ -313,7 +313,7 @@ def _upsert_all_configurations(
     configurations = [plan[0] for plan in plans]
     nodes = list(plans[0][1].keys())
     if stages:
-        rows: list[tuple] = list(zip(*(plan[1].values() for plan in plans)))
+        rows: list[tuple] = list(zip(*(plan[1].values() for plan in plans), strict=True))
     else:
         rows = [(None,) * len(plans)] * len(nodes)
     if skip:
@@ -322,16 +322,16 @@ def _upsert_all_configurations(
     if not nodes:
         return False
     entries_list = list(map(_ENTRIES, nodes))  # alive throughout: their ids are keys
-    keys = list(zip(map(id, entries_list), rows))
+    keys = list(zip(map(id, entries_list), rows, strict=True))
     # The first node of each distinct (entries, stages) case is upserted; the others get
     # the very same new tuple.
-    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
     new_by_key: dict[tuple, tuple] = {}
     first_changed: dict[int, bool] = {}
     for key, k in first.items():
         node = nodes[k]
         changed = False
-        for configuration, stage in zip(configurations, rows[k]):
+        for configuration, stage in zip(configurations, rows[k], strict=True):
             changed |= _upsert(node, configuration, stage=stage, specs=specs)
         new_by_key[key] = node.device_configurations
         first_changed[k] = changed

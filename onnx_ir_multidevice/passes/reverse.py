@@ -299,7 +299,6 @@ def _cut_bytes(graph: ir.Graph, derived: Sequence[_Derived]) -> dict[ir.Value, i
         # The listed index of the cut ending each stage's predecessor, plus one.
         after = [0] + [index[value] + 1 for value in item.cuts]
         for node, stage in item.stages.items():
-            if after[stage] > segments[node]:
-                segments[node] = after[stage]
+            segments[node] = max(segments[node], after[stage])
     per_segment = stage_weight_bytes(graph, segments, len(listed) + 1)
     return {value: per_segment[k] for k, value in enumerate(listed)}

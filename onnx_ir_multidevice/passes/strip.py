@@ -67,7 +67,7 @@ def strip_configurations(
         nodes = tuple(model.graph)
     # Entry tuples shared between nodes (as annotate() writes them) are looked at once.
     entries_list = list(map(_ENTRIES, nodes))
-    distinct = dict(zip(map(id, entries_list), entries_list))
+    distinct = dict(zip(map(id, entries_list), entries_list, strict=True))
     if not removed and not any(
         predicate(e.configuration)
         for entries in distinct.values()

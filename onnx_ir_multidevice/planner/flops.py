@@ -313,7 +313,7 @@ def _einsum(node: ir.Node, shape: _Shapes) -> int | None:
         found = shape(node, k)
         if found is None or len(found) != len(term):
             return None
-        for letter, size in zip(term, found):
+        for letter, size in zip(term, found, strict=True):
             extent[letter] = max(extent.get(letter, 1), size)
     return 2 * math.prod(extent.values())
 
@@ -343,7 +343,9 @@ def nodes_flops(
     rule_of = RULES.get
     prod = math.prod
     result: list[int | None] = []
-    for node, op in zip(nodes, map(OP_TYPE_OF, nodes) if op_types is None else op_types):
+    for node, op in zip(
+        nodes, map(OP_TYPE_OF, nodes) if op_types is None else op_types, strict=True
+    ):
         if op in special:
             rule = rule_of(node.domain, op)
             if rule is not None:

@@ -282,10 +282,12 @@ class MemoryModel:
         self.ends = (*analysis.boundaries, len(order))
         self.num_segments = len(self.starts)
         segment_of = np.zeros(len(order), dtype=np.int64)
-        for s, (a, b) in enumerate(zip(self.starts, self.ends)):
+        for s, (a, b) in enumerate(zip(self.starts, self.ends, strict=True)):
             segment_of[a:b] = s
         self._segment_of = segment_of
-        self._position = dict(zip(order, range(len(order))))  # node -> index in the order
+        self._position = dict(
+            zip(order, range(len(order)), strict=True)
+        )  # node -> index in the order
         self._op_types: list[str] | None = None
         self._unknown: list[dict[str, None]] = [{} for _ in range(self.num_segments)]
         #: The values whose size is unknown, by the name :attr:`StageMemory.unknown` gives.
@@ -359,7 +361,9 @@ class MemoryModel:
         )
         get = item_segments.get
         replicable, value_items = held.replicable, held.value_items
-        for value, producer, segment in zip(reads, map(_PRODUCER, reads), read_segments):
+        for value, producer, segment in zip(
+            reads, map(_PRODUCER, reads), read_segments, strict=True
+        ):
             if producer is None:  # a weight or a graph input
                 segments = get(value)
                 if segments is None:
@@ -491,6 +495,7 @@ class MemoryModel:
             zip(
                 chain.from_iterable(uses_list),
                 chain.from_iterable(map(repeat, range(len(order)), map(len, uses_list))),
+                strict=True,
             )
         )
         outputs = self._order_outputs()
@@ -752,7 +757,7 @@ class MemoryModel:
                 [op_types[i] for i in missing],
                 estimate=True,
             )
-            for i, count in zip(missing, estimates):
+            for i, count in zip(missing, estimates, strict=True):
                 node = order[i]
                 unknown.append(node.name or node.op_type)
                 counts[i] = count

@@ -68,6 +68,7 @@ from __future__ import annotations
 __all__ = ["BALANCES", "DEFAULT_FLOPS_PER_BYTE", "Bound", "Partition", "partition"]
 
 import dataclasses
+import itertools
 import math
 import numbers
 import weakref
@@ -700,7 +701,7 @@ def _too_few_cuts(model: MemoryModel, usable: int, num_stages: int) -> str:
 
 
 def _make(model: MemoryModel, chain: Sequence[CutCandidate], ends: Sequence[int]) -> Partition:
-    stages = tuple(zip(ends[:-1], ends[1:]))
+    stages = tuple(itertools.pairwise(ends))
     memory = tuple(model.stage(i, j) for i, j in stages)
     return Partition(
         cuts=tuple(chain[b - 1] for b in ends[1:-1]),

@@ -524,15 +524,15 @@ def describe(result: PlanResult) -> str:
     lines = []
     approx = "~" if result.flops_estimated else ""
     for found, caps, config in zip(
-        result.partitions, result.capacities, result.metadata.sharding.configurations
+        result.partitions, result.capacities, result.metadata.sharding.configurations, strict=True
     ):
         cuts = ", ".join(
             f"{cid} ({c.value.name}{'' if c.strict else f' +{len(c.side)} side'})"
-            for cid, c in zip(config.cut_point_ids, found.cuts)
+            for cid, c in zip(config.cut_point_ids, found.cuts, strict=True)
         )
         lines.append(f"{plural(found.num_stages, 'shard')}: cuts {cuts or '-'}")
         for k, (stage, flops, share) in enumerate(
-            zip(found.memory, found.flops, found.flops_share)
+            zip(found.memory, found.flops, found.flops_share, strict=True)
         ):
             device = "" if caps is None else f" / device {format_bytes(caps[k])}"
             lines.append(
@@ -545,7 +545,7 @@ def describe(result: PlanResult) -> str:
         if found.cuts:
             sent = ", ".join(
                 f"{cid} {'unknown' if n is None else format_bytes(n)}"
-                for cid, n in zip(config.cut_point_ids, found.sent_bytes)
+                for cid, n in zip(config.cut_point_ids, found.sent_bytes, strict=True)
             )
             lines.append(f"  sent per request: {sent}")
         if found.duplicated_weight_bytes:

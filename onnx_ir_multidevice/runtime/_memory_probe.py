@@ -75,7 +75,7 @@ def main(argument: str) -> None:
     after = _status()
     output_names = [o.name for o in session.get_outputs()]
     if request.get("save_outputs"):
-        np.savez(request["save_outputs"], **dict(zip(output_names, outputs)))
+        np.savez(request["save_outputs"], **dict(zip(output_names, outputs, strict=True)))
     report = {
         "baseline_bytes": base["VmRSS"],
         "peak_bytes": after["VmHWM"] - base["VmRSS"],

@@ -175,7 +175,7 @@ class StageRunner:
         finally:
             with self._lock:
                 self._current = None
-        return dict(zip(self.stage.outputs, values))
+        return dict(zip(self.stage.outputs, values, strict=True))
 
     def _as_ort_value(self, value: Any) -> Any:
         if isinstance(value, self._ort_value):

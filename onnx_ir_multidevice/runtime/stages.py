@@ -147,7 +147,7 @@ class StageChain:
         needed_after.reverse()
         keep: list[frozenset[str]] = []
         available = set(self.graph_inputs)
-        for stage, later in zip(self.stages, needed_after):
+        for stage, later in zip(self.stages, needed_after, strict=True):
             available.update(stage.outputs)
             keep.append(frozenset(available & later))
         object.__setattr__(self, "keep_after", tuple(keep))
@@ -308,7 +308,7 @@ def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -
     stages = [
         _stage_from_path(entry.index, manifest.stage_path(entry.index)) for entry in manifest.stages
     ]
-    for entry, (stage, _, _) in zip(manifest.stages, stages):
+    for entry, (stage, _, _) in zip(manifest.stages, stages, strict=True):
         _agrees(folder / MANIFEST_NAME, entry, stage)
     graph_outputs = outputs if outputs is not None else manifest.graph_outputs
     return _chain_from_stages(stages, graph_outputs, manifest.graph_inputs)

@@ -133,12 +133,16 @@ class PipelineStats:
     def format(self) -> str:
         """A human-readable table of the figures."""
         lines = [
-            f"{self.requests} requests ({self.failed} failed) in {self.wall_s:.3f} s on the "
-            f"{self.backend} backend: {self.throughput:.1f} requests/s, latency mean "
-            f"{self.latency_mean_ms:.2f} ms, p50 {self.latency_p50_ms:.2f} ms, "
-            f"p90 {self.latency_p90_ms:.2f} ms",
-            f"{'stage':>5}  {'device':<10} {'requests':>8} {'mean ms':>9} {'p50 ms':>9} "
-            f"{'p90 ms':>9} {'busy s':>8} {'util':>6}",
+            (
+                f"{self.requests} requests ({self.failed} failed) in {self.wall_s:.3f} s on the "
+                f"{self.backend} backend: {self.throughput:.1f} requests/s, latency mean "
+                f"{self.latency_mean_ms:.2f} ms, p50 {self.latency_p50_ms:.2f} ms, "
+                f"p90 {self.latency_p90_ms:.2f} ms"
+            ),
+            (
+                f"{'stage':>5}  {'device':<10} {'requests':>8} {'mean ms':>9} {'p50 ms':>9} "
+                f"{'p90 ms':>9} {'busy s':>8} {'util':>6}"
+            ),
         ]
         for s in self.stages:
             lines.append(

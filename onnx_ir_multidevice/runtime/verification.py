@@ -147,8 +147,10 @@ class VerifyReport:
     def __str__(self) -> str:
         verdict = "OK" if self.ok else "MISMATCH"
         lines = [
-            f"{verdict}: {plural(self.num_stages, 'stage')} vs whole model "
-            f"(rtol={self.rtol:g}, atol={self.atol:g})"
+            (
+                f"{verdict}: {plural(self.num_stages, 'stage')} vs whole model "
+                f"(rtol={self.rtol:g}, atol={self.atol:g})"
+            )
         ]
         width = max((len(o.name) for o in self.outputs), default=6)
         lines.append(f"  {'output':<{width}}  {'max abs diff':>12}  {'max rel diff':>12}  status")
@@ -287,7 +289,7 @@ def _run(
             ) from error
         seconds = time.perf_counter() - start
         del session  # the owner's close releases the last reference: one session at a time
-    return dict(zip(outputs, results)), seconds, created
+    return dict(zip(outputs, results, strict=True)), seconds, created
 
 
 def compare_outputs(

@@ -606,13 +606,12 @@ class _GraphBuilder:
             opset_imports={"": OPSET},
             name="llama",
         )
-        model = ir.Model(
+        return ir.Model(
             graph,
             ir_version=_IR_VERSION,
             producer_name=_PRODUCER,
             doc_string=f"{_PRODUCER}: {_config_repr(c)}",
         )
-        return model
 
 
 def _config_repr(config: LlamaConfig) -> str:

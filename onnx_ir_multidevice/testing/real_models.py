@@ -236,7 +236,7 @@ def _run_pipeline(
         names = [o.name for o in whole.session.get_outputs()]
         for seed in range(requests):
             feeds = pipeline.example_inputs(dims, seed=seed)
-            expected = dict(zip(names, whole.session.run(None, feeds)))
+            expected = dict(zip(names, whole.session.run(None, feeds), strict=True))
             answer = pipeline.run(feeds, timeout=300)
             for output in pipeline.output_names:
                 comparison = compare_outputs(

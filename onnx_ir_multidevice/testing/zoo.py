@@ -848,7 +848,8 @@ def synthetic_transformer(
         a = layer_norm(h, f"{p}.ln_1")
         q, k, v = (linear(a, f"{p}.attn.{n}_proj", hidden, hidden) for n in "qkv")
         q, k, v = (
-            op("Reshape", [t, split], f"{p}.attn.{n}_split") for t, n in zip((q, k, v), "qkv")
+            op("Reshape", [t, split], f"{p}.attn.{n}_split")
+            for t, n in zip((q, k, v), "qkv", strict=True)
         )
         q = op("Transpose", [q], f"{p}.attn.q_heads", perm=[0, 2, 1, 3])
         k = op("Transpose", [k], f"{p}.attn.k_heads", perm=[0, 2, 3, 1])

@@ -160,8 +160,8 @@ class Container:
     def end(self) -> int:
         """Length of the serialized container: the end of its last section or kept region."""
         ends = [HEADER_SIZE]
-        for name, offset, size in _SECTIONS:
-            offset, size = getattr(self, offset), getattr(self, size)
+        for name, offset_field, size_field in _SECTIONS:
+            offset, size = getattr(self, offset_field), getattr(self, size_field)
             if name != "reserved" or offset or size:
                 ends.append(offset + size)
         ends.extend(offset + len(data) for offset, data in self.unreferenced)

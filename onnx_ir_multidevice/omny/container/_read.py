@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 from collections.abc import Sequence
@@ -170,8 +171,8 @@ def _check_section_limits(fields: _Header, source: str) -> None:
 
 def _check_overlaps(extents: Sequence[tuple[str, str, int, int]], source: str) -> None:
     ordered = sorted(extents, key=lambda extent: (extent[2], extent[2] + extent[3]))
-    for (name_a, _, offset_a, size_a), (name_b, path_b, offset_b, size_b) in zip(
-        ordered, ordered[1:]
+    for (name_a, _, offset_a, size_a), (name_b, path_b, offset_b, size_b) in itertools.pairwise(
+        ordered
     ):
         if offset_b < offset_a + size_a:
             raise OmnyContainerError(

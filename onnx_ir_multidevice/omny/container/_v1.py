@@ -256,7 +256,7 @@ def _manifest_for(old: Mapping[str, Any], proto: onnx.ModelProto, source: str) -
     text = next((p.value for p in proto.metadata_props if p.key == METADATA_KEY), "")
     if not text:  # no plan: the old manifest, with the graph's tensor names
         manifest = json.loads(json.dumps(old))
-        for side, names in zip(("input", "output"), _graph_names(proto)):
+        for side, names in zip(("input", "output"), _graph_names(proto), strict=True):
             if isinstance(manifest.get(side), dict):
                 manifest[side]["tensor_names"] = names
         return manifest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,11 @@ from onnx_ir_multidevice.omny.container._read import _check_overlaps, _parse_man
 # --------------------------------------------------------------------------- writing
 
 
+def _is_nan(value: Any) -> bool:
+    """Whether ``value`` is a float NaN (which JSON documents may hold)."""
+    return isinstance(value, float) and math.isnan(value)
+
+
 def _same_json(a: Any, b: Any) -> bool:
     """Whether two JSON values are equal, key order and ``1`` vs ``1.0`` vs ``True`` included.
 
@@ -41,8 +47,8 @@ def _same_json(a: Any, b: Any) -> bool:
         elif isinstance(x, list):
             if len(x) != len(y):
                 return False
-            stack.extend(zip(x, y))
-        elif x != y and not (x != x and y != y):  # NaN equals NaN here
+            stack.extend(zip(x, y, strict=True))
+        elif x != y and not (_is_nan(x) and _is_nan(y)):  # NaN equals NaN here
             return False
     return True
 
@@ -200,7 +206,9 @@ def _check_extents(container: Container) -> None:
     """
     extents = []
     for (name, offset_field, size_field), data in zip(
-        _SECTIONS, (container.model_bytes, container.reserved, container.manifest_bytes)
+        _SECTIONS,
+        (container.model_bytes, container.reserved, container.manifest_bytes),
+        strict=True,
     ):
         offset = getattr(container, offset_field)
         size = getattr(container, size_field)

@@ -72,7 +72,7 @@ class ThreadEngine:
         self._on_done = on_done
         self._runners: list[StageRunner] = []
         try:
-            for stage, device, n in zip(chain.stages, devices, threads):
+            for stage, device, n in zip(chain.stages, devices, threads, strict=True):
                 self._runners.append(StageRunner(stage, device, n, spinning=spinning))
         except BaseException:
             for runner in self._runners:
