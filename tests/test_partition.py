@@ -262,6 +262,8 @@ def test_random_speed_partitions_are_optimal(graph, n, scale, devices, flops_per
         assert found.flops[bound.stage] == bound.time_flops
     free = brute_force(memory, n, balance="speed", flops_per_byte=flops_per_byte)
     assert (bound.kind == "memory") == (free[0] < expected[0])
+    if capacities is None:  # a shard limit binds every device alike: `free` covers it
+        return
     for d in bound.devices:  # lifting device d alone allows a faster plan
         lifted = [*capacities[:d], 10**15, *capacities[d + 1 :]]
         assert (
