@@ -373,7 +373,6 @@ def test_saving_embedded_over_an_external_model_removes_its_old_data(tmp_path):
 
 def test_a_missing_data_file_is_said_once_naming_some_tensors(tmp_path):
     """Issue 18 item 27: one 1.7 KB line repeated "does not exist" for ten tensors."""
-    from onnx_ir_multidevice import zoo
     from onnx_ir_multidevice._errors import ExternalDataError
     from onnx_ir_multidevice._proto.files import load, save
 
