@@ -48,6 +48,7 @@ that what is serialised meanwhile is self-contained.
 from __future__ import annotations
 
 __all__ = [
+    "relocated",
     "DATA_RECORD_KEY",
     "crc32_of",
     "external_attributes_embedded",
@@ -505,12 +506,29 @@ def model_problems(model: ir.Model) -> list[ExternalDataProblem]:
         try:
             nbytes: int | None = tensor.nbytes
         except (ValueError, TypeError, NotImplementedError):
+            # An element type with no size (UNDEFINED, a damaged file): the reference is still
+            # checked (file, offset, inside the folder); split and run refuse the tensor by name.
             nbytes = None
         location = os.fspath(tensor.location)
         reason = _tensor_problem(files, location, tensor.offset, tensor.length, nbytes)
         if reason is not None:
             problems.append(ExternalDataProblem(name, location, reason, _REFERENCE))
     return problems
+
+
+def relocated(tensor: ir.ExternalTensor, location: str, base_dir: str) -> ir.ExternalTensor:
+    """``tensor`` (its offset, length, dtype, shape, name and metadata) at another location."""
+    return ir.ExternalTensor(
+        location,
+        tensor.offset,
+        tensor.length,
+        tensor.dtype,
+        shape=tensor.shape,
+        name=tensor.name,
+        doc_string=tensor.doc_string,
+        metadata_props=dict(tensor.metadata_props) if tensor.metadata_props else None,
+        base_dir=base_dir,
+    )
 
 
 def _loaded(tensor: ir.TensorProtocol) -> ir.TensorProtocol:

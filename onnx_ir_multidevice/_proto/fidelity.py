@@ -295,8 +295,7 @@ def _restore_io(
             protos[i].CopyFrom(kept[entry.index])
 
 
-def _restore_value_info(g_proto: Any, graph: ir.Graph | ir.Function, rec: _GraphRecord) -> None:
-    names = _values_by_name(graph)
+def _restore_value_info(g_proto: Any, names: dict[str, ir.Value], rec: _GraphRecord) -> None:
     kept = rec.protos.value_info
     written = list(g_proto.value_info)
     out: list[onnx.ValueInfoProto] = []
@@ -333,14 +332,13 @@ def _restore_value_info(g_proto: Any, graph: ir.Graph | ir.Function, rec: _Graph
     g_proto.value_info.extend(new.value_info)
 
 
-def _restore_quantization(g_proto: onnx.GraphProto, graph: ir.Graph, kept: Any) -> None:
+def _restore_quantization(g_proto: onnx.GraphProto, names: dict[str, ir.Value], kept: Any) -> None:
     """Quantization annotations in file order; onnx-ir writes them in its own order.
 
     An annotation onnx-ir writes unchanged is written as read, in the file's place; one it
     writes differently, or anew, is written its way, after those; one naming no value of the
     graph is kept as read.
     """
-    names = _values_by_name(graph)
     written = {a.tensor_name: a for a in g_proto.quantization_annotation}
     out: list[Any] = []
     for annotation in kept:
@@ -364,11 +362,12 @@ def _restore_graph(
 ) -> None:
     g_rec = rec.graphs.get(id(graph))
     if g_rec is not None and g_rec.graph is graph:
-        _restore_value_info(g_proto, graph, g_rec)
+        names = _values_by_name(graph)  # one map per graph, for both lists below
+        _restore_value_info(g_proto, names, g_rec)
         if not is_function:
             assert isinstance(graph, ir.Graph)  # only functions are not graphs
             if len(g_rec.protos.quantization_annotation):
-                _restore_quantization(g_proto, graph, g_rec.protos.quantization_annotation)
+                _restore_quantization(g_proto, names, g_rec.protos.quantization_annotation)
             _restore_io(g_proto.input, g_rec.protos.input, graph.inputs, g_rec.inputs)
             _restore_io(g_proto.output, g_rec.protos.output, graph.outputs, g_rec.outputs)
             for name in g_rec.defaults:

@@ -118,6 +118,7 @@ from onnx_ir_multidevice._proto.external import (
     proto_tensors,
     record_problems,
     record_stamps,
+    relocated,
     set_base_dir,
 )
 from onnx_ir_multidevice._regular_files import read_regular, require_regular, require_replaceable
@@ -768,17 +769,7 @@ def _repoint(staged: _Staged, removed: set[str], folder: Path, location: str | N
             continue
         new = staged.written.get(value)
         if isinstance(new, ir.ExternalTensor) and location is not None:
-            value.const_value = ir.ExternalTensor(
-                location,
-                new.offset,
-                new.length,
-                new.dtype,
-                shape=new.shape,
-                name=new.name,
-                doc_string=new.doc_string,
-                metadata_props=dict(new.metadata_props) if new.metadata_props else None,
-                base_dir=os.path.abspath(folder),
-            )
+            value.const_value = relocated(new, location, os.path.abspath(folder))
         elif new is not None:
             value.const_value = new
     for node, name, attr, loaded in staged.attributes:
