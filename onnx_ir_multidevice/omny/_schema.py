@@ -411,6 +411,21 @@ class Sharding(_Record):
         return next((i for i, c in enumerate(configurations) if c.num_shards == shards), None)
 
 
+def parse_configuration(value: Any) -> int | str | None:
+    """A configuration as the user names it: a ``.omny`` configuration index or an IR v11 name.
+
+    The one reading of ``--configuration ID`` (``omny split``) and of the exporters'
+    ``configuration`` option: an ``int``, or a string of digits, is an index into
+    :attr:`Sharding.configurations` (:meth:`Sharding.configuration_index` checks that it
+    exists); any other string is the name of an IR v11 model configuration; ``None`` is no
+    choice.
+    """
+    if value is None or isinstance(value, int):
+        return value
+    text = str(value)
+    return int(text) if text.isdigit() else text
+
+
 @dataclasses.dataclass(frozen=True)
 class ExportInfo(_Record):
     """The ``export_info`` object: who wrote the file, when, from what.
