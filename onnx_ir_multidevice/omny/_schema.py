@@ -1256,6 +1256,19 @@ def _tokens(text: str, pos: int, end: int) -> Any:
         pos = stop
 
 
+def _style_known(found: Mapping[str, Any], indent: str | None, inline: bool | None) -> bool:
+    """Whether :func:`_detect_style` has seen every separator the layout found so far uses.
+
+    Compact JSON (no indent) needs the key and item separators; indented JSON the key and
+    line separators, and the item separator of one-line scalar arrays unless there are none.
+    """
+    if "key_sep" not in found:
+        return False
+    if indent is None:
+        return "item_sep" in found
+    return "line_sep" in found and (inline is False or "item_sep" in found)
+
+
 def _detect_style(text: str) -> _Style:
     """Detects the layout of a (valid) JSON text; unknown aspects keep the defaults."""
     start = len(text) - len(text.lstrip(_JSON_WS))
@@ -1297,15 +1310,7 @@ def _detect_style(text: str) -> _Style:
         elif char == "]":
             scalar_array_open = False
         previous, previous_end = char, stop
-        if (
-            not first
-            and "key_sep" in found
-            and (
-                ("item_sep" in found and indent is None)
-                or (indent is not None and "line_sep" in found and inline is False)
-                or (indent is not None and "line_sep" in found and "item_sep" in found)
-            )
-        ):
+        if not first and _style_known(found, indent, inline):
             break
     found["indent"] = indent
     found["inline_scalar_arrays"] = bool(inline) and indent is not None
