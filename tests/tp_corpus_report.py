@@ -31,7 +31,9 @@ def feeds_for(model: ir.Model, dims: dict[str, int]) -> dict[str, np.ndarray]:
     tables = [
         n.inputs[0].const_value.shape[0]  # type: ignore[union-attr]
         for n in model.graph
-        if n.op_type == "Gather" and n.inputs[0] is not None and n.inputs[0].const_value is not None
+        if n.op_type == "Gather"
+        and n.inputs[0] is not None
+        and n.inputs[0].const_value is not None
         and len(n.inputs[0].const_value.shape) == 2  # type: ignore[union-attr]
     ]
     vocab = min(tables) if tables else 2

@@ -26,7 +26,6 @@ from onnx_ir_multidevice.analysis.sharding import (
     Replicated,
     Split,
     constant_array,
-    take_shard,
 )
 from onnx_ir_multidevice.analysis.tensor_parallel import Region
 
@@ -56,11 +55,18 @@ def whole_values(
     else:
         proto = ir.to_proto(model)
         inferred = onnx.shape_inference.infer_shapes(proto)
-        types = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+        types = {
+            vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
+        }
         names = [n for node in proto.graph.node for n in node.output if n]
         del proto.graph.output[:]
-        proto.graph.output.extend(types[n] for n in names)
-        session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        proto.graph.output.extend(
+            types.get(n) or helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+            for n in names
+        )
+        session = ort.InferenceSession(
+            proto.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
         results = session.run(names, dict(feeds))
     values.update(zip(names, results, strict=True))
     return values
@@ -70,7 +76,7 @@ def _shard_feeds_and_proto(
     model: ir.Model, region: Region, whole: Mapping[str, np.ndarray], shard: int
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[str]]:
     produced = {v for node in region.nodes for v in node.outputs if v is not None}
-    slices = {piece.value: piece for piece in region.weight_slices}
+    slices = {(piece.node, piece.value): piece for piece in region.weight_slices}
     rewrites: dict[tuple[ir.Node, int], list] = {}
     for rewrite in region.shape_rewrites:
         rewrites.setdefault((rewrite.node, rewrite.input_index), []).append(rewrite)
@@ -91,16 +97,19 @@ def _shard_feeds_and_proto(
             whole_value = whole.get(value.name)
             if whole_value is None:
                 whole_value = constant_array(value)
-            special = (node, i) in rewrites or (node, i) in once
-            reads_whole = value in produced and isinstance(read[i], Replicated) and not isinstance(
-                region.states[value], Replicated
+            piece = slices.get((node, value))
+            special = (node, i) in rewrites or (node, i) in once or piece is not None
+            reads_whole = (
+                value in produced
+                and isinstance(read[i], Replicated)
+                and not isinstance(region.states[value], Replicated)
             )
             if value in produced and not reads_whole:
                 proto.input.append(value.name)
                 continue
             array = np.array(whole_value)
-            if value in slices:
-                array = slices[value].take(array, shard)
+            if piece is not None:
+                array = piece.take(array, shard)
             for rewrite in rewrites.get((node, i), ()):
                 array = array.copy()
                 array[rewrite.position] = rewrite.new
@@ -176,7 +185,9 @@ def _check_region(model, region, whole, engine, tolerance) -> float:
     per_shard = []
     for shard in range(region.degree):
         proto, feeds, outputs = _shard_feeds_and_proto(model, region, whole, shard)
-        per_shard.append(dict(zip(outputs, _run(proto, feeds, outputs, engine, whole), strict=True)))
+        per_shard.append(
+            dict(zip(outputs, _run(proto, feeds, outputs, engine, whole), strict=True))
+        )
     worst = 0.0
     for node in region.nodes:
         for value in node.outputs:
@@ -185,13 +196,22 @@ def _check_region(model, region, whole, engine, tolerance) -> float:
             state = region.states[value]
             made = _make_whole(state, [shard[value.name] for shard in per_shard])
             expected = np.asarray(whole[value.name])
-            assert made.shape == expected.shape, (value.name, str(state), made.shape, expected.shape)
+            assert made.shape == expected.shape, (
+                value.name,
+                str(state),
+                made.shape,
+                expected.shape,
+            )
             if expected.dtype.kind == "f":
                 finite = np.isfinite(expected)
                 diff = float(np.max(np.abs(made[finite] - expected[finite]), initial=0.0))
                 worst = max(worst, diff)
                 np.testing.assert_allclose(
-                    made, expected, rtol=tolerance, atol=tolerance, err_msg=f"{value.name} ({state})"
+                    made,
+                    expected,
+                    rtol=tolerance,
+                    atol=tolerance,
+                    err_msg=f"{value.name} ({state})",
                 )
             else:
                 np.testing.assert_array_equal(made, expected, err_msg=f"{value.name} ({state})")

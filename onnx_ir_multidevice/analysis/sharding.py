@@ -79,13 +79,19 @@ class Split:
     slice ``k`` of every block (a fused QKV output is 3 blocks)."""
 
     def __str__(self) -> str:
-        return f"Split({self.axis})" if self.blocks == 1 else f"Split({self.axis}, {self.blocks} blocks)"
+        return (
+            f"Split({self.axis})"
+            if self.blocks == 1
+            else f"Split({self.axis}, {self.blocks} blocks)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class Partial:
-    """Every device holds a tensor of the whole shape; the value is their sum (an AllReduce
-    makes it :class:`Replicated`)."""
+    """Every device holds a tensor of the whole shape; the value is their sum.
+
+    An ``AllReduce`` makes it :class:`Replicated`.
+    """
 
     def __str__(self) -> str:
         return "Partial"
@@ -116,12 +122,18 @@ class WeightSlice:
     blocks: int = 1
     """How many equal blocks the axis is made of (each block is sliced)."""
 
+    node: ir.Node | None = None
+    """The node reading the slice (set by the region finder; a constant may be read sliced by
+    one node and whole by another, as a bias shared between layers)."""
+
     def take(self, array: np.ndarray, shard: int) -> np.ndarray:
         """Slice ``shard`` of ``array`` (the constant's whole value)."""
         return take_shard(array, self.axis, self.degree, shard, self.blocks)
 
 
-def take_shard(array: np.ndarray, axis: int, degree: int, shard: int, blocks: int = 1) -> np.ndarray:
+def take_shard(
+    array: np.ndarray, axis: int, degree: int, shard: int, blocks: int = 1
+) -> np.ndarray:
     """Slice ``shard`` of ``degree`` of ``array`` along ``axis`` (of every one of ``blocks``)."""
     size = array.shape[axis]
     block = size // blocks
@@ -176,8 +188,10 @@ class AttributeRewrite:
 
 @dataclasses.dataclass(frozen=True)
 class BiasOnce:
-    """A replicated constant added to a :class:`Partial` value: device 0 adds it, the others
-    add zeros (else the ``AllReduce`` would sum it ``degree`` times)."""
+    """A replicated constant added to a :class:`Partial` value by device 0 only.
+
+    The other devices add zeros, else the ``AllReduce`` would sum it ``degree`` times.
+    """
 
     node: ir.Node
     """The node adding it."""
@@ -291,7 +305,9 @@ SEED_RULES: RuleRegistry[SeedRule] = RuleRegistry("column-parallel seed")
 activation input is replicated; the output's last axis is split in ``blocks`` blocks."""
 
 
-def propagate(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def propagate(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     """Apply the rule of ``node`` to its input states; ``None`` when no rule proves it.
 
     Args:
@@ -344,7 +360,7 @@ def _broadcasts(context: ShardingContext, value: ir.Value | None, axis: int) -> 
 
 def _slice_replicated(
     context: ShardingContext, node: ir.Node, index: int, split: Split
-) -> WeightSlice | None | bool:
+) -> WeightSlice | bool | None:
     """How a replicated input of an elementwise node meets a :class:`Split` of ``split.axis``.
 
     True: it broadcasts (nothing to do); a :class:`WeightSlice`: a constant to slice;
@@ -361,7 +377,8 @@ def _slice_replicated(
     axis = len(shape) + split.axis
     if shape[axis] % (context.degree * split.blocks):
         return None
-    return WeightSlice(value, axis, context.degree, split.blocks)  # type: ignore[arg-type]
+    assert value is not None
+    return WeightSlice(value, axis, context.degree, split.blocks)
 
 
 def _all_same(states: Sequence[ShardState], kind: type) -> ShardState | None:
@@ -397,7 +414,9 @@ _LINEAR: Mapping[str, str] = {
 
 
 @RULES.register(*_UNARY, *_BINARY, domain=ANY_DOMAIN)
-def _elementwise(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _elementwise(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     if any(isinstance(s, Partial) for s in states):
         return _elementwise_partial(context, node, states)
     split = _all_same(states, Split)
@@ -446,21 +465,25 @@ def _elementwise_partial(
 
 
 @RULES.register("MatMul")
-def _matmul(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _matmul(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     a, b = node.inputs[0], node.inputs[1]
     sa, sb = states[0], states[1]
-    ra, rb = context.rank(a), context.rank(b)
-    if ra is None or rb is None or ra < 2 or rb < 2:
-        return None
     if isinstance(sa, Partial) or isinstance(sb, Partial):
         return None
     weight = context.constant(b)
-    if weight is not None and rb == 2 and isinstance(sa, Split):
+    if b is not None and weight is not None and weight.ndim == 2 and isinstance(sa, Split):
         if sa.axis == -1:  # row-parallel: the weight's input axis is sliced, the output is partial
             if weight.shape[0] % (context.degree * sa.blocks):
                 return None
-            return RuleResult((PARTIAL,), weight_slices=(WeightSlice(b, 0, context.degree, sa.blocks),))  # type: ignore[arg-type]
+            return RuleResult(
+                (PARTIAL,), weight_slices=(WeightSlice(b, 0, context.degree, sa.blocks),)
+            )
         return RuleResult((sa,))  # rows or batch: the weight is replicated
+    ra, rb = context.rank(a), context.rank(b)
+    if ra is None or rb is None or ra < 2 or rb < 2:
+        return None
     if isinstance(sa, Split) and isinstance(sb, Split):
         if sa == sb and sa.axis <= -3:  # per head (or batch) on both sides
             return RuleResult((sa,))
@@ -478,7 +501,9 @@ def _matmul(context: ShardingContext, node: ir.Node, states: Sequence[ShardState
 
 
 @RULES.register("Gemm")
-def _gemm(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _gemm(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     if _attr_int(node, "transA", 0) or any(not isinstance(s, Replicated) for s in states[1:]):
         return None
     sa = states[0]
@@ -491,19 +516,19 @@ def _gemm(context: ShardingContext, node: ir.Node, states: Sequence[ShardState])
             return None
         return RuleResult((sa,))
     weight = context.constant(b)
-    if weight is None or weight.ndim != 2:
+    if b is None or weight is None or weight.ndim != 2:
         return None
     axis = 1 if _attr_int(node, "transB", 0) else 0
     if weight.shape[axis] % (context.degree * sa.blocks):
         return None
-    once = ()
+    once: tuple[BiasOnce, ...] = ()
     if c is not None:
         if context.constant(c) is None:
             return None
         once = (BiasOnce(node, 2),)
     return RuleResult(
         (PARTIAL,),
-        weight_slices=(WeightSlice(b, axis, context.degree, sa.blocks),),  # type: ignore[arg-type]
+        weight_slices=(WeightSlice(b, axis, context.degree, sa.blocks),),
         bias_once=once,
     )
 
@@ -512,12 +537,18 @@ def _gemm(context: ShardingContext, node: ir.Node, states: Sequence[ShardState])
 def _seed_matmul(context: ShardingContext, node: ir.Node, blocks: int) -> RuleResult | None:
     b = node.inputs[1]
     weight = context.constant(b)
-    if weight is None or weight.ndim != 2 or weight.shape[1] % (context.degree * blocks):
+    if (
+        b is None
+        or weight is None
+        or weight.ndim != 2
+        or weight.shape[1] % (context.degree * blocks)
+    ):
         return None
     if (context.rank(node.inputs[0]) or 0) < 2 or context.constant(node.inputs[0]) is not None:
         return None
     return RuleResult(
-        (Split(-1, blocks),), weight_slices=(WeightSlice(b, 1, context.degree, blocks),)  # type: ignore[arg-type]
+        (Split(-1, blocks),),
+        weight_slices=(WeightSlice(b, 1, context.degree, blocks),),
     )
 
 
@@ -528,9 +559,14 @@ def _seed_gemm(context: ShardingContext, node: ir.Node, blocks: int) -> RuleResu
     b = node.inputs[1]
     weight = context.constant(b)
     axis = 0 if _attr_int(node, "transB", 0) else 1
-    if weight is None or weight.ndim != 2 or weight.shape[axis] % (context.degree * blocks):
+    if (
+        b is None
+        or weight is None
+        or weight.ndim != 2
+        or weight.shape[axis] % (context.degree * blocks)
+    ):
         return None
-    slices = [WeightSlice(b, axis, context.degree, blocks)]  # type: ignore[arg-type]
+    slices = [WeightSlice(b, axis, context.degree, blocks)]
     c = node.inputs[2] if len(node.inputs) > 2 else None
     if c is not None:
         found = _slice_replicated(context, node, 2, Split(-1, blocks))
@@ -551,7 +587,9 @@ def _only_first(states: Sequence[ShardState]) -> bool:
 
 
 @RULES.register("Reshape")
-def _reshape(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _reshape(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     if not _only_first(states):
         return None
@@ -567,11 +605,13 @@ def _reshape(context: ShardingContext, node: ir.Node, states: Sequence[ShardStat
         return None
     prefix = int(np.prod(before[:axis], dtype=np.int64))
     running = 1
-    for b, size in enumerate(after):
+    b = -1
+    for position, size in enumerate(after):
         if running == prefix and size > 1 and size % parts == 0:
+            b = position
             break
         running *= size
-    else:
+    if b < 0:
         return None
     # Same prefix and both axes divisible: device k's elements are the same contiguous chunks.
     target = context.ints(node.inputs[1])
@@ -584,7 +624,9 @@ def _reshape(context: ShardingContext, node: ir.Node, states: Sequence[ShardStat
 
 
 @RULES.register("Transpose")
-def _transpose(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _transpose(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     if isinstance(state, Partial):
         return RuleResult((PARTIAL,))
@@ -606,7 +648,9 @@ def _squeeze_axes(context: ShardingContext, node: ir.Node) -> list[int] | None:
 
 
 @RULES.register("Unsqueeze")
-def _unsqueeze(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _unsqueeze(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     if not _only_first(states):
         return None
@@ -623,7 +667,9 @@ def _unsqueeze(context: ShardingContext, node: ir.Node, states: Sequence[ShardSt
 
 
 @RULES.register("Squeeze")
-def _squeeze(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _squeeze(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     if not _only_first(states):
         return None
@@ -642,7 +688,9 @@ def _squeeze(context: ShardingContext, node: ir.Node, states: Sequence[ShardStat
 
 
 @RULES.register("Expand")
-def _expand(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _expand(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     if not _only_first(states):
         return None
@@ -659,12 +707,16 @@ def _expand(context: ShardingContext, node: ir.Node, states: Sequence[ShardState
     rewrites: tuple[ShapeRewrite, ...] = ()
     if target is None or target[position] != 1:
         size = after[len(after) + state.axis]
-        rewrites = (ShapeRewrite(node, 1, position, size, size // context.degree, target is not None),)
+        rewrites = (
+            ShapeRewrite(node, 1, position, size, size // context.degree, target is not None),
+        )
     return RuleResult((state,), shape_rewrites=rewrites)
 
 
 @RULES.register("Slice")
-def _slice(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _slice(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     if not _only_first(states):
         return None
@@ -685,7 +737,9 @@ def _slice(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
 
 
 @RULES.register("Split")
-def _split(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _split(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     count = len(node.outputs)
     if not _only_first(states):
@@ -698,7 +752,11 @@ def _split(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
         return None
     if _positive(_attr_int(node, "axis", 0), rank) != rank + state.axis:
         return RuleResult((state,) * count)
-    sizes = context.ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    sizes = (
+        context.ints(node.inputs[1])
+        if len(node.inputs) > 1 and node.inputs[1] is not None
+        else None
+    )
     if sizes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
         return None
     if sizes is not None and len(set(sizes)) != 1:
@@ -707,13 +765,16 @@ def _split(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
         context.split_hints.append(count * state.blocks)
         return None
     rewrites = tuple(
-        ShapeRewrite(node, 1, i, size, size // context.degree, True) for i, size in enumerate(sizes or ())
+        ShapeRewrite(node, 1, i, size, size // context.degree, True)
+        for i, size in enumerate(sizes or ())
     )
     return RuleResult((Split(state.axis, state.blocks // count),) * count, shape_rewrites=rewrites)
 
 
 @RULES.register("Concat")
-def _concat(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _concat(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     if all(isinstance(s, Partial) for s in states):
         return RuleResult((PARTIAL,))
     split = _all_same(states, Split)
@@ -726,14 +787,17 @@ def _concat(context: ShardingContext, node: ir.Node, states: Sequence[ShardState
     if _positive(_attr_int(node, "axis", 0), rank) != rank + split.axis:
         return RuleResult((split,))
     # Concatenating equal Split inputs along their axis gives blocks (the inverse of Split).
-    sizes = {context.shape(v)[rank + split.axis] if context.shape(v) else None for v in node.inputs}  # type: ignore[index]
+    shapes = [context.shape(v) for v in node.inputs]
+    sizes = {shape[rank + split.axis] if shape else None for shape in shapes}
     if len(sizes) != 1 or None in sizes:
         return None
     return RuleResult((Split(split.axis, split.blocks * len(node.inputs)),))
 
 
 @RULES.register("Gather")
-def _gather(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _gather(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     if not _only_first(states) or not isinstance(state, Split):
         return None
@@ -752,7 +816,9 @@ def _gather(context: ShardingContext, node: ir.Node, states: Sequence[ShardState
 
 
 @RULES.register("Shape")
-def _shape(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _shape(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     if isinstance(state, Partial):
         return RuleResult((REPLICATED,))  # a partial sum has the whole shape
@@ -774,7 +840,9 @@ def _shape(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
 
 
 @RULES.register("Softmax", "LogSoftmax", domain=ANY_DOMAIN)
-def _softmax(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _softmax(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     rank = context.rank(node.inputs[0])
     if not isinstance(state, Split) or rank is None:
@@ -793,7 +861,9 @@ def _softmax(context: ShardingContext, node: ir.Node, states: Sequence[ShardStat
     "SkipSimplifiedLayerNormalization",
     domain=ANY_DOMAIN,
 )
-def _normalization(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _normalization(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     """A normalisation over trailing axes: a region boundary, unless split on a leading axis."""
     state = states[0]
     rank = context.rank(node.inputs[0])
@@ -807,7 +877,9 @@ def _normalization(context: ShardingContext, node: ir.Node, states: Sequence[Sha
 
 
 @RULES.register("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2")
-def _reduce(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _reduce(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     state = states[0]
     rank = context.rank(node.inputs[0])
     if rank is None or not _only_first(states):
@@ -836,7 +908,7 @@ def _reduce(context: ShardingContext, node: ir.Node, states: Sequence[ShardState
 # ---------------------------------------------------------------------------------------------
 
 
-def _heads(context: ShardingContext, node: ir.Node, name: str) -> AttributeRewrite | None | bool:
+def _heads(context: ShardingContext, node: ir.Node, name: str) -> AttributeRewrite | bool | None:
     attribute = node.attributes.get(name)
     if attribute is None:
         return True
@@ -862,7 +934,11 @@ def _contrib_attention(
     allowed = {0, 1, 2, 4} if node.op_type == "MultiHeadAttention" else {0, 1, 2, 5, 6, 7, 8}
     if not used <= allowed or any(not isinstance(states[i], Replicated) for i in used - {0, 1, 2}):
         return None
-    if node.op_type == "MultiHeadAttention" and 4 in used and (context.rank(node.inputs[4]) or 0) > 2:
+    if (
+        node.op_type == "MultiHeadAttention"
+        and 4 in used
+        and (context.rank(node.inputs[4]) or 0) > 2
+    ):
         return None  # a [batch, heads...] mask would need slicing
     rewrites = [_heads(context, node, "num_heads")]
     if node.op_type == "GroupQueryAttention":
@@ -871,11 +947,16 @@ def _contrib_attention(
         return None
     outputs: list[ShardState] = [Split(-1)]
     outputs += [Split(-3)] * (len(node.outputs) - 1)  # present key/value [batch, heads, seq, size]
-    return RuleResult(tuple(outputs), attribute_rewrites=tuple(r for r in rewrites if isinstance(r, AttributeRewrite)))
+    return RuleResult(
+        tuple(outputs),
+        attribute_rewrites=tuple(r for r in rewrites if isinstance(r, AttributeRewrite)),
+    )
 
 
 @RULES.register("Attention")
-def _onnx_attention(context: ShardingContext, node: ir.Node, states: Sequence[ShardState]) -> RuleResult | None:
+def _onnx_attention(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
     """ONNX ``Attention`` (opset 23): Q, K, V split by heads.
 
     4-D inputs ``[batch, heads, seq, size]`` split on axis ``-3``; 3-D inputs
@@ -899,12 +980,14 @@ def _onnx_attention(context: ShardingContext, node: ir.Node, states: Sequence[Sh
     used = {i for i, v in enumerate(node.inputs) if v is not None}
     if not used <= {0, 1, 2, 3}:
         return None
-    if 3 in used:
-        mask_axis = -3 if q_rank == 4 else -3
-        if not isinstance(states[3], Replicated) or not _broadcasts(context, node.inputs[3], mask_axis):
-            return None
-    if len([o for o in node.outputs if o is not None and o.uses()]) > 1 or len(node.outputs) > 1 and any(
-        o.uses() for o in node.outputs[1:] if o is not None
+    # The mask is [batch or 1, heads or 1, q_seq, kv_seq] (or shorter): heads are axis -3.
+    if 3 in used and (
+        not isinstance(states[3], Replicated) or not _broadcasts(context, node.inputs[3], -3)
     ):
         return None
-    return RuleResult((Split(head_axis),) + (REPLICATED,) * (len(node.outputs) - 1), attribute_rewrites=tuple(rewrites))
+    if any(o is not None and o.uses() for o in node.outputs[1:]):
+        return None  # present keys/values and attention weights: not handled
+    return RuleResult(
+        (Split(head_axis),) + (REPLICATED,) * (len(node.outputs) - 1),
+        attribute_rewrites=tuple(rewrites),
+    )

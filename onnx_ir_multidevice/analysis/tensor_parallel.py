@@ -32,6 +32,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.sharding import (
     REPLICATED,
     SEED_RULES,
@@ -43,11 +44,9 @@ from onnx_ir_multidevice.analysis.sharding import (
     ShapeRewrite,
     ShardingContext,
     ShardState,
-    Split,
     WeightSlice,
     propagate,
 )
-from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.graph.index import GraphIndex
 
 
@@ -93,7 +92,7 @@ class Region:
     region that a collective made whole before this node reads it."""
 
     weight_slices: list[WeightSlice]
-    """The constants each device holds a slice of."""
+    """The constants each device holds a slice of, one entry per node reading one."""
 
     shape_rewrites: list[ShapeRewrite]
     """Shape-like inputs with a per-device value."""
@@ -118,8 +117,10 @@ class Region:
                 f"  rewrite {rewrite.node.name} input {rewrite.input_index}[{rewrite.position}]:"
                 f" {rewrite.old} -> {rewrite.new}"
             )
-        for rewrite in self.attribute_rewrites:
-            lines.append(f"  rewrite {rewrite.node.name}.{rewrite.name}: {rewrite.old} -> {rewrite.new}")
+        for change in self.attribute_rewrites:
+            lines.append(
+                f"  rewrite {change.node.name}.{change.name}: {change.old} -> {change.new}"
+            )
         for once in self.bias_once:
             lines.append(f"  {once.node.name} input {once.input_index} added by device 0 only")
         for collective in self.collectives:
@@ -181,8 +182,8 @@ def find_regions(
 
     taken: set[ir.Node] = set()
     regions: list[Region] = []
-    for seeds in groups.values():
-        seeds = [s for s in seeds if s not in taken]
+    for readers in groups.values():
+        seeds = [s for s in readers if s not in taken]
         if not seeds:
             continue
         blocks = 1
@@ -239,7 +240,9 @@ def _attempt(
         reduced.add(value)
         state = states[value]
         kind = "AllReduce" if isinstance(state, Partial) else "AllGather"
-        collectives.append(Collective(kind, value, value.producer(), state, _nbytes(context, value)))
+        collectives.append(
+            Collective(kind, value, value.producer(), state, _nbytes(context, value))
+        )
 
     def add(node: ir.Node, result: RuleResult) -> None:
         nodes.append(node)
@@ -265,7 +268,8 @@ def _attempt(
         if node in states or node in nodes:
             continue
         inputs = [
-            REPLICATED if v is None or v in reduced else states.get(v, REPLICATED) for v in node.inputs
+            REPLICATED if v is None or v in reduced else states.get(v, REPLICATED)
+            for v in node.inputs
         ]
         if all(isinstance(s, Replicated) for s in inputs):
             continue
@@ -285,7 +289,12 @@ def _attempt(
     gathers = sum(1 for c in collectives if c.kind == "AllGather")
     ordered = sorted(range(len(nodes)), key=lambda i: position[nodes[i]])
     return _Attempt(
-        [nodes[i] for i in ordered], states, read, [results[i] for i in ordered], collectives, gathers
+        [nodes[i] for i in ordered],
+        states,
+        read,
+        [results[i] for i in ordered],
+        collectives,
+        gathers,
     )
 
 
@@ -301,12 +310,8 @@ def _region(degree: int, attempt: _Attempt) -> Region:
     region = Region(
         degree, attempt.nodes, attempt.states, attempt.inputs, [], [], [], [], attempt.collectives
     )
-    seen: set[tuple[ir.Value, int]] = set()
-    for result in attempt.results:
-        for piece in result.weight_slices:
-            if (piece.value, piece.axis) not in seen:
-                seen.add((piece.value, piece.axis))
-                region.weight_slices.append(piece)
+    for node, result in zip(attempt.nodes, attempt.results, strict=True):
+        region.weight_slices.extend(dataclasses.replace(p, node=node) for p in result.weight_slices)
         region.shape_rewrites.extend(result.shape_rewrites)
         region.attribute_rewrites.extend(result.attribute_rewrites)
         region.bias_once.extend(result.bias_once)
