@@ -575,6 +575,24 @@ class Propagation:
             record.key = (record.dtype, record.dims)
         return found
 
+    def _constant(self, value: ir.Value) -> _T | None:
+        """The interned record of a constant input (``None``: not a constant).
+
+        A weight carries no data: its record is found by dtype and dims alone, without
+        building one first (a large model reads tens of thousands of weights).
+        """
+        tensor = value.const_value
+        if tensor is None:
+            return None
+        dtype, shape = value.dtype, value.shape
+        if dtype is not None and shape is not None:
+            dims = shape.dims
+            if dtype not in _INTEGERS or len(dims) > 1:  # no data: dtype and dims say all
+                found = self._interned.get((dtype, dims, None))
+                if found is not None:
+                    return found
+        return self._intern(_tensor_record(tensor, value))
+
     def run(self, nodes: Sequence[ir.Node]) -> bool:
         """Propagate through ``nodes`` (topological order); ``False`` at a node not covered."""
         known = self._known
@@ -593,10 +611,10 @@ class Propagation:
                 if None in ins:
                     for k, value in enumerate(node_inputs):
                         if ins[k] is None and value is not None:
-                            tensor = value.const_value
-                            if tensor is None:
+                            constant = self._constant(value)
+                            if constant is None:
                                 return False  # an outer-scope or unknown value
-                            ins[k] = known[value] = intern(_tensor_record(tensor, value))
+                            ins[k] = known[value] = constant
                 if ins and ins[0] is None:
                     return False
                 attribute_key = _attribute_key(attributes) if attributes else ()
@@ -622,6 +640,7 @@ class Propagation:
 
 
 _PLAIN_ATTRIBUTE_VALUES = (int, float, str)
+_PLAIN_TYPES = frozenset(_PLAIN_ATTRIBUTE_VALUES)
 
 
 def _attribute_key(attributes: Mapping[str, Any]) -> tuple | None:
@@ -631,11 +650,12 @@ def _attribute_key(attributes: Mapping[str, Any]) -> tuple | None:
         if not isinstance(attr, ir.Attr):
             return None
         value = attr.value
-        if isinstance(value, (list, tuple)):
-            if not all(isinstance(item, _PLAIN_ATTRIBUTE_VALUES) for item in value):
+        kind = type(value)
+        if kind is list or kind is tuple:
+            if not _PLAIN_TYPES.issuperset(map(type, value)):
                 return None
             value = tuple(value)
-        elif not isinstance(value, _PLAIN_ATTRIBUTE_VALUES):
+        elif kind not in _PLAIN_TYPES and not isinstance(value, _PLAIN_ATTRIBUTE_VALUES):
             return None
         key.append((name, attr.type, value))
     return tuple(key)

@@ -37,7 +37,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyError
 from onnx_ir_multidevice._util import gc_paused
-from onnx_ir_multidevice.graph.fingerprint import GraphCache
+from onnx_ir_multidevice.graph.fingerprint import GraphCache, node_list
 
 _T = TypeVar("_T")
 _INDEX_KEY = "GraphIndex.for_model"
@@ -563,7 +563,7 @@ class GraphIndex:
         *,
         sort: bool = True,
     ) -> GraphIndex:
-        graph_nodes = list(graph)
+        graph_nodes = node_list(graph)
         n = len(graph_nodes)
         position = dict(zip(graph_nodes, range(n), strict=True))
         # One pass over the nodes for their inputs, outputs and attributes.
@@ -702,7 +702,7 @@ class GraphIndex:
         """The nodes in graph order."""
         cached = self._graph_nodes
         if cached is None:
-            cached = self._graph_nodes = tuple(self.graph)
+            cached = self._graph_nodes = tuple(node_list(self.graph))
         return cached
 
     @property
