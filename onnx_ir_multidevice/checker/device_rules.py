@@ -148,7 +148,7 @@ def run_device_rules(
         _check_node_configurations(node, location, registered, diagnostics)
 
     if annotated_nodes or has_bodies:
-        diagnostics.extend(check_sharding(model))
+        diagnostics.extend(check_sharding(model, main, entries_list))
     if model.ir_version < MULTI_DEVICE_IR_VERSION and (
         model.device_configurations or annotated_nodes
     ):

@@ -41,17 +41,38 @@ from onnx_ir_multidevice.checker.diagnostics import Diagnostic, make, node_locat
 _Key = tuple[tuple[tuple[int, int], ...], tuple[int, ...]]
 
 
-def check_sharding(model: ir.Model) -> list[Diagnostic]:
+def check_sharding(
+    model: ir.Model,
+    nodes: Sequence[ir.Node] | None = None,
+    entries_list: Sequence[Sequence[ir.NodeDeviceConfiguration]] | None = None,
+) -> list[Diagnostic]:
     """Check the tensor-parallel sharding specs of ``model``'s main graph (``OMNY221``-``224``).
+
+    Args:
+        model: The model.
+        nodes: The main graph's nodes in graph order, when already listed.
+        entries_list: Each of ``nodes``' ``device_configurations``, when already read.
 
     Returns:
         The diagnostics, in graph order per configuration.
     """
-    nodes = list(model.graph)
+    if nodes is None or entries_list is None:
+        nodes = list(model.graph)
+        entries_list = [node.device_configurations for node in nodes]
+    # Entry tuples are shared between nodes (annotate() writes one per stage): a model whose
+    # specs only place tensors (no sharded dims: pipeline hand-offs) has nothing to check.
+    distinct = {id(entries): entries for entries in entries_list if entries}
+    if not any(
+        spec.sharded_dims
+        for entries in distinct.values()
+        for entry in entries
+        for spec in entry.sharding_specs
+    ):
+        return []
     annotated = [
         (i, node, entry)
-        for i, node in enumerate(nodes)
-        for entry in node.device_configurations
+        for i, (node, entries) in enumerate(zip(nodes, entries_list, strict=True))
+        for entry in entries
         if entry.sharding_specs and entry.configuration is not None
     ]
     if not annotated:
