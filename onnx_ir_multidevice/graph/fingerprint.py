@@ -69,19 +69,17 @@ def _slot_getter(public: tuple[str, ...], probe: Any) -> Callable[[Any], tuple]:
     return getter
 
 
-_NODE_FIELDS = _slot_getter(
-    ("domain", "op_type", "overload", "version", "name", "inputs", "outputs"),
-    ir.Node("probe", "Identity", [ir.Value(name="probe_in")], name="probe_node", version=1),
+_NODE_PROBE = ir.Node(
+    "probe", "Identity", [ir.Value(name="probe_in")], name="probe_node", version=1
 )
-_VALUE_FIELDS = _slot_getter(
-    ("name", "type", "shape", "const_value"),
-    ir.Value(name="probe", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1])),
+_NODE_FIELD_GETTERS = tuple(
+    _slot_getter((name,), _NODE_PROBE)
+    for name in ("domain", "op_type", "overload", "version", "name", "inputs", "outputs")
 )
-
-
-_OUTPUTS_OF = operator.itemgetter(6)
-_TYPE_OF = operator.itemgetter(1)
-_SHAPE_OF = operator.itemgetter(2)
+_VALUE_PROBE = ir.Value(name="probe", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1]))
+_VALUE_FIELD_GETTERS = tuple(
+    _slot_getter((name,), _VALUE_PROBE) for name in ("name", "type", "shape", "const_value")
+)
 _ITEMS = operator.methodcaller("items")
 _VALUES = operator.methodcaller("values")
 _KIND_OF = _slot_getter(("type",), ir.AttrInt64("probe", 1))
@@ -165,10 +163,12 @@ def _values_state(values: list[ir.Value]) -> tuple:
     :class:`onnx_ir.Shape` cannot change). Written with C-level iteration: a large graph has
     tens of thousands of values.
     """
-    fields = list(map(_VALUE_FIELDS, values))
-    types = list(map(_TYPE_OF, fields))
+    # One list per field (columns), not a tuple per value: a few containers for the cyclic
+    # collector to scan instead of one per value, and the same C-level comparison.
+    columns = [list(map(getter, values)) for getter in _VALUE_FIELD_GETTERS]
+    types = columns[1]
     types = list(compress(types, map(operator.is_not, types, repeat(None))))
-    shapes = list(map(_SHAPE_OF, fields))
+    shapes = columns[2]
     shapes = list(compress(shapes, map(operator.is_not, shapes, repeat(None))))
     frozen = list(map(_FROZEN, shapes))
     if all(frozen):
@@ -177,7 +177,7 @@ def _values_state(values: list[ir.Value]) -> tuple:
         unfrozen = tuple(
             tuple(shape) for shape, done in zip(shapes, frozen, strict=True) if not done
         )
-    return (tuple(fields), tuple(map(_DTYPE_OF, types)), tuple(frozen), unfrozen)
+    return (*columns, list(map(_DTYPE_OF, types)), frozen, unfrozen)
 
 
 def _attributes_state(nodes: list[ir.Node]) -> tuple:
@@ -204,9 +204,9 @@ def _attributes_state(nodes: list[ir.Node]) -> tuple:
 def _graph_state(graph: ir.Graph | ir.Function) -> tuple:
     """Everything the fingerprint records of ``graph`` (see the module docstring)."""
     nodes = node_list(graph)
-    fields = list(map(_NODE_FIELDS, nodes))
-    outputs = list(chain.from_iterable(map(_OUTPUTS_OF, fields)))
-    state = [tuple(nodes), tuple(fields), _attributes_state(nodes), _values_state(outputs)]
+    columns = [list(map(getter, nodes)) for getter in _NODE_FIELD_GETTERS]  # see _values_state
+    outputs = list(chain.from_iterable(columns[-1]))
+    state = [nodes, *columns, _attributes_state(nodes), _values_state(outputs)]
     state.append(_values_state(list(graph.inputs)))
     state.append(tuple(graph.outputs))
     if isinstance(graph, ir.Graph):
