@@ -598,13 +598,21 @@ class Propagation:
         known = self._known
         known_get = known.get
         rules_get = RULES.get
+        # The default domain's rules by op type: one dict access per node, no call.
+        default_rules: dict[str, Any] = {}
+        default_get = default_rules.get
         result = self.result
         memo = self._memo
         intern = self._intern
         try:
             for node in nodes:
                 domain, op, node_inputs, outputs, attributes = NODE_FIELDS_OF(node)
-                rule = rules_get(domain, op)
+                if domain:
+                    rule = rules_get(domain, op)
+                else:
+                    rule = default_get(op, _UNSET)
+                    if rule is _UNSET:
+                        rule = default_rules[op] = rules_get("", op)
                 if rule is None:
                     return False
                 ins: list[_T | None] = list(map(known_get, node_inputs))
@@ -640,6 +648,7 @@ class Propagation:
 
 
 _PLAIN_ATTRIBUTE_VALUES = (int, float, str)
+_UNSET: Any = object()
 _PLAIN_TYPES = frozenset(_PLAIN_ATTRIBUTE_VALUES)
 
 
