@@ -168,10 +168,8 @@ class TensorParallelSplit:
         """A few lines: which rank holds which slice of which weight."""
         if self.degree == 1:
             return f"no tensor parallelism: {self.reason}"
-        lines = [
-            f"{self.degree} ranks, {len(self.regions)} regions, {self.num_segments} segments, "
-            f"{self.num_collectives} collectives"
-        ]
+        head = f"{self.degree} ranks, {len(self.regions)} regions, {self.num_segments} segments"
+        lines = [f"{head}, {self.num_collectives} collectives"]
         seen: set[tuple[str, int, int]] = set()
         for region in self.regions:
             for piece in region.weight_slices:
@@ -187,9 +185,8 @@ class TensorParallelSplit:
                     step = size // self.degree
                     ranges.append(f"rank {rank}: [{rank * step}:{(rank + 1) * step}]")
                 blocks = f" of each of {piece.blocks} blocks" if piece.blocks > 1 else ""
-                lines.append(
-                    f"  {piece.value.name} {dims} axis {piece.axis}{blocks}: " + ", ".join(ranges)
-                )
+                where = ", ".join(ranges)
+                lines.append(f"  {piece.value.name} {dims} axis {piece.axis}{blocks}: {where}")
         return "\n".join(lines)
 
 
@@ -321,11 +318,11 @@ class _RankBuilder:
                 )
             if self.rank != 0:
                 for once in region.bias_once:
-                    array = constant_array(once.node.inputs[once.input_index])
-                    assert array is not None  # the rule found it constant
-                    zeros = self.initializer(
-                        f"{once.node.inputs[once.input_index].name}.zeros", np.zeros_like(array)
-                    )
+                    bias = once.node.inputs[once.input_index]
+                    array = constant_array(bias)
+                    assert bias is not None
+                    assert array is not None
+                    zeros = self.initializer(f"{bias.name}.zeros", np.zeros_like(array))
                     self.nodes[once.node].replace_input_with(once.input_index, zeros)
             self._clear_sharded_shapes(region)
             for collective in region.collectives:
@@ -464,9 +461,12 @@ class _RankBuilder:
         graph = self.graph
         outputs = set(graph.outputs)
         for node in reversed(list(graph)):
-            if node.op_type == "Constant" and not node.domain:
-                if all(not v.uses() and v not in outputs for v in node.outputs):
-                    graph.remove(node, safe=True)
+            if (
+                node.op_type == "Constant"
+                and not node.domain
+                and all(not v.uses() and v not in outputs for v in node.outputs)
+            ):
+                graph.remove(node, safe=True)
         inputs = set(graph.inputs)
         for name, value in list(graph.initializers.items()):
             if not value.uses() and value not in outputs and value not in inputs:
@@ -524,7 +524,9 @@ def rank_models(
     return result
 
 
-def _segments(builder: _RankBuilder) -> tuple[list[ir.Model], list[tuple[Any, ...]]]:
+def _segments(
+    builder: _RankBuilder,
+) -> tuple[list[ir.Model], list[tuple[TensorParallelCollective, ...]]]:
     """Cut a rank model (form a, collectives as graph inputs/outputs) at its collectives."""
     model = builder.model
     index = _build_index(model.graph)
@@ -554,7 +556,10 @@ def _segments(builder: _RankBuilder) -> tuple[list[ir.Model], list[tuple[Any, ..
     replicable = {v for v in const if v.producer() is not None}
     plans = _plan_stages(index, level, count, replicable=replicable)
     typed = _boundary_types(model, index, plans)
-    segments = [_build_stage_model(model, plan, i, count, set(), typed=typed) for i, plan in enumerate(plans)]  # fmt: skip
+    segments = [
+        _build_stage_model(model, plan, i, count, set(), typed=typed)
+        for i, plan in enumerate(plans)
+    ]
     steps: list[list[TensorParallelCollective]] = [[] for _ in range(count)]
     for collective in builder.collectives:
         steps[step_of[collective.partial]].append(collective)
@@ -594,7 +599,8 @@ def split_tensor_parallel(
     outputs = tuple(v.name or "" for v in model.graph.outputs)
     if not found:
         return TensorParallelSplit(1, degree, [], [[model]], [()], inputs, outputs, reason)
-    segments, steps = [], []
+    segments: list[list[ir.Model]] = []
+    steps: list[tuple[TensorParallelCollective, ...]] = []
     for rank in range(degree):
         builder = _RankBuilder(model, degree, rank, dims)
         builder.apply(found, explicit=False)

@@ -48,6 +48,7 @@ from onnx_ir_multidevice._split.tensor_parallel import (
     tensor_parallel_degrees,
 )
 from onnx_ir_multidevice._util import require_model
+from onnx_ir_multidevice.runtime import verification
 from onnx_ir_multidevice.runtime.devices import Device, parse_device
 from onnx_ir_multidevice.runtime.inputs import input_specs
 from onnx_ir_multidevice.runtime.runner import StageRunner, as_numpy, failure_message
@@ -201,12 +202,12 @@ class TensorParallelRunner:
                 except Exception as exc:
                     errors.append((k, exc))
             if errors:
-                rank, exc = errors[0]
+                rank, cause = errors[0]
                 raise PipelineError(
                     f"rank {rank} of {degree} of the tensor-parallel stage failed in segment "
-                    f"{s} of {self.stage.num_segments}: {failure_message(exc)}",
+                    f"{s} of {self.stage.num_segments}: {failure_message(cause)}",
                     stage=self.stage.index,
-                ) from exc
+                ) from cause
             for k in range(degree):
                 envs[k].update(results[k] or {})
             for collective in step:
@@ -341,8 +342,6 @@ def verify_tensor_parallel(
     Raises:
         VerifyError: onnxruntime cannot load or run the model or a stage (named).
     """
-    from onnx_ir_multidevice.runtime import verification  # above us in the module order
-
     if isinstance(model, (str, os.PathLike)):
         from onnx_ir_multidevice._proto.files import load
 

@@ -20,9 +20,9 @@ from onnx_ir_multidevice.runtime.devices import Device
 from onnx_ir_multidevice.runtime.engines.protocol import OnDone
 from onnx_ir_multidevice.runtime.engines.registry import register_engine
 from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, as_numpy, failure_message
-from onnx_ir_multidevice.runtime.tensor_parallel import TensorParallelRunner, make_runner
 from onnx_ir_multidevice.runtime.stages import StageChain
 from onnx_ir_multidevice.runtime.stats import StatsRecorder
+from onnx_ir_multidevice.runtime.tensor_parallel import TensorParallelRunner, make_runner
 
 _STOP = object()
 
