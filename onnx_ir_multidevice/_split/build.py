@@ -110,9 +110,18 @@ def _check_element_types(graph: ir.Graph) -> None:
 
 
 def _plan_stages(
-    index: GraphIndex, stage_of: Mapping[ir.Node, int], num_stages: int
+    index: GraphIndex,
+    stage_of: Mapping[ir.Node, int],
+    num_stages: int,
+    *,
+    replicable: set[ir.Value] | None = None,
 ) -> list[_StagePlan]:
-    """Decide the nodes, inputs, initializers and outputs of every stage."""
+    """Decide the nodes, inputs, initializers and outputs of every stage.
+
+    ``replicable``: the values each stage recomputes instead of reading them from an earlier
+    stage (default: the replicable class of
+    :func:`~onnx_ir_multidevice.analysis.tensor_classes.default_classes`).
+    """
     graph = index.graph
     _check_element_types(graph)
     for node in index.nodes:
@@ -123,7 +132,8 @@ def _plan_stages(
             raise SplitError(
                 f"Node {_node_label(node)} is in stage {stage}, outside 0..{num_stages - 1}."
             )
-    replicable = {v for v, c in default_classes(index).items() if c is TensorClass.REPLICABLE}
+    if replicable is None:
+        replicable = {v for v, c in default_classes(index).items() if c is TensorClass.REPLICABLE}
     plans = [_StagePlan() for _ in range(num_stages)]
     home_nodes: list[list[ir.Node]] = [[] for _ in range(num_stages)]
     for node in index.nodes:

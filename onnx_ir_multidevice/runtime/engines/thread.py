@@ -22,6 +22,7 @@ from onnx_ir_multidevice.runtime.engines.registry import register_engine
 from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, as_numpy, failure_message
 from onnx_ir_multidevice.runtime.stages import StageChain
 from onnx_ir_multidevice.runtime.stats import StatsRecorder
+from onnx_ir_multidevice.runtime.tensor_parallel import TensorParallelRunner, make_runner
 
 _STOP = object()
 
@@ -70,10 +71,10 @@ class ThreadEngine:
         self._devices = tuple(devices)
         self._recorder = recorder
         self._on_done = on_done
-        self._runners: list[StageRunner] = []
+        self._runners: list[StageRunner | TensorParallelRunner] = []
         try:
             for stage, device, n in zip(chain.stages, devices, threads, strict=True):
-                self._runners.append(StageRunner(stage, device, n, spinning=spinning))
+                self._runners.append(make_runner(stage, device, n, spinning=spinning))
         except BaseException:
             for runner in self._runners:
                 runner.close()

@@ -1,0 +1,124 @@
+"""Tensor parallelism on one machine: a degree-2 split of a Llama-style decoder vs the whole model.
+
+Measured in one run (best of ``--repeats``), prefill at ``--seq`` tokens:
+
+* **whole 1 thread**: the whole model, one onnxruntime session, ``intra_op_num_threads=1``;
+* **whole 2 threads**: the same with 2 intra-op threads (onnxruntime's own parallelism);
+* **ceiling**: the whole model's 1-thread session run from two threads at once (what two
+  cores give two independent sessions on this machine; see ``real_pipelines.py``);
+* **tp2**: the degree-2 split (``tensor_parallel_chain``) in a ``Pipeline``, one thread per
+  rank.
+
+Also: per-rank weights / whole weights. Run::
+
+    PYTHONPATH=$PWD python benchmarks/tensor_parallel.py [--model PATH] [--seq 128]
+
+Without ``--model`` a mid-size decoder of ``onnx_ir_multidevice.testing.llama`` is built in
+memory (the 1.1B decoder of ``benchmarks/llm.py`` is accepted by path). No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+
+from onnx_ir_multidevice.runtime import Pipeline
+from onnx_ir_multidevice.runtime.sessions import ModelSession, session_options
+from onnx_ir_multidevice.runtime.tensor_parallel import (
+    TensorParallelStage,
+    tensor_parallel_chain,
+)
+from onnx_ir_multidevice.testing.llama import LlamaConfig, build_llama
+
+MID = LlamaConfig(
+    layers=4, hidden=512, intermediate=1408, heads=8, kv_heads=4, vocab=4096, max_positions=512
+)
+
+
+def _timed(run, count: int) -> float:
+    start = time.perf_counter()
+    run(count)
+    return (time.perf_counter() - start) / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a decoder .onnx (default: a mid-size built decoder)")
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--count", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    model = ir.load(args.model) if args.model else build_llama(MID)
+    chain = tensor_parallel_chain(model, 1, 2, dims={"batch": 1, "seq": args.seq})
+    stage = chain.stages[0]
+    assert isinstance(stage, TensorParallelStage), "no tensor-parallel region found"
+    whole_bytes = sum(
+        v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value
+    )
+    rank_bytes = 0
+    for segment in stage.ranks[0]:
+        source = segment.source
+        if isinstance(source, bytes):  # a small segment: its serialized size
+            rank_bytes += len(source)
+        elif isinstance(source, ir.Model):
+            rank_bytes += sum(
+                v.const_value.nbytes for v in source.graph.initializers.values() if v.const_value
+            )
+    sessions = {}
+    for name, threads in (("whole", 1), ("all_cores", 2)):
+        options = session_options(intra_op_num_threads=threads, sequential=True, spinning=False)
+        sessions[name] = ModelSession(model, options, ["CPUExecutionProvider"])
+    with Pipeline(chain, intra_op_num_threads=1) as pipe:
+        feeds = pipe.example_inputs(dims={"batch": 1, "seq": args.seq})
+
+        def runner(name: str):
+            session = sessions[name].session
+
+            def run(count: int) -> None:
+                for _ in range(count):
+                    session.run(None, feeds)
+
+            return run
+
+        def run_two(count: int) -> None:
+            threads = [
+                threading.Thread(target=runner("whole"), args=(max(count // 2, 1),))
+                for _ in range(2)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+
+        def run_tp(count: int) -> None:
+            for _ in range(count):
+                pipe.run(feeds)
+
+        for run in (runner("whole"), runner("all_cores"), run_tp):
+            run(2)  # warm up
+        best = dict.fromkeys(("whole", "all_cores", "two", "tp2"), float("inf"))
+        for _ in range(args.repeats):
+            best["whole"] = min(best["whole"], _timed(runner("whole"), args.count))
+            best["all_cores"] = min(best["all_cores"], _timed(runner("all_cores"), args.count))
+            best["two"] = min(best["two"], _timed(run_two, args.count - args.count % 2))
+            best["tp2"] = min(best["tp2"], _timed(run_tp, args.count))
+    for owner in sessions.values():
+        owner.close()
+    print(f"onnxruntime {ort.__version__}, seq {args.seq}, {stage.num_segments} segments/rank")
+    for name, seconds in best.items():
+        print(f"  {name:10s} {seconds * 1e3:9.2f} ms")
+    print(f"tp2 vs whole 1 thread : {best['whole'] / best['tp2']:.3f}x")
+    print(f"tp2 vs whole 2 threads: {best['all_cores'] / best['tp2']:.3f}x")
+    print(f"2-thread ceiling      : {best['whole'] / best['two']:.3f}x")
+    if rank_bytes:
+        print(f"per-rank weights / whole weights: {rank_bytes / whole_bytes:.3f}")
+    np.seterr(all="ignore")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,390 @@
+"""Tensor-parallel stages: the ranks of a stage run concurrently, the collectives in process.
+
+A :class:`TensorParallelStage` is one pipeline stage split over ``degree`` ranks
+(:func:`~onnx_ir_multidevice._split.tensor_parallel.split_tensor_parallel`, form (a)): every
+rank holds one segment model per span between collectives. To the pipeline it is one stage
+(it reads and writes the tensors of the stage it replaces); :class:`TensorParallelRunner` runs
+it: segment ``s`` of all ranks at once (one onnxruntime session per rank and segment, one
+intra-op thread each by default; rank 0 in the calling thread, the others in a thread pool),
+then the collectives of step ``s`` in process (``AllReduce``: the sum of the ranks' partial
+sums; ``AllGather``: their concatenation, block-aware), whose result every rank reads in
+segment ``s + 1``. A rank that fails fails the request with a
+:class:`~onnx_ir_multidevice.PipelineError` naming the stage, the rank and the segment.
+
+:func:`tensor_parallel_chain` builds the stage chain of a model split into pipeline stages,
+some of them tensor-parallel; :class:`~onnx_ir_multidevice.runtime.Pipeline` runs it as any
+chain, and :func:`verify_tensor_parallel` compares it with the whole model.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TensorParallelRunner",
+    "TensorParallelStage",
+    "make_runner",
+    "tensor_parallel_chain",
+    "tensor_parallel_stage",
+    "verify_tensor_parallel",
+]
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_ir_multidevice._errors import PipelineError, VerifyError
+from onnx_ir_multidevice._split import split
+from onnx_ir_multidevice._split.tensor_parallel import (
+    TensorParallelCollective,
+    TensorParallelSplit,
+    split_tensor_parallel,
+    tensor_parallel_degrees,
+)
+from onnx_ir_multidevice._util import require_model
+from onnx_ir_multidevice.runtime import verification
+from onnx_ir_multidevice.runtime.devices import Device, parse_device
+from onnx_ir_multidevice.runtime.inputs import input_specs
+from onnx_ir_multidevice.runtime.runner import StageRunner, as_numpy, failure_message
+from onnx_ir_multidevice.runtime.stages import (
+    StageChain,
+    StageModel,
+    _chain_from_stages,
+    _recorded_dims,
+    _Stage,
+    _stage_from_ir,
+)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class TensorParallelStage(StageModel):
+    """A pipeline stage split over the ranks of a tensor-parallel group.
+
+    :attr:`source` is rank 0's first segment (what a tool that opens one model sees); the
+    runner uses :attr:`ranks`.
+    """
+
+    ranks: tuple[tuple[StageModel, ...], ...] = ()
+    """``ranks[k][s]``: segment ``s`` of rank ``k`` (its ``index`` is ``s``)."""
+
+    steps: tuple[tuple[TensorParallelCollective, ...], ...] = ()
+    """``steps[s]``: the collectives run after segment ``s``."""
+
+    @property
+    def degree(self) -> int:
+        """How many ranks."""
+        return len(self.ranks)
+
+    @property
+    def num_segments(self) -> int:
+        """Segments per rank."""
+        return len(self.steps)
+
+    def __repr__(self) -> str:
+        return (
+            f"TensorParallelStage(index={self.index}, degree={self.degree}, "
+            f"segments={self.num_segments}, inputs={self.inputs}, outputs={self.outputs})"
+        )
+
+
+def tensor_parallel_stage(index: int, result: TensorParallelSplit) -> _Stage:
+    """The stage (and its input specs and planning dims) of a tensor-parallel split.
+
+    With no tensor parallelism (degree 1) it is a plain :class:`StageModel`.
+    """
+    if result.degree == 1:
+        return _stage_from_ir(index, result.segments[0][0])
+    ranks = []
+    for segments in result.segments:
+        ranks.append(tuple(_stage_from_ir(s, model)[0] for s, model in enumerate(segments)))
+    wholes = {c.value for step in result.steps for c in step}
+    produced: set[str] = set(wholes)
+    inputs: list[str] = []
+    for segment in ranks[0]:
+        for name in segment.inputs:
+            if name not in produced and name not in inputs:
+                inputs.append(name)
+        produced.update(segment.outputs)
+    first = ranks[0][0]
+    stage = TensorParallelStage(
+        index,
+        first.source,
+        tuple(inputs),
+        result.graph_outputs,
+        ranks=tuple(ranks),
+        steps=tuple(result.steps),
+    )
+    specs = {}
+    for model in result.segments[0]:
+        specs.update({k: v for k, v in input_specs(model).items() if k in inputs})
+    return stage, specs, _recorded_dims(result.segments[0][0])
+
+
+class TensorParallelRunner:
+    """Runs a :class:`TensorParallelStage`: its ranks concurrently, its collectives in process.
+
+    It has :class:`~onnx_ir_multidevice.runtime.StageRunner`'s interface (``run``,
+    ``cancel``, ``close``), so an engine runs it as one stage.
+
+    Args:
+        stage: The stage.
+        device: The device of every rank (this runtime runs the ranks in one process).
+        threads: onnxruntime intra-op threads of each rank's sessions (``None``: 1).
+        spinning: Whether onnxruntime's threads spin while idle.
+
+    Raises:
+        PipelineError: A segment's session cannot be made (those made are closed).
+    """
+
+    def __init__(
+        self,
+        stage: TensorParallelStage,
+        device: Device,
+        threads: int | None = None,
+        *,
+        spinning: bool = False,
+    ) -> None:
+        self.stage = stage
+        self.device = device
+        self._runners: list[list[StageRunner]] = []
+        try:
+            for segments in stage.ranks:
+                row: list[StageRunner] = []
+                self._runners.append(row)
+                for segment in segments:
+                    row.append(
+                        StageRunner(
+                            dataclasses.replace(segment, index=stage.index),
+                            device,
+                            1 if threads is None else threads,
+                            spinning=spinning,
+                        )
+                    )
+        except BaseException:
+            self.close()
+            raise
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(stage.degree - 1, 1),
+            thread_name_prefix=f"omny-tp-stage-{stage.index}",
+        )
+
+    def _segment(self, rank: int, segment: int, env: Mapping[str, Any]) -> dict[str, Any]:
+        return self._runners[rank][segment].run(env)
+
+    def run(self, env: Mapping[str, Any], *, ort_values: bool = False) -> dict[str, Any]:
+        """Run the stage on one request (numpy outputs; ``ort_values`` is ignored).
+
+        Raises:
+            PipelineError: A rank failed (the first failing rank is named; the cause is
+                chained).
+        """
+        del ort_values
+        degree = self.stage.degree
+        envs = [{k: as_numpy(v) for k, v in env.items() if k in self.stage.inputs}]
+        envs += [dict(envs[0]) for _ in range(degree - 1)]
+        for s, step in enumerate(self.stage.steps):
+            futures = [self._pool.submit(self._segment, k, s, envs[k]) for k in range(1, degree)]
+            results: list[dict[str, Any] | None] = [None] * degree
+            errors: list[tuple[int, BaseException]] = []
+            try:
+                results[0] = self._segment(0, s, envs[0])
+            except Exception as exc:  # the request fails; the other ranks are waited for
+                errors.append((0, exc))
+            for k, future in enumerate(futures, start=1):
+                try:
+                    results[k] = future.result()
+                except Exception as exc:
+                    errors.append((k, exc))
+            if errors:
+                rank, cause = errors[0]
+                raise PipelineError(
+                    f"rank {rank} of {degree} of the tensor-parallel stage failed in segment "
+                    f"{s} of {self.stage.num_segments}: {failure_message(cause)}",
+                    stage=self.stage.index,
+                ) from cause
+            for k in range(degree):
+                envs[k].update(results[k] or {})
+            for collective in step:
+                whole = collective.combine([envs[k].pop(collective.partial) for k in range(degree)])
+                for k in range(degree):
+                    envs[k][collective.value] = whole
+        return {name: envs[0][name] for name in self.stage.outputs}
+
+    def cancel(self) -> None:
+        """Stop the runs in progress of every rank, and any later one."""
+        for row in self._runners:
+            for runner in row:
+                runner.cancel()
+
+    def close(self) -> None:
+        """Cancel, release every session and the thread pool."""
+        for row in self._runners:
+            for runner in row:
+                runner.close()
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+
+def make_runner(
+    stage: StageModel, device: Device, threads: int | None = None, *, spinning: bool = False
+) -> StageRunner | TensorParallelRunner:
+    """The runner of ``stage``: a :class:`TensorParallelRunner` for a tensor-parallel stage."""
+    if isinstance(stage, TensorParallelStage):
+        return TensorParallelRunner(stage, device, threads, spinning=spinning)
+    return StageRunner(stage, device, threads, spinning=spinning)
+
+
+def _degrees(model: ir.Model, shards: int, degree: int | Sequence[int] | None) -> list[int]:
+    if degree is None:
+        recorded = tensor_parallel_degrees(model)
+        return [recorded.get(i, 1) for i in range(shards)]
+    if isinstance(degree, int):
+        return [degree] * shards
+    degrees = list(degree)
+    if len(degrees) != shards:
+        raise PipelineError(f"{len(degrees)} tensor-parallel degrees given for {shards} stages")
+    return degrees
+
+
+def tensor_parallel_splits(
+    model: ir.Model,
+    shards: int = 1,
+    degree: int | Sequence[int] | None = None,
+    *,
+    dims: Mapping[str, int] | None = None,
+) -> list[TensorParallelSplit]:
+    """Split ``model`` into ``shards`` pipeline stages, each over its degree's ranks.
+
+    Args:
+        model: The model (not modified); with ``shards > 1`` it must be planned (see
+            :func:`~onnx_ir_multidevice.split`).
+        shards: Pipeline stages.
+        degree: Tensor-parallel degree: one for every stage, one per stage, or ``None`` for
+            the degrees the model's record states (``onnx_ir_multidevice.tensor_parallel``).
+        dims: The planning dims the regions are found at.
+
+    Returns:
+        One split per stage.
+    """
+    require_model(model, "tensor_parallel_splits")
+    degrees = _degrees(model, shards, degree)
+    stage_models = [model] if shards == 1 else split(model, shards)
+    return [
+        split_tensor_parallel(stage_model, d, dims=dims)
+        for stage_model, d in zip(stage_models, degrees, strict=True)
+    ]
+
+
+def tensor_parallel_chain(
+    model: ir.Model,
+    shards: int = 1,
+    degree: int | Sequence[int] | None = None,
+    *,
+    dims: Mapping[str, int] | None = None,
+    outputs: Sequence[str] | None = None,
+) -> StageChain:
+    """The stage chain of ``model`` split into pipeline stages, some tensor-parallel.
+
+    :class:`~onnx_ir_multidevice.runtime.Pipeline` runs it (``Pipeline(chain)``); a stage of
+    degree ``d > 1`` is a :class:`TensorParallelStage` whose ``d`` ranks run concurrently.
+    Arguments as :func:`tensor_parallel_splits`; ``outputs``: the names the chain returns.
+    """
+    splits = tensor_parallel_splits(model, shards, degree, dims=dims)
+    stages = [tensor_parallel_stage(i, result) for i, result in enumerate(splits)]
+    specs = input_specs(model)
+    graph_outputs = (
+        list(outputs) if outputs is not None else [v.name or "" for v in model.graph.outputs]
+    )
+    return _chain_from_stages(stages, graph_outputs, list(specs), specs, _recorded_dims(model))
+
+
+def verify_tensor_parallel(
+    model: ir.Model | str | os.PathLike,
+    degree: int | Sequence[int] | None = None,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    *,
+    shards: int = 1,
+    rtol: float | None = None,
+    atol: float | None = None,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    threads: int | None = None,
+) -> Any:
+    """Compare the tensor-parallel split of ``model`` with the whole model on onnxruntime (CPU).
+
+    The whole model runs once; then the stages run in order, each tensor-parallel one through
+    :class:`TensorParallelRunner` (its ranks concurrently, its collectives in process). Every
+    graph output is compared at the model's dtype tolerance, as :func:`verify` does
+    (:func:`~onnx_ir_multidevice.runtime.compare_outputs`).
+
+    Args:
+        model: The model, or the path of a model file.
+        degree: Tensor-parallel degree (one, one per stage, or ``None``: the model's record).
+        inputs: Arrays by graph input name; missing ones are generated.
+        shards: Pipeline stages (``> 1`` needs a planned model).
+        rtol: Relative tolerance (default: by the model's arithmetic).
+        atol: Absolute tolerance (likewise).
+        dims: The dims of generated inputs, and where the regions are found.
+        seed: Seed of generated inputs.
+        threads: Intra-op threads of each rank's sessions (default 1).
+
+    Returns:
+        A :class:`~onnx_ir_multidevice.runtime.VerifyReport` (``stage_seconds``: one run of
+        each stage, all its ranks together).
+
+    Raises:
+        VerifyError: onnxruntime cannot load or run the model or a stage (named).
+    """
+    if isinstance(model, (str, os.PathLike)):
+        from onnx_ir_multidevice._proto.files import load
+
+        model = load(model)
+    require_model(model, "verify_tensor_parallel")
+    rtol, atol = verification._tolerances(model, rtol, atol)
+    feeds = verification.make_inputs(model, dims=dims, seed=seed)
+    if inputs:
+        feeds.update({k: np.asarray(v) for k, v in inputs.items()})
+    expected, whole_seconds, whole_create = verification._run(model, feeds, "whole model", None)
+    chain = tensor_parallel_chain(model, shards, degree, dims=dims)
+    device = parse_device("cpu")
+    env: dict[str, Any] = dict(feeds)
+    seconds, created = [], []
+    for stage in chain.stages:
+        start = time.perf_counter()
+        try:
+            runner = make_runner(stage, device, threads)
+        except PipelineError as error:
+            raise VerifyError(f"stage {stage.index}: {error}") from error
+        created.append(time.perf_counter() - start)
+        try:
+            start = time.perf_counter()
+            env.update(runner.run(env))
+            seconds.append(time.perf_counter() - start)
+        except Exception as error:
+            raise VerifyError(
+                f"onnxruntime failed running stage {stage.index}: {failure_message(error)}"
+            ) from error
+        finally:
+            runner.close()
+    comparisons = [
+        verification.compare_outputs(name, expected[name], env[name], rtol, atol)
+        for name in (v.name or "" for v in model.graph.outputs)
+    ]
+    return verification.VerifyReport(
+        num_stages=chain.num_stages,
+        rtol=rtol,
+        atol=atol,
+        outputs=tuple(comparisons),
+        inputs=tuple((n, tuple(a.shape), str(a.dtype)) for n, a in feeds.items()),
+        whole_seconds=whole_seconds,
+        stage_seconds=tuple(seconds),
+        whole_create_seconds=whole_create,
+        stage_create_seconds=tuple(created),
+    )
