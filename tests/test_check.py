@@ -1149,7 +1149,10 @@ def test_blocks_annotate_is_false_only_for_rules_about_an_existing_annotation():
     # What annotate() skipped before the registry had the field: OMNY3xx but the plan rules.
     not_blocking = {code for code, info in CODES.items() if not info.blocks_annotate}
     plan_rules = {"OMNY320", "OMNY322", "OMNY323", "OMNY324"}
-    assert not_blocking == {c for c in CODES if c.startswith("OMNY3")} - plan_rules
+    # OMNY226: tensor-parallel specs that differ from the record's regions, which annotate
+    # rewrites.
+    existing = {c for c in CODES if c.startswith("OMNY3")} - plan_rules | {"OMNY226"}
+    assert not_blocking == existing
 
 
 def test_annotate_skips_non_blocking_errors_and_stops_on_blocking_ones():
