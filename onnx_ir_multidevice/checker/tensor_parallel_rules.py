@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyFormatError
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.stages import stages_from_annotations
 from onnx_ir_multidevice.analysis.tensor_parallel_specs import region_specs, stage_regions
 from onnx_ir_multidevice.checker.diagnostics import (
@@ -125,12 +126,13 @@ def _check_specs(
         return
     stages = stages_from_annotations(graph, configuration)
     degrees = {e.stage: e.degree for e in parallel.stages}
-    regions = stage_regions(model, stages, degrees, dims=parallel.dims_dict)
+    shapes = ValueShapes(graph, parallel.dims_dict)
+    regions = stage_regions(model, stages, degrees, shapes=shapes)
     position = {node: i for i, node in enumerate(graph)}
     for stage, found in regions.items():
         devices = parallel.devices_of(stage)
         for region in found:
-            for node, expected in region_specs(region, devices).items():
+            for node, expected in region_specs(region, devices, shapes).items():
                 entry = entries.get(node)
                 actual = {
                     spec.value: spec

@@ -53,6 +53,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import BindingError, OmnyFormatError
 from onnx_ir_multidevice._util import plural
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.stages import assign_stages, precompute_stages
 from onnx_ir_multidevice.analysis.tensor_parallel_specs import (
     region_specs,
@@ -426,11 +427,12 @@ def _add_region_specs(
     They replace a cut spec of the same value on the same node.
     """
     degrees = {entry.stage: entry.degree for entry in parallel.stages}
-    regions = stage_regions(model, stages, degrees, dims=parallel.dims_dict)
+    shapes = ValueShapes(model.graph, parallel.dims_dict)
+    regions = stage_regions(model, stages, degrees, shapes=shapes)
     for stage, found in regions.items():
         devices = parallel.devices_of(stage)
         for region in found:
-            for node, specs in region_specs(region, devices).items():
+            for node, specs in region_specs(region, devices, shapes).items():
                 values = {spec.value for spec in specs}
                 kept = [spec for spec in wanted.get(node, []) if spec.value not in values]
                 wanted[node] = kept + specs
