@@ -689,6 +689,8 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     ),
     "OMNY223": lambda: tensor_parallel(reader_axis=0),
     "OMNY224": lambda: tensor_parallel(reduce=False),
+    "OMNY225": lambda: _tensor_parallel_annotated(broken=True),
+    "OMNY226": lambda: _tensor_parallel_annotated(tamper=True),
     "OMNY300": _t300,
     "OMNY301": _t301,
     "OMNY302": lambda: hand_staged(3, [0, 0, 2, 2]),
@@ -705,6 +707,31 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY323": _t323,
     "OMNY324": _t324,
 }
+
+
+def _tensor_parallel_annotated(tamper: bool = False, broken: bool = False) -> ir.Model:
+    """A synthetic transformer planned in 2 stages, stage 0 on 2 devices, annotated."""
+    from onnx_ir_multidevice.planner.planning import plan_model
+
+    model = zoo.synthetic_transformer(2)
+    result = plan_model(model, shards=[2], dims={"batch": 1, "seq": 4})
+    omny.write(model, result.metadata)
+    omny.write_planning_dims(model, result.planning_dims)
+    configuration = omny.TensorParallelConfiguration.contiguous(
+        "omny/2-shards", [2, 1], result.planning_dims
+    )
+    omny.write_tensor_parallel(model, omny.TensorParallelRecord((configuration,)))
+    annotate(model)
+    if tamper:  # the first node with a split spec loses its specs
+        for node in model.graph:
+            entry = node.device_configurations[0]
+            if any(spec.sharded_dims for spec in entry.sharding_specs):
+                node.device_configurations = (dataclasses.replace(entry, sharding_specs=()),)
+                break
+    if broken:
+        text = model.metadata_props[omny.TENSOR_PARALLEL_KEY]
+        model.metadata_props[omny.TENSOR_PARALLEL_KEY] = text.replace('"degree":2', '"degree":3')
+    return model
 
 
 def _planned_in_place(model: ir.Model, configurations: Sequence[Sequence[str]]) -> ir.Model:
@@ -732,6 +759,8 @@ CLEAN: dict[str, Callable[[], object]] = {
     "OMNY222": lambda: with_spec(sharded_dims=(_sharded(1),)),
     "OMNY223": tensor_parallel,
     "OMNY224": tensor_parallel,
+    "OMNY225": _tensor_parallel_annotated,
+    "OMNY226": _tensor_parallel_annotated,
 }
 
 
@@ -1120,7 +1149,10 @@ def test_blocks_annotate_is_false_only_for_rules_about_an_existing_annotation():
     # What annotate() skipped before the registry had the field: OMNY3xx but the plan rules.
     not_blocking = {code for code, info in CODES.items() if not info.blocks_annotate}
     plan_rules = {"OMNY320", "OMNY322", "OMNY323", "OMNY324"}
-    assert not_blocking == {c for c in CODES if c.startswith("OMNY3")} - plan_rules
+    # OMNY226: tensor-parallel specs that differ from the record's regions, which annotate
+    # rewrites.
+    existing = {c for c in CODES if c.startswith("OMNY3")} - plan_rules | {"OMNY226"}
+    assert not_blocking == existing
 
 
 def test_annotate_skips_non_blocking_errors_and_stops_on_blocking_ones():

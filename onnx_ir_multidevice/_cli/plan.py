@@ -101,6 +101,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "default 64; 0: free transfers)",
     )
     parser.add_argument(
+        "--tensor-parallel",
+        default=None,
+        metavar="N|auto",
+        help="also choose a tensor-parallel degree per stage, up to N (auto: up to the device "
+        "count), for the devices given by --devices or the largest --shards; the fastest "
+        "combination of stages and degrees that fits wins (default: pipeline stages only)",
+    )
+    parser.add_argument(
         "--headroom",
         type=float,
         default=0.2,
@@ -126,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         describe,
         plan_model,
         plan_summary,
+        tensor_parallel_summary,
         unknown_dims_message,
         unknown_sizes_message,
     )
@@ -143,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
             **({} if args.flops_per_byte is None else {"flops_per_byte": args.flops_per_byte}),
             name=args.name or args.input.stem,
             assign_names=True,
+            tensor_parallel=_tensor_parallel(args.tensor_parallel),
         )
     except ValueError as exc:  # PlanError included
         error(str(exc))
@@ -177,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
             "planning_dims": dict(result.planning_dims),
             "configurations": plan_summary(result),
         }
+        if result.tensor_parallel is not None:
+            document["plan"]["tensor_parallel"] = tensor_parallel_summary(result)
         print_json(document)
         return EXIT_OK
     cuts = len(result.metadata.cut_points)  # those the file holds, not the candidates
@@ -188,3 +200,15 @@ def run(args: argparse.Namespace) -> int:
     for n, why in result.skipped:
         print(f"{plural(n, 'shard')}: not feasible ({why})")
     return EXIT_OK
+
+
+def _tensor_parallel(text: str | None) -> int | str | None:
+    """``--tensor-parallel``: ``None``, ``"auto"`` or a degree (a bad one: ``PlanError``)."""
+    if text is None or text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        from onnx_ir_multidevice._errors import PlanError
+
+        raise PlanError(f"--tensor-parallel takes a degree or 'auto', got {text!r}") from None

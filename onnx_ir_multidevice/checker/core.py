@@ -71,6 +71,7 @@ from onnx_ir_multidevice.checker.diagnostics import (
 from onnx_ir_multidevice.checker.dims_rules import check_planning_dims
 from onnx_ir_multidevice.checker.format_rules import check_format, check_io_sizes
 from onnx_ir_multidevice.checker.pipeline_rules import check_pipeline
+from onnx_ir_multidevice.checker.tensor_parallel_rules import check_tensor_parallel
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 from onnx_ir_multidevice.omny.container import (
     CONTAINER_META_KEY,
@@ -238,6 +239,7 @@ def run_check(
                     index=index,
                     entries_list=entries_list,
                 )
+                check_tensor_parallel(ir_model, configurations, diagnostics)
             except AnalysisError as error:  # a cycle: the graph is not valid ONNX
                 diagnostics.append(
                     make("OMNY101", f"the graph cannot be analysed: {error}", "model")

@@ -240,6 +240,8 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY222", _E, True, "A sharded dim's stated size disagrees with the value's shape."),
     ("OMNY223", _E, True, "A value's producer and a sharded reader shard it differently."),
     ("OMNY224", _E, True, "A partial sum reaches a non-linear op before its AllReduce."),
+    ("OMNY225", _E, True, "The tensor-parallel record is malformed or disagrees with the plan."),
+    ("OMNY226", _E, False, "A tensor-parallel region's specs differ from those of the record."),
     # --- pipeline consistency ---
     ("OMNY300", _E, False, "An edge goes from a later stage to an earlier one."),
     ("OMNY301", _E, False, "Some main-graph nodes have no stage in a staged configuration."),

@@ -46,6 +46,7 @@ from onnx_ir_multidevice.graph.index import (
     holds_subgraphs,
     node_subgraphs,
 )
+from onnx_ir_multidevice.omny.tensor_parallel_record import read_tensor_parallel
 
 #: At most this many diagnostics of one code for one configuration; then a summary line.
 _MAX_PER_RULE = 20
@@ -126,6 +127,18 @@ class _PipelineRules:
         self.out = diagnostics
         self._index = index
         self._bodies: list[tuple[ir.Node, list[ir.Graph]]] | None = None
+
+    def _parallel_devices(self, name: str) -> int | None:
+        """The devices the tensor-parallel record gives configuration ``name``.
+
+        ``None``: not recorded, or a malformed record (which ``OMNY225`` reports).
+        """
+        try:
+            record = read_tensor_parallel(self.model)
+        except ValueError:
+            return None
+        configuration = record.configuration(name) if record is not None else None
+        return configuration.num_devices if configuration is not None else None
 
     # -- shared lazily built indexes --
 
@@ -388,7 +401,10 @@ class _PipelineRules:
                     location,
                 )
             )
-        elif largest + 1 < configuration.num_devices:
+        elif (
+            largest + 1 < configuration.num_devices
+            and self._parallel_devices(name) != configuration.num_devices
+        ):
             self.out.append(
                 make(
                     "OMNY304",
@@ -433,12 +449,17 @@ class _PipelineRules:
     ) -> None:
         name = configuration.name
         location = configuration_location(name)
-        if configuration.num_devices != entry.num_shards:
+        parallel = self._parallel_devices(name)
+        if configuration.num_devices != (parallel or entry.num_shards):
+            expected = (
+                f"its tensor-parallel stages use {plural(parallel, 'device')}"
+                if parallel is not None
+                else f".omny configuration {entry.index} has {plural(entry.num_shards, 'shard')}"
+            )
             self.out.append(
                 make(
                     "OMNY313",
-                    f"{name!r} has num_devices={configuration.num_devices} but .omny "
-                    f"configuration {entry.index} has {plural(entry.num_shards, 'shard')}; run "
+                    f"{name!r} has num_devices={configuration.num_devices} but {expected}; run "
                     "`omny annotate` again",
                     location,
                 )

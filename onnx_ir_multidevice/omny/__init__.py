@@ -9,6 +9,8 @@ This layer knows JSON and the ``metadata_props`` of a model, nothing about graph
 * :func:`read` / :func:`write` -- the metadata on an :class:`onnx_ir.Model`;
 * :func:`read_planning_dims` / :func:`write_planning_dims` -- the symbolic-dim values a plan
   was made at, recorded in an entry of this package beside the ``.omny`` metadata;
+* :func:`read_tensor_parallel` / :func:`write_tensor_parallel` -- the tensor-parallel degree
+  of each stage (:class:`TensorParallelRecord`), an entry of this package beside the metadata;
 * :mod:`~onnx_ir_multidevice.omny.container` -- the ``.omny`` v2 binary container.
 
 .. versionadded:: 0.1
@@ -24,6 +26,12 @@ __all__ = [
     "read_planning_dims",
     "write",
     "write_planning_dims",
+    "TENSOR_PARALLEL_KEY",
+    "TensorParallelConfiguration",
+    "TensorParallelRecord",
+    "TensorParallelStage",
+    "read_tensor_parallel",
+    "write_tensor_parallel",
     # The schema
     "MAX_DOCUMENT_SIZE",
     "MAX_NESTING_DEPTH",
@@ -59,6 +67,14 @@ from onnx_ir_multidevice.omny.planning_dims import (
     PLANNING_DIMS_KEY,
     read_planning_dims,
     write_planning_dims,
+)
+from onnx_ir_multidevice.omny.tensor_parallel_record import (
+    TENSOR_PARALLEL_KEY,
+    TensorParallelConfiguration,
+    TensorParallelRecord,
+    TensorParallelStage,
+    read_tensor_parallel,
+    write_tensor_parallel,
 )
 
 set_public_module(

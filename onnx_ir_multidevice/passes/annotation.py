@@ -19,6 +19,14 @@ Rules:
   bound to that consumer's stage (``k + 1`` for the next stage, a later one when the tensor
   skips stages). The specs of an ``omny/`` configuration are owned by this pass: stale ones
   from an earlier plan are replaced.
+* **Tensor parallelism**: when the model has a tensor-parallel record
+  (:func:`~onnx_ir_multidevice.omny.read_tensor_parallel`), a recorded configuration gets
+  ``num_devices`` = the devices its stages use; each stage runs on its recorded devices (the
+  cut specs of a stage of degree ``d > 1`` replicate the cut tensor over its group), and every
+  node of each tensor-parallel region of such a stage gets, in the same
+  :class:`onnx_ir.NodeDeviceConfiguration` as its ``pipeline_stage``, the sharding specs of
+  :func:`~onnx_ir_multidevice.analysis.tensor_parallel_specs.region_specs` (split values with
+  ``sharded_dims``, replicated ones with a device group, the ``AllReduce`` points).
 * The model's ``ir_version`` is raised to 11 when lower (older versions cannot store the
   fields). Both passes report ``modified`` exactly: a second run changes nothing.
 
@@ -43,13 +51,24 @@ from itertools import compress, repeat
 
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import BindingError
+from onnx_ir_multidevice._errors import BindingError, OmnyFormatError
 from onnx_ir_multidevice._util import plural
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.stages import assign_stages, precompute_stages
+from onnx_ir_multidevice.analysis.tensor_parallel_specs import (
+    region_specs,
+    replicated_spec,
+    stage_regions,
+)
 from onnx_ir_multidevice.binding.bind import bind
 from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX, configuration_names
 from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
 from onnx_ir_multidevice.omny._props import read as read_omny
+from onnx_ir_multidevice.omny.tensor_parallel_record import (
+    TensorParallelConfiguration,
+    TensorParallelRecord,
+    read_tensor_parallel,
+)
 from onnx_ir_multidevice.passes.strip import strip_configurations
 
 #: The IR version that introduced the multi-device fields.
@@ -266,13 +285,23 @@ def _annotate(
     if len(selected) > 1:
         # Every configuration's stages in one graph walk (cached on the index).
         precompute_stages(graph, [entry.cuts for entry in selected], index=index)
+    record = _record(model)
     plans: list[tuple[ir.ModelConfiguration, dict[ir.Node, int], dict]] = []
     for entry in selected:
-        names = _names_for(device_names, entry.num_shards)
-        configuration, changed = ensure_configuration(model, entry.name, entry.num_shards, names)
+        parallel = record.configuration(entry.name) if record is not None else None
+        if parallel is not None and parallel.num_shards != entry.num_shards:
+            raise BindingError(
+                f"tensor-parallel record: configuration {entry.name!r} has num_shards="
+                f"{parallel.num_shards} but the .omny plan has {entry.num_shards}; re-plan"
+            )
+        num_devices = parallel.num_devices if parallel is not None else entry.num_shards
+        names = _names_for(device_names, num_devices)
+        configuration, changed = ensure_configuration(model, entry.name, num_devices, names)
         modified |= changed
         node_stages = _stages(model, entry, index)
-        wanted = _cut_specs(graph, entry.cuts, node_stages) if sharding else {}
+        wanted = _cut_specs(graph, entry.cuts, node_stages, parallel) if sharding else {}
+        if sharding and parallel is not None and parallel.parallel:
+            _add_region_specs(model, node_stages, parallel, wanted)
         plans.append((configuration, node_stages, wanted))
     if not plans:
         return modified
@@ -343,23 +372,70 @@ def _upsert_all_configurations(
     return any(changed_list)
 
 
+def _record(model: ir.Model) -> TensorParallelRecord | None:
+    try:
+        return read_tensor_parallel(model)
+    except OmnyFormatError as error:
+        raise BindingError(
+            f"the tensor-parallel record is malformed: {error}; re-plan the model"
+        ) from error
+
+
+def _placement(
+    value: ir.Value, stage: int, parallel: TensorParallelConfiguration | None
+) -> ir.ShardingSpec:
+    """``value`` placed on the devices of ``stage`` (a group when several share it)."""
+    if parallel is None:
+        return ir.ShardingSpec(value=value, device=(stage,))
+    devices = parallel.devices_of(stage)
+    if len(devices) == 1:
+        return ir.ShardingSpec(value=value, device=devices)
+    return replicated_spec(value, devices)
+
+
 def _cut_specs(
-    graph: ir.Graph, cuts: Sequence[ir.Value], stages: Mapping[ir.Node, int]
+    graph: ir.Graph,
+    cuts: Sequence[ir.Value],
+    stages: Mapping[ir.Node, int],
+    parallel: TensorParallelConfiguration | None = None,
 ) -> dict[ir.Node, list[ir.ShardingSpec]]:
-    """Placement-only specs of the cut tensors: producer -> its stage, consumer -> its stage."""
+    """Placement-only specs of the cut tensors: producer -> its stage, consumer -> its stage.
+
+    Stage ``k`` is device ``k``, or the devices ``parallel`` records for it.
+    """
     wanted: dict[ir.Node, list[ir.ShardingSpec]] = {}
     for value in cuts:
         producer = value.producer()
         assert producer is not None  # assign_stages checked it
-        wanted.setdefault(producer, []).append(
-            ir.ShardingSpec(value=value, device=(stages[producer],))
-        )
+        wanted.setdefault(producer, []).append(_placement(value, stages[producer], parallel))
         for consumer in dict.fromkeys(value.consumers()):
             if consumer.graph is graph:
                 wanted.setdefault(consumer, []).append(
-                    ir.ShardingSpec(value=value, device=(stages[consumer],))
+                    _placement(value, stages[consumer], parallel)
                 )
     return wanted
+
+
+def _add_region_specs(
+    model: ir.Model,
+    stages: Mapping[ir.Node, int],
+    parallel: TensorParallelConfiguration,
+    wanted: dict[ir.Node, list[ir.ShardingSpec]],
+) -> None:
+    """Add the specs of every tensor-parallel region's nodes to ``wanted``.
+
+    They replace a cut spec of the same value on the same node.
+    """
+    degrees = {entry.stage: entry.degree for entry in parallel.stages}
+    shapes = ValueShapes(model.graph, parallel.dims_dict)
+    regions = stage_regions(model, stages, degrees, shapes=shapes)
+    for stage, found in regions.items():
+        devices = parallel.devices_of(stage)
+        for region in found:
+            for node, specs in region_specs(region, devices, shapes).items():
+                values = {spec.value for spec in specs}
+                kept = [spec for spec in wanted.get(node, []) if spec.value not in values]
+                wanted[node] = kept + specs
 
 
 class AnnotateStagesPass(_PlanPass):

@@ -29,6 +29,13 @@ The reverse of :class:`~onnx_ir_multidevice.passes.annotation.AnnotatePass`. Rul
   ``model.inference_memory_mb`` is the weights of the whole model; without metadata,
   ``max_shard_size_mb`` is the largest shard and ``min_vram_mb`` that plus the default
   runtime headroom.
+* **Tensor parallelism**: a configuration whose nodes carry split sharding specs
+  (``sharded_dims``) is tensor-parallel: its stage count is its largest stage plus one (not
+  ``num_devices``), each stage with split specs gets the degree and devices of those specs,
+  the others the single device their placement specs name (else the implied one), and the
+  tensor-parallel record (:func:`~onnx_ir_multidevice.omny.write_tensor_parallel`) is written
+  for it, at the recorded planning dims. Only configurations whose name is the one
+  :func:`~onnx_ir_multidevice.annotate` gives (``omny/<n>-shards``...) are recorded.
 * Existing metadata keeps every other field (its cut point ids too, for the same tensor and
   node); the shard counts are added to ``allowed_shards`` and ``min_shards`` /
   ``max_shards`` widened to include them. Without metadata a document is built from the
@@ -54,9 +61,19 @@ from onnx_ir_multidevice.analysis.omny_document import StagedConfiguration, buil
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import stages_from_annotations
 from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, classify_values
+from onnx_ir_multidevice.binding.naming import configuration_names
 from onnx_ir_multidevice.graph.dtypes import tensor_nbytes
 from onnx_ir_multidevice.graph.index import graph_uses, node_subgraphs, topological_order
 from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY
+from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
+from onnx_ir_multidevice.omny.tensor_parallel_record import (
+    TENSOR_PARALLEL_KEY,
+    TensorParallelConfiguration,
+    TensorParallelRecord,
+    TensorParallelStage,
+    read_tensor_parallel,
+    write_tensor_parallel,
+)
 
 
 def _tensor_bytes(tensor: ir.TensorProtocol | None, value: ir.Value | None = None) -> int:
@@ -139,6 +156,8 @@ class _Derived:
     stages: dict[ir.Node, int]
     cuts: list[ir.Value]
     stage_bytes: list[int]
+    devices: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    """Tensor parallelism: the devices of each stage (empty: pipeline only)."""
 
 
 class StagesToOmnyPass(ir.passes.InPlacePass):
@@ -170,6 +189,7 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
         before = (
             model.metadata_props.get(OMNY_VERSION_KEY),
             model.metadata_props.get(OMNY_METADATA_KEY),
+            model.metadata_props.get(TENSOR_PARALLEL_KEY),
         )
         existing = omny.read(model)
         graph = model.graph
@@ -204,9 +224,11 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
             existing=existing,
         )
         omny.write(model, metadata)
+        _write_record(model, derived, configuration_names(metadata.sharding.configurations))
         after = (
             model.metadata_props.get(OMNY_VERSION_KEY),
             model.metadata_props.get(OMNY_METADATA_KEY),
+            model.metadata_props.get(TENSOR_PARALLEL_KEY),
         )
         return ir.passes.PassResult(model, modified=before != after)
 
@@ -230,7 +252,8 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
                 f"(first: {missing[:5]}); give every main-graph node a stage"
             )
         staged: dict[ir.Node, int] = {n: s for n, s in stages.items() if s is not None}
-        num_stages = configuration.num_devices
+        devices = _parallel_devices(graph, configuration, staged)
+        num_stages = max(staged.values()) + 1 if devices else configuration.num_devices
         counts = [0] * max(num_stages, max(staged.values()) + 1)
         for s in staged.values():
             counts[s] += 1
@@ -268,7 +291,71 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
             _check_describable(name, cut, sizes)
             cuts.append(cut)
         stage_bytes = stage_weight_bytes(graph, staged, num_stages)
-        return _Derived(configuration, staged, cuts, stage_bytes)
+        return _Derived(configuration, staged, cuts, stage_bytes, devices)
+
+
+def _parallel_devices(
+    graph: ir.Graph, configuration: ir.ModelConfiguration, staged: Mapping[ir.Node, int]
+) -> dict[int, tuple[int, ...]]:
+    """The devices of each stage of a tensor-parallel configuration (``{}``: pipeline only).
+
+    A stage with split specs takes the devices of its first one; another stage, the group of
+    its first replicated spec over a device group (a cut tensor entering a tensor-parallel
+    stage without regions), else the single device of its first placement spec (absent: the
+    record implies one).
+    """
+    split: dict[int, tuple[int, ...]] = {}
+    grouped: dict[int, tuple[int, ...]] = {}
+    placed: dict[int, tuple[int, ...]] = {}
+    for node in graph:
+        stage = staged.get(node)
+        if stage is None:
+            continue
+        for entry in node.device_configurations:
+            if entry.configuration is not configuration:
+                continue
+            for spec in entry.sharding_specs:
+                if spec.sharded_dims and stage not in split:
+                    split[stage] = tuple(spec.device)
+                elif not spec.sharded_dims and len(spec.device) == 1 and spec.device[0] >= 0:
+                    placed.setdefault(stage, tuple(spec.device))
+                elif not spec.sharded_dims and len(spec.device) == 1:
+                    groups = {g.key: g.value for g in spec.index_to_device_group_map}
+                    if len(groups.get(spec.device[0], ())) > 1:
+                        grouped.setdefault(stage, tuple(groups[spec.device[0]]))
+    if not split:
+        return {}
+    return {**placed, **grouped, **split}
+
+
+def _write_record(model: ir.Model, derived: Sequence[_Derived], names: Sequence[str]) -> None:
+    """Record the tensor-parallel configurations of ``derived`` (others keep their entry)."""
+    try:
+        existing = read_tensor_parallel(model)
+    except ValueError:
+        existing = None
+    kept = {c.name: c for c in existing.configurations} if existing is not None else {}
+    dims = read_planning_dims(model) or {}
+    for item in derived:
+        name = item.configuration.name
+        if name not in names:
+            continue
+        if not item.devices:
+            kept.pop(name, None)
+            continue
+        previous = kept.get(name)
+        stages = tuple(
+            TensorParallelStage(stage, len(devices), devices)
+            for stage, devices in sorted(item.devices.items())
+        )
+        kept[name] = TensorParallelConfiguration(
+            name,
+            len(item.cuts) + 1,
+            stages,
+            previous.dims if previous is not None else tuple(sorted(dims.items())),
+        )
+    ordered = [kept[n] for n in names if n in kept] + [c for n, c in kept.items() if n not in names]
+    write_tensor_parallel(model, TensorParallelRecord(tuple(ordered)) if ordered else None)
 
 
 def _check_describable(name: str, value: ir.Value, sizes: ValueSizes) -> None:

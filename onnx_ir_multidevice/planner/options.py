@@ -26,6 +26,7 @@ from onnx_ir_multidevice.analysis.sizes import check_dims
 from onnx_ir_multidevice.planner.devices import parse_size
 from onnx_ir_multidevice.planner.memory import DEFAULT_HEADROOM
 from onnx_ir_multidevice.planner.partition import BALANCES, DEFAULT_FLOPS_PER_BYTE
+from onnx_ir_multidevice.planner.tensor_parallel import DEFAULT_COLLECTIVE_FLOPS_PER_BYTE
 
 DEFAULT_MAX_SHARDS = 8
 """Largest shard count tried when neither ``shards`` nor ``devices`` is given."""
@@ -118,6 +119,26 @@ class PlanOptions:
     .. versionadded:: 0.1
     """
 
+    tensor_parallel: int | str | None = None
+    """Tensor parallelism (opt-in): ``None`` (default) plans pipeline stages only; an integer
+    ``k >= 1`` or ``"auto"`` (up to the device count) lets the planner give each stage a
+    tensor-parallel degree up to ``k``, choosing the combination of stages and degrees that
+    runs fastest on the devices while fitting memory
+    (:mod:`~onnx_ir_multidevice.planner.tensor_parallel`). The devices are ``devices`` (their
+    count) or, without them, the largest of ``shards`` (required then). The plan has one
+    configuration, and the model gets the tensor-parallel record
+    (:func:`~onnx_ir_multidevice.omny.write_tensor_parallel`).
+
+    .. versionadded:: 0.1
+    """
+
+    collective_flops_per_byte: float = DEFAULT_COLLECTIVE_FLOPS_PER_BYTE
+    """The price of a byte of a collective (``AllReduce``) in FLOPs, for ``tensor_parallel``;
+    default :data:`~onnx_ir_multidevice.planner.tensor_parallel.DEFAULT_COLLECTIVE_FLOPS_PER_BYTE`.
+
+    .. versionadded:: 0.1
+    """
+
     def __post_init__(self) -> None:
         """Check every field; normalise ``devices``, ``shards`` and ``dims``."""
         devices = _capacities(self.devices)
@@ -158,6 +179,34 @@ class PlanOptions:
             raise PlanError(
                 f"flops_per_byte must be a number of FLOPs of at least 0, got {price!r}"
             )
+        parallel = self.tensor_parallel
+        if parallel is not None and parallel != "auto":
+            if (
+                not isinstance(parallel, numbers.Integral)
+                or isinstance(parallel, bool)
+                or (parallel < 1)
+            ):
+                raise PlanError(
+                    f"tensor_parallel must be a degree of at least 1 or 'auto', got {parallel!r}"
+                )
+            parallel = int(parallel)
+        if parallel is not None and devices is None and shards is None:
+            raise PlanError(
+                "tensor_parallel needs the devices: give devices (their sizes) or shards "
+                "(the largest is the device count)"
+            )
+        collective = self.collective_flops_per_byte
+        if (
+            not isinstance(collective, numbers.Real)
+            or isinstance(collective, bool)
+            or not 0 <= float(collective) < float("inf")
+        ):
+            raise PlanError(
+                "collective_flops_per_byte must be a number of FLOPs of at least 0, got "
+                f"{collective!r}"
+            )
+        object.__setattr__(self, "tensor_parallel", parallel)
+        object.__setattr__(self, "collective_flops_per_byte", float(collective))
         if self.name is not None and not isinstance(self.name, str):
             raise PlanError(f"name must be a string, got {self.name!r}")
         object.__setattr__(self, "devices", devices)
@@ -178,6 +227,23 @@ class PlanOptions:
         if self.devices is not None:
             return (len(self.devices),)
         return tuple(range(2, DEFAULT_MAX_SHARDS + 1))
+
+    @property
+    def num_devices(self) -> int | None:
+        """The devices a tensor-parallel plan is for (``None`` without ``tensor_parallel``)."""
+        if self.tensor_parallel is None:
+            return None
+        if self.devices is not None:
+            return len(self.devices)
+        return max(self.shard_counts)
+
+    @property
+    def max_degree(self) -> int | None:
+        """The largest tensor-parallel degree allowed (``None`` without ``tensor_parallel``)."""
+        count = self.num_devices
+        if count is None:
+            return None
+        return count if self.tensor_parallel == "auto" else min(count, int(self.tensor_parallel))  # type: ignore[arg-type]
 
     @property
     def explicit(self) -> bool:

@@ -71,13 +71,20 @@ from onnx_ir_multidevice.analysis.shapes import (
     unknown_dim_names,
 )
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
+from onnx_ir_multidevice.binding.naming import configuration_names
 from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
 from onnx_ir_multidevice.omny.planning_dims import write_planning_dims
+from onnx_ir_multidevice.omny.tensor_parallel_record import (
+    TensorParallelConfiguration,
+    TensorParallelRecord,
+    write_tensor_parallel,
+)
 from onnx_ir_multidevice.planner.memory import MIB, MemoryModel, format_bytes
 from onnx_ir_multidevice.planner.options import DEFAULT_MAX_SHARDS, PlanOptions
 from onnx_ir_multidevice.planner.partition import Partition, partition
 from onnx_ir_multidevice.planner.static_dims import pin_dims
+from onnx_ir_multidevice.planner.tensor_parallel import TensorParallelPlan, plan_tensor_parallel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +125,10 @@ class PlanResult:
 
     unknown_values: tuple[str, ...] = ()
     """Values whose size is unknown even with every dim bound (inference could not tell)."""
+
+    tensor_parallel: TensorParallelPlan | None = None
+    """The stages and tensor-parallel degrees chosen (with ``tensor_parallel``); its
+    ``reason`` says in one line why no stage is tensor-parallel, when none is."""
 
     balance: str = "speed"
     """The objective the cuts were chosen for (:attr:`PlanOptions.balance
@@ -261,6 +272,24 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
     partitions: list[Partition] = []
     used_capacities: list[tuple[int, ...] | None] = []
     skipped: list[tuple[int, str]] = []
+    parallel: TensorParallelPlan | None = None
+    if options.tensor_parallel is not None:
+        report("choosing pipeline stages and tensor-parallel degrees")
+        limits = [c for c in (*(capacities or ()), max_stage) if c is not None]
+        found, parallel = plan_tensor_parallel(
+            model,
+            memory,
+            sizes,
+            options.num_devices,  # type: ignore[arg-type]  # set with tensor_parallel
+            max_degree=options.max_degree,  # type: ignore[arg-type]
+            capacity=min(limits) if limits else None,
+            balance=options.balance,
+            flops_per_byte=options.flops_per_byte,
+            collective_flops_per_byte=options.collective_flops_per_byte,
+        )
+        partitions.append(found)
+        used_capacities.append(None if capacities is None else capacities[: found.num_stages])
+        counts = ()
     for n in counts:
         report(f"partitioning into {n} stages")
         caps = None if capacities is None else capacities[:n]
@@ -296,6 +325,8 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
     metadata = _metadata(model, sizes, memory, partitions, options)
     _describe_cuts(analysis, partitions)
     write_planning_dims(model, sizes.dims)
+    if options.tensor_parallel is not None:
+        write_tensor_parallel(model, _record(metadata, parallel, sizes.dims))
     return PlanResult(
         metadata=metadata,
         partitions=tuple(partitions),
@@ -308,7 +339,19 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
         unbound_dims=types.MappingProxyType(unbound),
         unknown_values=unknown_values,
         balance=options.balance,
+        tensor_parallel=parallel,
     )
+
+
+def _record(
+    metadata: OmnyMetadata, parallel: TensorParallelPlan | None, dims: Mapping[str, int]
+) -> TensorParallelRecord | None:
+    """The tensor-parallel record of a plan (``None``: no stage is tensor-parallel)."""
+    if parallel is None or not parallel.parallel:
+        return None
+    name = configuration_names(metadata.sharding.configurations)[0]
+    configuration = TensorParallelConfiguration.contiguous(name, parallel.degrees, dims)
+    return TensorParallelRecord((configuration,))
 
 
 def _describe_cuts(analysis: CutAnalysis, partitions: Sequence[Partition]) -> None:
@@ -504,6 +547,66 @@ def plan_summary(result: PlanResult) -> list[dict[str, Any]]:
     ]
 
 
+def tensor_parallel_summary(result: PlanResult) -> dict[str, Any] | None:
+    """The tensor-parallel choice as JSON-ready data (``omny plan --json``), or ``None``.
+
+    ``num_devices``, ``degrees`` (per stage), ``step_flops`` (the slowest stage or link, in
+    FLOPs), ``reason`` (why no stage is tensor-parallel, or ``None``), ``stages`` (per stage:
+    ``degree``, ``regions``, ``weights_bytes`` and ``memory_bytes`` per device,
+    ``sliced_weights_bytes``, ``flops`` per device, ``allreduce_bytes`` per device and
+    request) and ``considered`` (the best degrees of each stage count tried).
+
+    .. versionadded:: 0.1
+    """
+    parallel = result.tensor_parallel
+    if parallel is None:
+        return None
+    return {
+        "num_devices": parallel.num_devices,
+        "degrees": list(parallel.degrees),
+        "step_flops": parallel.step_time,
+        "reason": parallel.reason,
+        "stages": [
+            {
+                "stage": s.stage,
+                "degree": s.degree,
+                "regions": s.regions,
+                "weights_bytes": s.weights_bytes,
+                "sliced_weights_bytes": s.sliced_weights_bytes,
+                "memory_bytes": s.memory_bytes,
+                "flops": s.flops,
+                "allreduce_bytes": s.allreduce_bytes,
+            }
+            for s in parallel.stages
+        ],
+        "considered": [
+            {"num_stages": n, "degrees": list(d), "step_flops": t}
+            for n, d, t in parallel.considered
+        ],
+    }
+
+
+def _describe_parallel(parallel: TensorParallelPlan | None) -> list[str]:
+    if parallel is None:
+        return []
+    if parallel.reason is not None:
+        return [f"tensor parallelism: none ({parallel.reason})"]
+    degrees = "x".join(map(str, parallel.degrees))
+    lines = [f"tensor parallelism on {plural(parallel.num_devices, 'device')}: degrees {degrees}"]
+    for s in parallel.stages:
+        sliced = (
+            f" ({format_bytes(s.sliced_weights_bytes)} sliced in {s.degree})"
+            if s.sliced_weights_bytes
+            else ""
+        )
+        lines.append(
+            f"  stage {s.stage}: degree {s.degree}, {plural(s.regions, 'region')}, weights per "
+            f"device {format_bytes(s.weights_bytes)}{sliced}, AllReduce "
+            f"{format_bytes(s.allreduce_bytes)} per device per request"
+        )
+    return lines
+
+
 def _bound_dict(found: Partition) -> dict[str, Any] | None:
     if found.bound is None:
         return None
@@ -555,6 +658,7 @@ def describe(result: PlanResult) -> str:
             )
         if found.bound is not None:
             lines.append(f"  {approx}{found.bound.describe()}")
+    lines.extend(_describe_parallel(result.tensor_parallel))
     if result.flops_estimated:
         lines.append(
             "~: FLOPs counted with unbound dims at example values (bind them for exact figures)"

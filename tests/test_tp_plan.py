@@ -1,0 +1,159 @@
+"""Planning stages and tensor-parallel degrees together: the search, the corpus, the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from onnx_ir_multidevice import annotate, check, load, omny
+from onnx_ir_multidevice._errors import PlanError
+from onnx_ir_multidevice.omny import TENSOR_PARALLEL_KEY, read_tensor_parallel
+from onnx_ir_multidevice.passes.reverse import StagesToOmnyPass
+from onnx_ir_multidevice.planner.options import PlanOptions
+from onnx_ir_multidevice.planner.planning import describe, plan_model
+from onnx_ir_multidevice.planner.tensor_parallel import choose_degrees
+
+CORPUS = pathlib.Path(__file__).parent / "corpus"
+TRANSFORMERS = {
+    "gpt2_dynamo": {"seq": 16},
+    "llama_gqa_dynamo": {"seq": 16},
+    "bert_dynamo": {"seq": 16},
+    "vit_dynamo": {},
+}
+
+
+def brute_force(times, budget):
+    best = None
+    for degrees in itertools.product(*(range(1, len(row) + 1) for row in times)):
+        if sum(degrees) > budget:
+            continue
+        values = [row[d - 1] for row, d in zip(times, degrees, strict=True)]
+        if any(v is None for v in values):
+            continue
+        key = (max(values, default=0.0), sum(degrees), degrees)
+        if best is None or key < best:
+            best = key
+    return None if best is None else (best[2], best[0])
+
+
+cell = st.one_of(st.none(), st.integers(0, 20).map(float))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    times=st.integers(1, 4).flatmap(
+        lambda degrees: st.lists(st.lists(cell, min_size=degrees, max_size=degrees), max_size=4)
+    ),
+    budget=st.integers(1, 8),
+)
+def test_choose_degrees_equals_brute_force(times, budget):
+    found = choose_degrees(times, budget)
+    expected = brute_force(times, budget) if times else ((), 0.0)
+    assert found == expected
+
+
+def test_options():
+    assert PlanOptions().tensor_parallel is None  # opt-in
+    assert PlanOptions(devices=["1GB"] * 4, tensor_parallel="auto").max_degree == 4
+    assert PlanOptions(shards=[2, 4], tensor_parallel=2).num_devices == 4
+    assert PlanOptions(shards=[4], tensor_parallel=2).max_degree == 2
+    with pytest.raises(PlanError, match="tensor_parallel"):
+        PlanOptions(shards=[4], tensor_parallel=0)
+    with pytest.raises(PlanError, match="needs the devices"):
+        PlanOptions(tensor_parallel="auto")
+    with pytest.raises(PlanError, match="collective_flops_per_byte"):
+        PlanOptions(shards=[4], tensor_parallel=2, collective_flops_per_byte=-1)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMERS))
+@pytest.mark.parametrize("collective", [64.0, 0.0])
+def test_plan_four_devices_on_the_corpus(name, collective):
+    model = load(CORPUS / f"{name}.onnx")
+    result = plan_model(
+        model,
+        devices=["1GB"] * 4,
+        tensor_parallel="auto",
+        dims=TRANSFORMERS[name],
+        flops_per_byte=0.0,
+        collective_flops_per_byte=collective,
+    )
+    parallel = result.tensor_parallel
+    assert parallel is not None and sum(parallel.degrees) <= 4
+    assert len(parallel.degrees) == result.partitions[0].num_stages
+    assert len(result.metadata.sharding.configurations) == 1
+    # The chosen combination is the best of those considered.
+    assert parallel.step_time == min(t for _, _, t in parallel.considered)
+    record = read_tensor_parallel(model)
+    assert (record is not None) == parallel.parallel
+    text = describe(result)
+    assert "tensor parallelism" in text
+    omny.write(model, result.metadata)
+    annotate(model)
+    assert [str(d) for d in check(model) if d.is_error] == []
+    if record is not None:
+        assert record.configurations[0].num_shards == len(parallel.degrees)
+        entry = model.metadata_props.pop(TENSOR_PARALLEL_KEY)
+        StagesToOmnyPass()(model)
+        assert model.metadata_props[TENSOR_PARALLEL_KEY] == entry
+
+
+def test_tensor_parallelism_wins_where_a_stage_of_regions_is_the_bottleneck():
+    model = load(CORPUS / "vit_dynamo.onnx")
+    result = plan_model(
+        model,
+        shards=[4],
+        tensor_parallel="auto",
+        flops_per_byte=0.0,
+        collective_flops_per_byte=0.0,
+    )
+    assert result.tensor_parallel is not None and result.tensor_parallel.parallel
+    assert "degree 2" in describe(result) or "degree 4" in describe(result)
+
+
+def test_a_model_without_region_gets_a_pipeline_plan_and_one_line_why():
+    model = load(CORPUS / "resnet_dynamo.onnx")
+    result = plan_model(model, shards=[4], tensor_parallel="auto")
+    assert result.tensor_parallel is not None and not result.tensor_parallel.parallel
+    assert read_tensor_parallel(model) is None
+    lines = [line for line in describe(result).splitlines() if "tensor parallelism" in line]
+    assert len(lines) == 1 and "no tensor-parallel region" in lines[0]
+
+
+def test_default_plan_stays_pipeline_only():
+    model = load(CORPUS / "gpt2_dynamo.onnx")
+    result = plan_model(model, shards=[2], dims={"seq": 16})
+    assert result.tensor_parallel is None and read_tensor_parallel(model) is None
+
+
+def omny_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "onnx_ir_multidevice.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_cli_tensor_parallel(tmp_path):
+    out = tmp_path / "vit.onnx"
+    source = str(CORPUS / "vit_dynamo.onnx")
+    done = omny_cli("plan", source, "-o", str(out), "--shards", "4", "--tensor-parallel", "auto")
+    assert done.returncode == 0, done.stderr
+    assert "tensor parallelism" in done.stdout
+    done = omny_cli(
+        "plan", source, "-o", str(out), "--shards", "4", "--tensor-parallel", "2", "--json",
+        "--force",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)["result"]["plan"]["tensor_parallel"]
+    assert summary["num_devices"] == 4 and max(summary["degrees"]) <= 2
+    assert (read_tensor_parallel(load(out)) is not None) == (max(summary["degrees"]) > 1)
+    done = omny_cli("plan", source, "-o", str(out), "--tensor-parallel", "x", "--force")
+    assert done.returncode == 2 and "--tensor-parallel" in done.stderr
