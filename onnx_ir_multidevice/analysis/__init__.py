@@ -75,6 +75,10 @@ __all__ = [
     "Split",
     "WeightSlice",
     "find_regions",
+    "region_specs",
+    "replicated_spec",
+    "split_spec",
+    "stage_regions",
     "propagate",
 ]
 
@@ -131,6 +135,12 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
     default_classes,
 )
 from onnx_ir_multidevice.analysis.tensor_parallel import Collective, Region, find_regions
+from onnx_ir_multidevice.analysis.tensor_parallel_specs import (
+    region_specs,
+    replicated_spec,
+    split_spec,
+    stage_regions,
+)
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,
     GraphIndex,

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "DEFAULT_COLLECTIVE_FLOPS_PER_BYTE",
     "DEFAULT_HEADROOM",
     "MIB",
     "MemoryModel",
@@ -29,9 +30,12 @@ __all__ = [
     "RUNTIME_NODE_BYTES",
     "RUNTIME_OP_TYPE_BYTES",
     "RUNTIME_OVERHEAD_BYTES",
+    "StageParallelism",
     "StagedConfiguration",
+    "TensorParallelPlan",
     "StageMemory",
     "build_metadata",
+    "choose_degrees",
     "describe",
     "parse_devices",
     "parse_dims",
@@ -42,6 +46,8 @@ __all__ = [
     "plan",
     "plan_model",
     "plan_summary",
+    "plan_tensor_parallel",
+    "stage_parallelism",
 ]
 
 from onnx_ir_multidevice._util import set_public_module
@@ -71,5 +77,13 @@ from onnx_ir_multidevice.planner.planning import (
     plan_summary,
 )
 from onnx_ir_multidevice.planner.static_dims import pin_dims
+from onnx_ir_multidevice.planner.tensor_parallel import (
+    DEFAULT_COLLECTIVE_FLOPS_PER_BYTE,
+    StageParallelism,
+    TensorParallelPlan,
+    choose_degrees,
+    plan_tensor_parallel,
+    stage_parallelism,
+)
 
 set_public_module(globals(), root={"PlanOptions", "plan"})
