@@ -107,6 +107,7 @@ TWINS = sorted(
 """Modules exported by both exporters. ``vit``'s TorchScript export also has the classifier
 head (after the last layer, so every boundary before it is shared)."""
 
+
 @pytest.mark.parametrize("module", TWINS)
 def test_twin_exports_have_the_same_boundaries(module):
     # Raw cut counts differ where one exporter writes more tensors between two heavy ops
