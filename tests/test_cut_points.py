@@ -189,23 +189,15 @@ def test_zoo_layer_outputs_are_strict_cuts(model, expected):
     assert names == set(oracle(model.graph, relaxed=False, limit=0))
 
 
-def test_gpt_side_activations_need_relaxed_cuts():
+def test_gpt_shape_reads_of_activations_do_not_block_strict_cuts():
     model = zoo.gpt(layers=4)
-    strict = find_cut_points(model.graph)
+    strict_names = {c.value.name for c in find_cut_points(model.graph)}
+    # The shape vector and causal mask come from Shape(embeddings), proven equal to
+    # input_ids' dims: recomputed on each side, they no longer cross the layers.
+    assert {"layer.0.out", "layer.1.out", "layer.2.out"} <= strict_names
+    assert strict_names == set(oracle(model.graph, relaxed=False, limit=0))
     relaxed = find_cut_points(model.graph, relaxed=True, side_limit_bytes=4096)
-    strict_names = {c.value.name for c in strict}
-    # Shape vector and causal mask cross every layer but the last: no strict cut there.
-    assert not {"layer.0.out", "layer.1.out", "layer.2.out"} & strict_names
-    by_name = {c.value.name: c for c in relaxed}
-    for i in range(3):
-        cut = by_name[f"layer.{i}.out"]
-        assert not cut.strict
-        assert all(v.dtype in (ir.DataType.INT64, ir.DataType.BOOL) for v in cut.side)
-        assert cut.bytes == 1 * 16 * 64 * 4 + sum(
-            ValueSizes(model.graph).nbytes(v) for v in cut.side
-        )
-    assert len(relaxed) >= 3 * 3
-    assert set(by_name) == set(oracle(model.graph, relaxed=True, limit=4096))
+    assert {c.value.name for c in relaxed} == set(oracle(model.graph, relaxed=True, limit=4096))
 
 
 def test_control_flow_never_cuts_inside_bodies():
