@@ -759,7 +759,7 @@ def test_stages_of_several_cut_lists_match_fixpoint(rg, data, fused_cuts):
     for cuts in cut_lists:
         expected = _oracle_stages(rg, cuts, classes)
         if expected is None:
-            assert cuts not in index.stage_cache
+            assert cuts not in stages_module.stage_cache(index)
             with pytest.raises(StageAssignmentError, match="pipeline order"):
                 assign_stages(rg.graph, cuts, index=index)
             continue
@@ -768,7 +768,7 @@ def test_stages_of_several_cut_lists_match_fixpoint(rg, data, fused_cuts):
 
 def test_stages_of_cut_lists_sharing_cuts_in_another_order():
     """A later list whose cuts were first seen in another order (mark bits not increasing)."""
-    from onnx_ir_multidevice.analysis.stages import precompute_stages
+    from onnx_ir_multidevice.analysis.stages import precompute_stages, stage_cache
     from onnx_ir_multidevice.graph.index import GraphIndex
 
     graph = _chain(3)
@@ -776,7 +776,7 @@ def test_stages_of_cut_lists_sharing_cuts_in_another_order():
     late, both = [values["relu1"]], [values["relu0"], values["relu1"]]
     index = GraphIndex.build(graph)
     precompute_stages(graph, [late, both], index=index)
-    assert both in index.stage_cache
+    assert both in stage_cache(index)
     stages = {node.name: s for node, s in assign_stages(graph, both, index=index).items()}
     assert stages == {**dict.fromkeys(["mm0", "relu0"], 0), "mm1": 1, "relu1": 1,
                       "mm2": 2, "relu2": 2}  # fmt: skip
@@ -897,12 +897,17 @@ def test_graph_index_shared_results_match_unindexed() -> None:
         assign_stages(other, [], index=index)
 
 
-def test_graph_index_keeps_the_analyses_results_in_typed_slots() -> None:
-    """The analyses fill the index's typed caches; the index computes none of them itself."""
+def test_graph_index_keeps_the_analyses_results_under_their_own_keys() -> None:
+    """The analyses keep their results on the index under their own keys; it computes none."""
     import subprocess
     import sys
 
     from onnx_ir_multidevice.analysis import GraphIndex, assign_stages, default_classes
+    from onnx_ir_multidevice.analysis.stages import _REPLICABLE_POSITIONS, stage_cache
+    from onnx_ir_multidevice.analysis.tensor_classes import (
+        has_default_flags,
+        kept_default_classes,
+    )
     from onnx_ir_multidevice.graph.index import CutListCache
     from onnx_ir_multidevice.testing import zoo
 
@@ -910,17 +915,18 @@ def test_graph_index_keeps_the_analyses_results_in_typed_slots() -> None:
     graph = model.graph
     index = GraphIndex.for_model(model)
     assert not hasattr(index, "_cache") and not hasattr(index, "classes")
-    assert index.value_classes is None and index.slot_flags is None
+    assert kept_default_classes(index) is None and not has_default_flags(index)
     classes = default_classes(index)
-    assert index.value_classes is classes and default_classes(index) is classes
+    assert kept_default_classes(index) is classes and default_classes(index) is classes
     assert classes == classify_values(graph)
-    assert index.slot_flags is not None  # kept by classify_values for the stage walks
+    assert has_default_flags(index)  # kept by classify_values for the stage walks
     outs = [v for node in graph for v in node.outputs if v.name.endswith(".out")]
     cuts = [outs[2], outs[6]]
-    assert isinstance(index.stage_cache, CutListCache) and cuts not in index.stage_cache
+    cache = stage_cache(index)
+    assert isinstance(cache, CutListCache) and cuts not in cache
     stages = assign_stages(graph, cuts, index=index)
-    assert index.stage_cache.get(cuts) == stages and [outs[6], outs[2]] not in index.stage_cache
-    assert index.replicable_positions is not None
+    assert cache.get(cuts) == stages and [outs[6], outs[2]] not in cache
+    assert index.result(_REPLICABLE_POSITIONS) is not None
     # One topological order: topological_order() is the index's.
     assert topological_order(graph, index=index) == list(index.nodes) == topological_order(graph)
     # graph sits below analysis: building and querying an index imports no analysis module.

@@ -582,6 +582,40 @@ def _t324() -> ir.Model:
     return model
 
 
+def tensor_parallel(
+    *, reader_axis: int = -1, reduce: bool = True, producer_axis: int = -1, relu: bool = True
+) -> ir.Model:
+    """x -> L0 (column-parallel) -> h1 -> L1 (row-parallel) -> h2 -> R (Relu) -> y, 2 devices.
+
+    L0 writes h1 split on ``producer_axis``, L1 reads it split on ``reader_axis`` (its weight
+    split on rows); ``reduce``: L1 writes h2 replicated (the AllReduce), else h2 stays a
+    partial sum read by the Relu.
+    """
+    model = chain(2)
+    l0, l1 = node(model, "L0"), node(model, "L1")
+    h2 = l1.outputs[0]
+    y = _value("y")
+    relu = ir.Node("", "Relu" if relu else "Identity", [h2], outputs=[y], name="R")
+    model.graph.append(relu)
+    model.graph.outputs[:] = [y]
+    conf = model.add_device_configuration("tp", num_devices=2)
+    l0.shard(l0.inputs[1], configuration=conf, axis=1, num_shards=2, device_indices=(0, 1))
+    l0.shard(l0.outputs[0], configuration=conf, axis=producer_axis, num_shards=2,
+             device_indices=(0, 1))  # fmt: skip
+    l1.shard(
+        l1.inputs[0], configuration=conf, axis=reader_axis, num_shards=2, device_indices=(0, 1)
+    )
+    l1.shard(l1.inputs[1], configuration=conf, axis=0, num_shards=2, device_indices=(0, 1))
+    if reduce:
+        group = (ir.IndexToDeviceGroupMapEntry(-1, (0, 1)),)
+        spec = ir.ShardingSpec(h2, device=(-1,), index_to_device_group_map=group)
+        entry = l1.device_configurations[0]
+        l1.device_configurations = (
+            dataclasses.replace(entry, sharding_specs=(*entry.sharding_specs, spec)),
+        )
+    return model
+
+
 TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY100": lambda: chain(2),
     "OMNY101": _t101,
@@ -649,6 +683,12 @@ TRIGGERS: dict[str, Callable[[], object]] = {
     "OMNY218": lambda: with_spec(device=(0, 1), sharded_dims=(_sharded(0, num_shards=4),)),
     "OMNY219": _t219,
     "OMNY220": _t220,
+    "OMNY221": lambda: with_spec(device=(0, 1, 1), sharded_dims=(_sharded(1, num_shards=3),)),
+    "OMNY222": lambda: with_spec(
+        sharded_dims=(ir.ShardedDim(1, (ir.SimpleShardedDim(16, 2),)),), device=(0, 1)
+    ),
+    "OMNY223": lambda: tensor_parallel(reader_axis=0),
+    "OMNY224": lambda: tensor_parallel(reduce=False),
     "OMNY300": _t300,
     "OMNY301": _t301,
     "OMNY302": lambda: hand_staged(3, [0, 0, 2, 2]),
@@ -688,6 +728,10 @@ CLEAN: dict[str, Callable[[], object]] = {
     ),
     "OMNY218": lambda: with_spec(sharded_dims=(_sharded(0), _sharded(1, 1))),
     "OMNY320": lambda: _planned_in_place(chain(side=False), [["h3"]]),
+    "OMNY221": lambda: with_spec(device=(0, 1), sharded_dims=(_sharded(1, num_shards=2),)),
+    "OMNY222": lambda: with_spec(sharded_dims=(_sharded(1),)),
+    "OMNY223": tensor_parallel,
+    "OMNY224": tensor_parallel,
 }
 
 
@@ -698,6 +742,16 @@ def _set_ir_version(model: ir.Model, version: int) -> ir.Model:
 
 def codes(diagnostics: Sequence[Diagnostic]) -> set[str]:
     return {d.code for d in diagnostics}
+
+
+def test_partial_sum_through_a_linear_op_is_not_flagged():
+    diagnostics = check(tensor_parallel(reduce=False, relu=False))
+    assert "OMNY224" not in codes(diagnostics), [str(d) for d in diagnostics]
+
+
+def test_tensor_parallel_clean_model_has_no_error():
+    diagnostics = check(tensor_parallel())
+    assert [d for d in diagnostics if d.is_error] == [], [str(d) for d in diagnostics]
 
 
 def test_every_code_has_a_trigger():

@@ -211,6 +211,34 @@ def test_version_is_fast_and_imports_nothing_heavy():
     assert result.stdout.splitlines()[-1] == "[]", result.stdout
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["split", "--help"]])
+def test_help_imports_nothing_heavy_and_no_exporter(argv):
+    result = _python(
+        "from onnx_ir_multidevice._cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = {'onnx', 'onnx_ir', 'numpy', 'onnxruntime'} & set(sys.modules)\n"
+        "print(sorted(heavy | {n for n in sys.modules if '.exporters' in n}))\n"
+    )
+    assert result.stdout.splitlines()[-1] == "[]", result.stdout + result.stderr
+
+
+def test_split_and_the_exporters_read_a_configuration_id_the_same_way():
+    """One parser of a configuration ID (index or IR v11 name) for ``omny split`` and exporters."""
+    from onnx_ir_multidevice._cli import split as split_cli
+    from onnx_ir_multidevice.exporters import ark, split_directory, tvm_mlf
+    from onnx_ir_multidevice.omny._schema import parse_configuration
+
+    assert not hasattr(split_cli, "_configuration")
+    for module in (ark, split_directory, tvm_mlf):
+        assert module.parse_configuration is parse_configuration, module.__name__
+    assert [parse_configuration(v) for v in (None, 2, "2", "pipeline_a", "")] == [
+        None, 2, 2, "pipeline_a", "",
+    ]  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------
 # The docs show only options that exist
 

@@ -391,3 +391,38 @@ def test_check_infers_untyped_cut_shapes_anew_after_a_change():
     after = _codes(check(model))
     assert after == _codes(check(_copy(model)))
     assert not [c for c in after if c[0] == "OMNY114" and c[1].startswith("value:")]
+
+
+# ---------------------------------------------------------------------------------------------
+# node_list: the C-level read of a graph's nodes equals onnx-ir's own iteration
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abrmx"), st.integers(0, 50)), max_size=40))
+def test_node_list_matches_iteration_after_any_edits(edits):
+    """Appends, inserts before/after, removals and moves in any order: ``node_list(graph)`` is
+    ``list(graph)``, whether the fast read applies (insertion order is the list's order) or
+    the fallback does."""
+    from onnx_ir_multidevice.graph.fingerprint import node_list
+
+    graph = ir.Graph([], [], nodes=[], name="g")
+    made = 0
+    for kind, k in edits:
+        nodes = list(graph)
+        if kind == "a" or not nodes:
+            graph.append(ir.Node("", "Identity", [], name=f"n{made}"))
+            made += 1
+        elif kind in "br":
+            anchor = nodes[k % len(nodes)]
+            new = ir.Node("", "Identity", [], name=f"n{made}")
+            made += 1
+            (graph.insert_before if kind == "b" else graph.insert_after)(anchor, new)
+        elif kind == "m" and len(nodes) > 1:  # move a node to the end
+            node = nodes[k % len(nodes)]
+            graph.remove(node)
+            graph.append(node)
+        else:
+            graph.remove(nodes[k % len(nodes)])
+        assert node_list(graph) == list(graph)
+    function = ir.Function("d", "f", "", graph=graph, attributes=[])
+    assert node_list(function) == list(function)

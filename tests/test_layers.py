@@ -314,3 +314,48 @@ def test_the_contract_orders_the_layers_as_the_architecture_does():
     for lower, higher in zip(sorted(position), sorted(position)[1:], strict=False):
         # the contract lists the top first: a higher layer has a smaller index
         assert max(position[higher]) < min(position[lower]), (lower, higher)
+
+
+#: Analysis results that once had typed slots on ``GraphIndex``; the graph layer sits below
+#: the analyses and keeps their results under keys the analyses own (``ResultKey``).
+_ANALYSIS_RESULT_NAMES = frozenset({
+    "slot_flags",
+    "slot_classes",
+    "value_classes",
+    "replicable_positions",
+    "stage_cache",
+    "boundary_cache",
+    "TensorClass",
+    "Boundary",
+})  # fmt: skip
+
+
+def _identifiers(tree: ast.AST) -> set[str]:
+    """Every name a module binds or reads: names, attributes, arguments, defs and classes."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.alias):
+            found.add((node.asname or node.name).rsplit(".", 1)[-1])
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "graph").glob("*.py")), ids=lambda path: path.name)
+def test_the_graph_layer_names_no_analysis_result(path: Path) -> None:
+    """graph/ (the index included) neither defines nor reads an analysis result by name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    named = sorted(_identifiers(tree) & _ANALYSIS_RESULT_NAMES)
+    assert not named, f"{path.relative_to(ROOT.parent)} names analysis results {named}"
+
+
+def test_the_analysis_result_check_sees_a_typed_slot() -> None:
+    """The check above finds a dataclass field like the ones the index used to have."""
+    tree = ast.parse("class GraphIndex:\n    slot_flags: list[int] | None = None\n")
+    assert "slot_flags" in _identifiers(tree)

@@ -28,12 +28,6 @@ from onnx_ir_multidevice._cli import (
 from onnx_ir_multidevice._errors import SplitError
 
 
-def _configuration(text: str | None) -> int | str | None:
-    if text is None:
-        return None
-    return int(text) if text.isdigit() else text
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``split`` subcommand."""
     parser = subparsers.add_parser(
@@ -63,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._proto.files import load
     from onnx_ir_multidevice._split import save_split
+    from onnx_ir_multidevice.omny._schema import parse_configuration
 
     progress = progress_reporter(args, "split")
     progress(f"loading {args.input}")
@@ -73,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             model,
             args.outdir,
             args.shards,
-            configuration=_configuration(args.configuration),
+            configuration=parse_configuration(args.configuration),
             force=args.force,
         )
     except SplitError as exc:

@@ -192,6 +192,18 @@ def _record_graph(
     graph: ir.Graph | ir.Function,
     is_function: bool,
 ) -> None:
+    """Record what ``graph`` does not keep of ``g_proto``: its fields, then its nodes'."""
+    _record_graph_fields(rec, g_proto, graph, is_function)
+    _record_nodes(rec, g_proto, graph)
+
+
+def _record_graph_fields(
+    rec: FidelityRecord,
+    g_proto: Any,
+    graph: ir.Graph | ir.Function,
+    is_function: bool,
+) -> None:
+    """The graph's value infos, inputs, outputs and fields set to ``''`` (not its nodes)."""
     protos = onnx.GraphProto()
     value_info: list[_Entry] = []
     unmatched: set[str] = set()
@@ -217,6 +229,10 @@ def _record_graph(
         rec.graphs[id(graph)] = _GraphRecord(
             graph, protos, value_info, inputs, outputs, frozenset(unmatched), defaults
         )
+
+
+def _record_nodes(rec: FidelityRecord, g_proto: Any, graph: ir.Graph | ir.Function) -> None:
+    """The fields set to ``''`` of each node and its attributes; subgraphs recursively."""
     node_defaults = rec.node_defaults
     for node_proto, node in _node_pairs(g_proto.node, graph):
         # Inline tests first: nearly every node has none of these fields set to ''.

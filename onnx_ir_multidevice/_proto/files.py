@@ -778,6 +778,37 @@ def _repoint(staged: _Staged, removed: set[str], folder: Path, location: str | N
             node.attributes[name] = loaded
 
 
+def _save_destination(model: object, path: str | os.PathLike) -> tuple[Path, Path]:
+    """``(path, target)`` of :func:`save`: the path given and the file written (its link's target).
+
+    Checks first that ``model`` is a model and that the target's folder exists.
+    """
+    if not isinstance(model, ir.Model):
+        raise TypeError(
+            f"save() takes an onnx_ir.Model, not {type(model).__name__}; to copy a file, "
+            "load it first with load(path)"
+        )
+    path = _as_path(path, "save")
+    if path.is_dir():
+        raise OmnyIOError(f"{path}: is a directory; pass a file path such as {path / 'model.onnx'}")
+    require_replaceable(path, "model")
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    folder = target.parent
+    if not folder.is_dir():
+        raise OmnyIOError(f"{path}: the folder {folder} does not exist; create it first")
+    return path, target
+
+
+def _refuse_existing(*paths: Path | None) -> None:
+    """Raise :class:`OmnyIOError` for the first of ``paths`` that exists (``overwrite=False``)."""
+    for existing in paths:
+        if existing is not None and os.path.lexists(existing):
+            raise OmnyIOError(
+                f"{existing}: exists and overwrite=False; choose another path or pass "
+                "overwrite=True"
+            )
+
+
 def save(
     model: ir.Model,
     path: str | os.PathLike,
@@ -821,19 +852,8 @@ def save(
         TypeError: ``model`` is not an :class:`onnx_ir.Model`, or ``path`` is not a
             ``str`` or ``os.PathLike``.
     """
-    if not isinstance(model, ir.Model):
-        raise TypeError(
-            f"save() takes an onnx_ir.Model, not {type(model).__name__}; to copy a file, "
-            "load it first with load(path)"
-        )
-    path = _as_path(path, "save")
-    if path.is_dir():
-        raise OmnyIOError(f"{path}: is a directory; pass a file path such as {path / 'model.onnx'}")
-    require_replaceable(path, "model")
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    path, target = _save_destination(model, path)
     folder = target.parent
-    if not folder.is_dir():
-        raise OmnyIOError(f"{path}: the folder {folder} does not exist; create it first")
     graphs = list(model.graphs())
     total = sum(_initializer_sizes(graphs))
     data_name = _choose_data_name(graphs, target, external_data, total)
@@ -843,12 +863,7 @@ def save(
         if shared is not None:
             data_name = None  # referenced in place: no data file to write
     if not overwrite:
-        for existing in (target, folder / data_name if data_name is not None else None):
-            if existing is not None and os.path.lexists(existing):
-                raise OmnyIOError(
-                    f"{existing}: exists and overwrite=False; choose another path or pass "
-                    "overwrite=True"
-                )
+        _refuse_existing(target, None if data_name is None else folder / data_name)
     problems = model_problems(model)
     if problems:
         raise ExternalDataError(f"{path} (the model being saved)", problems)

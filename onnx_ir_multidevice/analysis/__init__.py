@@ -62,6 +62,20 @@ __all__ = [
     # .omny documents
     "StagedConfiguration",
     "build_metadata",
+    # tensor parallelism
+    "AttributeRewrite",
+    "BiasOnce",
+    "Collective",
+    "Partial",
+    "Region",
+    "Replicated",
+    "RuleResult",
+    "ShapeRewrite",
+    "ShardingContext",
+    "Split",
+    "WeightSlice",
+    "find_regions",
+    "propagate",
 ]
 
 from onnx_ir_multidevice._util import set_public_module
@@ -88,6 +102,18 @@ from onnx_ir_multidevice.analysis.precision import (
     default_tolerance,
 )
 from onnx_ir_multidevice.analysis.shapes import ValueShapes, example_dims, input_symbols
+from onnx_ir_multidevice.analysis.sharding import (
+    AttributeRewrite,
+    BiasOnce,
+    Partial,
+    Replicated,
+    RuleResult,
+    ShapeRewrite,
+    ShardingContext,
+    Split,
+    WeightSlice,
+    propagate,
+)
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import (
     StageAssignmentError,
@@ -104,6 +130,7 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
     classify_values,
     default_classes,
 )
+from onnx_ir_multidevice.analysis.tensor_parallel import Collective, Region, find_regions
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,
     GraphIndex,

@@ -77,6 +77,8 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
     TensorClass,
     classify_values,
     default_classes,
+    has_default_flags,
+    kept_default_classes,
     slot_classes,
 )
 from onnx_ir_multidevice.graph.index import GraphIndex
@@ -315,7 +317,7 @@ class _Finder:
         self.topo = nodes
         self.topo_index = index.position
         replicable = TensorClass.REPLICABLE
-        if classes is index.value_classes and index.slot_flags is not None:
+        if classes is kept_default_classes(index) and has_default_flags(index):
             # The default classes: one class per node, by position (every output shares it).
             is_replicable = list(map(operator.is_, slot_classes(index), repeat(replicable)))
             is_replicable = list(map(operator.and_, is_replicable, map(bool, index.outputs_at)))

@@ -8,6 +8,9 @@ counts each family with its own formula and
 :data:`QUANTIZED_OPS` (with :func:`is_quantized_op`) cuts across the families: the ops that
 quantize or compute on integers, which
 :func:`~onnx_ir_multidevice.analysis.precision.arithmetic_family` looks for.
+:data:`SHAPE_ARITHMETIC_OPS` are the ops (ONNX domain only) whose small integer values both
+shape evaluators compute: :mod:`~onnx_ir_multidevice.analysis.shape_data` and
+:mod:`~onnx_ir_multidevice.analysis.shape_propagation`.
 
 .. versionadded:: 0.1
 """
@@ -22,6 +25,7 @@ __all__ = [
     "OTHER_HEAVY_OPS",
     "QUANTIZED_OPS",
     "RECURRENT_OPS",
+    "SHAPE_ARITHMETIC_OPS",
     "is_quantized_op",
 ]
 
@@ -108,3 +112,33 @@ def is_quantized_op(op_type: str) -> bool:
     True for the ops of :data:`QUANTIZED_OPS` and for every ``QLinear*`` op, in any domain.
     """
     return op_type in QUANTIZED_OPS or op_type.startswith("QLinear")
+
+
+SHAPE_ARITHMETIC_OPS: frozenset[str] = frozenset(
+    {
+        "Constant",
+        "Shape",
+        "Size",
+        "Gather",
+        "Concat",
+        "Slice",
+        "Unsqueeze",
+        "Squeeze",
+        "Reshape",
+        "Identity",
+        "Cast",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Max",
+        "Min",
+    }
+)
+"""The shape arithmetic exporters write (``Shape -> Gather -> Unsqueeze -> Concat ->
+Reshape``...): the ops, in the ONNX domain, whose small integer outputs both
+:data:`onnx_ir_multidevice.analysis.shape_data.RULES` (NumPy arrays at one binding of the
+input dims) and :data:`onnx_ir_multidevice.analysis.shape_propagation.RULES` (integers or
+*duals*, at two bindings at once, for vectors of at most 64 elements) compute. The two
+evaluate the same ONNX semantics on different data and are checked against onnx's reference
+evaluator (``tests/test_rules.py``); an op added here needs a rule in both."""

@@ -14,6 +14,16 @@ Only small tensors are computed (:data:`MAX_ELEMENTS`); an op without a rule in 
 value leaves its outputs unknown. Semantics follow the ONNX operators
 (integer ``Div`` truncates, ``Mod`` follows ``fmod``, ``Reshape`` copies ``0`` dims...).
 
+:mod:`~onnx_ir_multidevice.analysis.shape_propagation` also evaluates the shape arithmetic of
+:data:`~onnx_ir_multidevice.analysis.ops.SHAPE_ARITHMETIC_OPS`, on other data, so the two keep
+their own rules: here, NumPy arrays of any rank and dtype (up to :data:`MAX_ELEMENTS`) at *one*
+concrete binding of the input dims, for the cone of shape-like inputs only, an op it cannot
+compute leaving its outputs unknown; there, Python tuples of *duals* (an ``int``, or the pair
+of sizes at the probe and the doubled dims) for integer vectors of at most 64 elements, beside
+the dims of every tensor, in one pass over the whole graph that gives up at the first node it
+does not cover. Converting duals to arrays and back for each node would cost that pass
+(a hot path of ``plan``) more than the rules it would share.
+
 .. versionadded:: 0.1
 """
 

@@ -17,12 +17,20 @@ activations, ``MatMul``/``Gemm``, ``Reshape``, ``Transpose``, ``Gather``, ``Conc
 inputs it cannot tell: the shape layer then runs ONNX shape inference, which is the
 reference. A test checks that both agree wherever this module answers.
 
+The ops covered are rules in :data:`RULES` (one small function per op or op family, registered
+with ``@RULES.register``, ONNX domain). Of those, the shape arithmetic of
+:data:`~onnx_ir_multidevice.analysis.ops.SHAPE_ARITHMETIC_OPS` is also evaluated by
+:mod:`~onnx_ir_multidevice.analysis.shape_data`, on other data: here, integer vectors of at
+most 64 elements whose entries are duals (both bindings at once), as tuples, beside the dims
+of every tensor; there, NumPy arrays of any rank and dtype at one concrete binding, for the
+shape cone only. The rules of both are checked against onnx's reference evaluator.
+
 .. versionadded:: 0.1
 """
 
 from __future__ import annotations
 
-__all__ = ["Propagation", "propagate"]
+__all__ = ["RULES", "Propagation", "PropagationRule", "propagate"]
 
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +39,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_ir_multidevice.analysis.rules import RuleRegistry
 from onnx_ir_multidevice.graph.dtypes import INTEGER_DTYPES as _INTEGERS
 from onnx_ir_multidevice.graph.index import NODE_FIELDS_OF
 
@@ -118,12 +127,40 @@ def _axis(axis: int, rank: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # Op rules: (node, input records) -> output records
 
+PropagationRule = Callable[[ir.Node, list], list]
+"""``rule(node, ins)``: the output records of ``node`` from the records of its inputs
+(``None`` for an omitted optional input); raises :class:`_GiveUp` (or a ``ValueError``...)
+where the op is not covered."""
 
+RULES: RuleRegistry[PropagationRule] = RuleRegistry("shape propagation")
+"""The ops :class:`Propagation` covers, by ``(domain, op_type)``; one rule per op family."""
+
+_ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift")
+_COMPARISONS = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor")
+_UNARY = (
+    "Relu", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Neg", "Abs", "Identity",
+    "Softmax", "LogSoftmax", "Reciprocal", "Floor", "Ceil", "Sin", "Cos", "Not", "Gelu",
+    "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus", "Clip", "Sign", "Round",
+    "InstanceNormalization", "Mish", "Celu", "ThresholdedRelu", "Hardmax",
+)  # fmt: skip
+_BOOLEAN_RESULTS = frozenset(_COMPARISONS)
+_REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2")
+
+
+@RULES.register("Constant")
+def _constant(node: ir.Node, ins: list) -> list:
+    attr = node.attributes.get("value")
+    if attr is None or attr.type != ir.AttributeType.TENSOR:
+        raise _GiveUp("Constant")
+    return [_tensor_record(attr.value)]
+
+
+@RULES.register(*_ELEMENTWISE, *_COMPARISONS)
 def _elementwise(node: ir.Node, ins: list) -> list:
     a, b = ins[0], ins[1]
     dims = _broadcast([a.dims, b.dims])
     op = node.op_type
-    dtype = _BOOL if op in _COMPARISONS else a.dtype
+    dtype = _BOOL if op in _BOOLEAN_RESULTS else a.dtype
     data = None
     if a.data is not None and b.data is not None and op in _DATA_OPS:
         f = _DATA_OPS[op]
@@ -151,28 +188,36 @@ _DATA_OPS: dict[str, Callable[[int, int], int]] = {
     "Max": max,
     "Min": min,
 }
-_COMPARISONS = frozenset(
-    {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}
-)
 
 
+@RULES.register("Sum", "Mean")
 def _variadic(node: ir.Node, ins: list) -> list:
     return [_T(ins[0].dtype, _broadcast([t.dims for t in ins]))]
 
 
+@RULES.register("Max", "Min")
+def _min_max(node: ir.Node, ins: list) -> list:
+    """Of two inputs: elementwise, with data (shape arithmetic); of more: dims only."""
+    return _elementwise(node, ins) if len(ins) == 2 else _variadic(node, ins)
+
+
+@RULES.register("Where")
 def _where(node: ir.Node, ins: list) -> list:
     return [_T(ins[1].dtype, _broadcast([t.dims for t in ins]))]
 
 
+@RULES.register(*_UNARY)
 def _same(node: ir.Node, ins: list) -> list:
     t = ins[0]
     return [_T(t.dtype, t.dims, t.data if node.op_type == "Identity" else None)]
 
 
+@RULES.register("IsNaN", "IsInf")
 def _to_bool(node: ir.Node, ins: list) -> list:
     return [_T(_BOOL, ins[0].dims)]
 
 
+@RULES.register("Cast")
 def _cast(node: ir.Node, ins: list) -> list:
     t = ins[0]
     to = ir.DataType(_attr(node, "to"))
@@ -180,11 +225,13 @@ def _cast(node: ir.Node, ins: list) -> list:
     return [_T(to, t.dims, t.data if keep else None)]
 
 
+@RULES.register("Dropout")
 def _dropout(node: ir.Node, ins: list) -> list:
     t = ins[0]
     return [_T(t.dtype, t.dims), _T(_BOOL, t.dims)][: len(node.outputs)]
 
 
+@RULES.register("LayerNormalization")
 def _layer_norm(node: ir.Node, ins: list) -> list:
     t = ins[0]
     rank = len(t.dims)
@@ -194,12 +241,14 @@ def _layer_norm(node: ir.Node, ins: list) -> list:
     return [_T(t.dtype, t.dims), _T(stash, stats), _T(stash, stats)][: len(node.outputs)]
 
 
+@RULES.register("BatchNormalization")
 def _batch_norm(node: ir.Node, ins: list) -> list:
     if len(node.outputs) > 1:
         raise _GiveUp("training-mode BatchNormalization")
     return [_T(ins[0].dtype, ins[0].dims)]
 
 
+@RULES.register("MatMul")
 def _matmul(node: ir.Node, ins: list) -> list:
     a, b = ins[0].dims, ins[1].dims
     if not a or not b:
@@ -217,6 +266,7 @@ def _matmul(node: ir.Node, ins: list) -> list:
     return [_T(ins[0].dtype, dims)]
 
 
+@RULES.register("Gemm")
 def _gemm(node: ir.Node, ins: list) -> list:
     a, b = ins[0].dims, ins[1].dims
     if len(a) != 2 or len(b) != 2:
@@ -226,6 +276,7 @@ def _gemm(node: ir.Node, ins: list) -> list:
     return [_T(ins[0].dtype, (m, n))]
 
 
+@RULES.register("Transpose")
 def _transpose(node: ir.Node, ins: list) -> list:
     t = ins[0]
     perm = _attr(node, "perm")
@@ -235,6 +286,7 @@ def _transpose(node: ir.Node, ins: list) -> list:
     return [_T(t.dtype, tuple(t.dims[p] for p in perm))]
 
 
+@RULES.register("Reshape")
 def _reshape(node: ir.Node, ins: list) -> list:
     t, target = ins[0], ins[1]
     if target is None or target.data is None:
@@ -268,6 +320,7 @@ def _reshape(node: ir.Node, ins: list) -> list:
     return [_T(t.dtype, tuple(dims), t.data if len(dims) <= 1 else None)]
 
 
+@RULES.register("Flatten")
 def _flatten(node: ir.Node, ins: list) -> list:
     t = ins[0]
     axis = _attr(node, "axis", 1)
@@ -285,6 +338,7 @@ def _axes(node: ir.Node, ins: list, slot: int) -> list[int] | None:
     return None if axes is None else list(axes)
 
 
+@RULES.register("Unsqueeze")
 def _unsqueeze(node: ir.Node, ins: list) -> list:
     t = ins[0]
     axes = _axes(node, ins, 1)
@@ -299,6 +353,7 @@ def _unsqueeze(node: ir.Node, ins: list) -> list:
     return [_T(t.dtype, tuple(dims), data)]
 
 
+@RULES.register("Squeeze")
 def _squeeze(node: ir.Node, ins: list) -> list:
     t = ins[0]
     axes = _axes(node, ins, 1)
@@ -314,6 +369,7 @@ def _squeeze(node: ir.Node, ins: list) -> list:
     return [_T(t.dtype, dims, data)]
 
 
+@RULES.register("Concat")
 def _concat(node: ir.Node, ins: list) -> list:
     present = [t for t in ins if t is not None]
     rank = len(present[0].dims)
@@ -334,6 +390,7 @@ def _concat(node: ir.Node, ins: list) -> list:
     return [_T(present[0].dtype, tuple(dims), data)]
 
 
+@RULES.register("Shape")
 def _shape(node: ir.Node, ins: list) -> list:
     dims = ins[0].dims
     rank = len(dims)
@@ -345,10 +402,12 @@ def _shape(node: ir.Node, ins: list) -> list:
     return [_T(_INT64, (len(data),), data)]
 
 
+@RULES.register("Size")
 def _size(node: ir.Node, ins: list) -> list:
     return [_T(_INT64, (), (_numel(ins[0].dims),))]
 
 
+@RULES.register("Gather")
 def _gather(node: ir.Node, ins: list) -> list:
     data, indices = ins[0], ins[1]
     rank = len(data.dims)
@@ -366,6 +425,7 @@ def _gather(node: ir.Node, ins: list) -> list:
     return [_T(data.dtype, dims, values)]
 
 
+@RULES.register("Range")
 def _range(node: ir.Node, ins: list) -> list:
     start, limit, delta = (t.data[0] if t.data else None for t in ins)
     if start is None or limit is None or delta is None or ins[0].dtype not in _INTEGERS:
@@ -379,6 +439,7 @@ def _range(node: ir.Node, ins: list) -> list:
     return [_T(ins[0].dtype, (_lift(count, start, limit, delta),))]
 
 
+@RULES.register("ConstantOfShape")
 def _constant_of_shape(node: ir.Node, ins: list) -> list:
     shape = ins[0]
     if shape.data is None:
@@ -388,6 +449,7 @@ def _constant_of_shape(node: ir.Node, ins: list) -> list:
     return [_T(dtype, tuple(shape.data))]
 
 
+@RULES.register("Expand")
 def _expand(node: ir.Node, ins: list) -> list:
     t, shape = ins[0], ins[1]
     if shape.data is None:
@@ -395,6 +457,7 @@ def _expand(node: ir.Node, ins: list) -> list:
     return [_T(t.dtype, _broadcast([t.dims, tuple(shape.data)]))]
 
 
+@RULES.register(*_REDUCTIONS)
 def _reduce(node: ir.Node, ins: list) -> list:
     t = ins[0]
     rank = len(t.dims)
@@ -412,6 +475,7 @@ def _reduce(node: ir.Node, ins: list) -> list:
     return [_T(t.dtype, dims)]
 
 
+@RULES.register("Slice")
 def _slice(node: ir.Node, ins: list) -> list:
     t = ins[0]
     starts, ends = _ints(ins[1]), (ins[2].data if ins[2] is not None else None)
@@ -434,50 +498,6 @@ def _slice(node: ir.Node, ins: list) -> list:
     if t.data is not None and rank == 1 and all(type(e) is int for e in ends):
         data = tuple(t.data[slice(starts[0], ends[0], steps[0])])
     return [_T(t.dtype, tuple(dims), data)]
-
-
-_ELEMENTWISE = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "BitShift", *_COMPARISONS)
-_UNARY = (
-    "Relu", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Sqrt", "Neg", "Abs", "Identity",
-    "Softmax", "LogSoftmax", "Reciprocal", "Floor", "Ceil", "Sin", "Cos", "Not", "Gelu",
-    "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus", "Clip", "Sign", "Round",
-    "InstanceNormalization", "Mish", "Celu", "ThresholdedRelu", "Hardmax",
-)  # fmt: skip
-_RULES: dict[str, Callable[[ir.Node, list], list]] = {
-    **dict.fromkeys(_ELEMENTWISE, _elementwise),
-    **dict.fromkeys(_UNARY, _same),
-    "Max": _variadic,
-    "Min": _variadic,
-    "Sum": _variadic,
-    "Mean": _variadic,
-    "Where": _where,
-    "IsNaN": _to_bool,
-    "IsInf": _to_bool,
-    "Cast": _cast,
-    "Dropout": _dropout,
-    "LayerNormalization": _layer_norm,
-    "BatchNormalization": _batch_norm,
-    "MatMul": _matmul,
-    "Gemm": _gemm,
-    "Transpose": _transpose,
-    "Reshape": _reshape,
-    "Flatten": _flatten,
-    "Unsqueeze": _unsqueeze,
-    "Squeeze": _squeeze,
-    "Concat": _concat,
-    "Shape": _shape,
-    "Size": _size,
-    "Gather": _gather,
-    "Range": _range,
-    "ConstantOfShape": _constant_of_shape,
-    "Expand": _expand,
-    "Slice": _slice,
-    **dict.fromkeys(
-        ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2"), _reduce
-    ),
-}
-# Max/Min of two int vectors carry data too (shape arithmetic); with more inputs, dims only.
-_TWO_INPUT_DATA = frozenset({"Max", "Min"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -555,37 +575,46 @@ class Propagation:
             record.key = (record.dtype, record.dims)
         return found
 
+    def _constant(self, value: ir.Value) -> _T | None:
+        """The interned record of a constant input (``None``: not a constant).
+
+        A weight carries no data: its record is found by dtype and dims alone, without
+        building one first (a large model reads tens of thousands of weights).
+        """
+        tensor = value.const_value
+        if tensor is None:
+            return None
+        dtype, shape = value.dtype, value.shape
+        if dtype is not None and shape is not None:
+            dims = shape.dims
+            if dtype not in _INTEGERS or len(dims) > 1:  # no data: dtype and dims say all
+                found = self._interned.get((dtype, dims, None))
+                if found is not None:
+                    return found
+        return self._intern(_tensor_record(tensor, value))
+
     def run(self, nodes: Sequence[ir.Node]) -> bool:
         """Propagate through ``nodes`` (topological order); ``False`` at a node not covered."""
         known = self._known
         known_get = known.get
-        rules = _RULES
+        rules_get = RULES.get
         result = self.result
         memo = self._memo
         intern = self._intern
         try:
             for node in nodes:
                 domain, op, node_inputs, outputs, attributes = NODE_FIELDS_OF(node)
-                if domain and domain != "ai.onnx":
-                    return False
-                if op == "Constant":
-                    attr = node.attributes.get("value")
-                    if attr is None or attr.type != ir.AttributeType.TENSOR:
-                        return False
-                    record = known[outputs[0]] = intern(_tensor_record(attr.value))
-                    result[outputs[0]] = record.key
-                    continue
-                rule = rules.get(op)
+                rule = rules_get(domain, op)
                 if rule is None:
                     return False
                 ins: list[_T | None] = list(map(known_get, node_inputs))
                 if None in ins:
                     for k, value in enumerate(node_inputs):
                         if ins[k] is None and value is not None:
-                            tensor = value.const_value
-                            if tensor is None:
+                            constant = self._constant(value)
+                            if constant is None:
                                 return False  # an outer-scope or unknown value
-                            ins[k] = known[value] = intern(_tensor_record(tensor, value))
+                            ins[k] = known[value] = constant
                 if ins and ins[0] is None:
                     return False
                 attribute_key = _attribute_key(attributes) if attributes else ()
@@ -596,10 +625,7 @@ class Propagation:
                 )
                 outs = None if key is None else memo.get(key)
                 if outs is None:
-                    if op in _TWO_INPUT_DATA and len(ins) == 2:
-                        outs = _elementwise(node, ins)
-                    else:
-                        outs = rule(node, ins)
+                    outs = rule(node, ins)
                     if len(outs) < len(outputs):
                         return False
                     outs = list(map(intern, outs))
@@ -614,6 +640,7 @@ class Propagation:
 
 
 _PLAIN_ATTRIBUTE_VALUES = (int, float, str)
+_PLAIN_TYPES = frozenset(_PLAIN_ATTRIBUTE_VALUES)
 
 
 def _attribute_key(attributes: Mapping[str, Any]) -> tuple | None:
@@ -623,11 +650,12 @@ def _attribute_key(attributes: Mapping[str, Any]) -> tuple | None:
         if not isinstance(attr, ir.Attr):
             return None
         value = attr.value
-        if isinstance(value, (list, tuple)):
-            if not all(isinstance(item, _PLAIN_ATTRIBUTE_VALUES) for item in value):
+        kind = type(value)
+        if kind is list or kind is tuple:
+            if not _PLAIN_TYPES.issuperset(map(type, value)):
                 return None
             value = tuple(value)
-        elif not isinstance(value, _PLAIN_ATTRIBUTE_VALUES):
+        elif kind not in _PLAIN_TYPES and not isinstance(value, _PLAIN_ATTRIBUTE_VALUES):
             return None
         key.append((name, attr.type, value))
     return tuple(key)

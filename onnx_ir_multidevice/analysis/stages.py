@@ -41,13 +41,28 @@ import onnx_ir as ir
 from onnx_ir_multidevice.analysis.tensor_classes import (
     MARK_SHIFT,
     TensorClass,
+    kept_default_classes,
     propagate_marks,
     slot_classes,
     staging_reads,
 )
-from onnx_ir_multidevice.graph.index import AnalysisError, GraphIndex
+from onnx_ir_multidevice.graph.index import AnalysisError, CutListCache, GraphIndex, ResultKey
 
 _ENTRIES = operator.attrgetter("device_configurations")
+
+# Results kept on a GraphIndex (only this module reads and fills them).
+_STAGES: ResultKey[CutListCache[dict[ir.Node, int]]] = ResultKey("stages.by_cuts")
+"""Default stage assignment of each cut list (see :func:`assign_stages`)."""
+_REPLICABLE_POSITIONS: ResultKey[list[int]] = ResultKey("stages.replicable_positions")
+"""Positions of the nodes whose outputs are all replicable under the default classes."""
+
+
+def stage_cache(index: GraphIndex) -> CutListCache[dict[ir.Node, int]]:
+    """The default stages of each cut list computed so far for ``index`` (do not modify them).
+
+    Filled by :func:`assign_stages` and :func:`precompute_stages`.
+    """
+    return index.memo(_STAGES, CutListCache)
 
 
 class StageAssignmentError(AnalysisError):
@@ -127,9 +142,9 @@ def assign_stages(
         index = GraphIndex.build(graph)
     else:
         index.check_graph(graph)
-    if classes is None or classes is index.value_classes:
+    if classes is None or classes is kept_default_classes(index):
         # Same cuts, same index, default classes: the same stages (cached on the index).
-        cache = index.stage_cache
+        cache = stage_cache(index)
         cached = cache.get(cuts)
         if cached is None:
             _fused_stages(index, [(cuts, cut_positions)])
@@ -158,8 +173,9 @@ def precompute_stages(
     """
     index.check_graph(graph)
     todo = []
+    cache = stage_cache(index)
     for cuts in cut_lists:
-        if cuts in index.stage_cache:
+        if cuts in cache:
             continue
         try:
             cut_positions = _validate_cuts(graph, cuts)
@@ -197,7 +213,7 @@ def _fused_stages(
                 stage = _stage_list(index, cuts, cut_positions, None)
             except StageAssignmentError:
                 continue
-            index.stage_cache.put(cuts, dict(zip(index.nodes, stage, strict=False)))
+            stage_cache(index).put(cuts, dict(zip(index.nodes, stage, strict=False)))
             continue
         new = distinct.union(cut_positions)
         if len(new) > FUSED_CUTS:
@@ -256,7 +272,7 @@ def _fused_group(
         if not in_order:
             continue  # _stage_list names the offending cuts
         _sink_replicable(index, stage, cut_positions, None, len(cuts))
-        index.stage_cache.put(cuts, dict(zip(nodes, stage, strict=False)))
+        stage_cache(index).put(cuts, dict(zip(nodes, stage, strict=False)))
 
 
 def _last_cut(bits: Iterable[int]) -> Callable[[int], int]:
@@ -350,15 +366,18 @@ def _replicable_positions(
 ) -> list[int]:
     """Positions of the nodes whose outputs are all replicable (and that have outputs)."""
     replicable = TensorClass.REPLICABLE
-    if classes is None or classes is index.value_classes:
-        cached = index.replicable_positions
+    if classes is None or classes is kept_default_classes(index):
+        cached = index.result(_REPLICABLE_POSITIONS)
         if cached is None:
             by_slot = slot_classes(index)
-            cached = index.replicable_positions = [
-                i
-                for i, node_class in enumerate(by_slot)
-                if node_class is replicable and index.nodes[i].outputs
-            ]
+            cached = index.keep(
+                _REPLICABLE_POSITIONS,
+                [
+                    i
+                    for i, node_class in enumerate(by_slot)
+                    if node_class is replicable and index.nodes[i].outputs
+                ],
+            )
         return cached
     get = classes.get
     return [

@@ -55,7 +55,6 @@ import operator
 import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import compress, islice, repeat
-from typing import cast
 
 import onnx_ir as ir
 
@@ -75,6 +74,7 @@ from onnx_ir_multidevice.analysis.shape_reads import (
 from onnx_ir_multidevice.graph.dtypes import dtype_bits
 from onnx_ir_multidevice.graph.index import (
     GraphIndex,
+    ResultKey,
     graph_uses,
     holds_subgraphs,
     node_subgraphs,
@@ -311,6 +311,15 @@ def _external_flags(index: GraphIndex) -> list[int]:
     for k in constants:
         flags[k] = _UNSIZED
     return flags
+
+
+# The default-rule results kept on a GraphIndex (only this module reads and fills them).
+_SLOT_FLAGS: ResultKey[list[int]] = ResultKey("tensor_classes.slot_flags")
+"""Cone flags of each slot under the default rules (see :func:`slot_flags`)."""
+_SLOT_CLASSES: ResultKey[list[TensorClass]] = ResultKey("tensor_classes.slot_classes")
+"""Default class of each node's outputs, by position (see :func:`slot_classes`)."""
+_DEFAULT_CLASSES: ResultKey[dict[ir.Value, TensorClass]] = ResultKey("tensor_classes.default")
+"""Default class of every value (see :func:`default_classes`)."""
 
 
 def slot_flags(index: GraphIndex, judge: _Judge, extra: Sequence[int] | None = None) -> list[int]:
@@ -604,8 +613,8 @@ def classify_values(
         for outputs, node_class in zip(outputs_list, node_classes, strict=True):
             for output in outputs:
                 classes[output] = node_class
-    if judge.is_default() and functions is index.functions and index.slot_flags is None:
-        index.slot_flags = flags
+    if judge.is_default() and functions is index.functions and index.result(_SLOT_FLAGS) is None:
+        index.keep(_SLOT_FLAGS, flags)
     return classes
 
 
@@ -613,7 +622,7 @@ def default_classes(index: GraphIndex) -> dict[ir.Value, TensorClass]:
     """:func:`classify_values` of ``index.graph`` with the default rules, computed once.
 
     Calls are judged by ``index.functions``. The result is kept on ``index``
-    (:attr:`~onnx_ir_multidevice.graph.index.GraphIndex.value_classes`) and shared by every
+    (see :meth:`~onnx_ir_multidevice.graph.index.GraphIndex.memo`) and shared by every
     caller: do not modify it.
 
     Args:
@@ -622,12 +631,25 @@ def default_classes(index: GraphIndex) -> dict[ir.Value, TensorClass]:
     Returns:
         The class of every value (see :func:`classify_values`).
     """
-    # Only this function fills the slot (the graph layer cannot name TensorClass).
-    cached = cast("dict[ir.Value, TensorClass] | None", index.value_classes)
+    cached = index.result(_DEFAULT_CLASSES)
     if cached is None:
         cached = classify_values(index.graph, functions=index.functions, index=index)
-        index.value_classes = cached
+        index.keep(_DEFAULT_CLASSES, cached)
     return cached
+
+
+def kept_default_classes(index: GraphIndex) -> dict[ir.Value, TensorClass] | None:
+    """The :func:`default_classes` of ``index`` when already computed, else ``None``.
+
+    A caller given classes tells the default ones (which it may read by slot, see
+    :func:`slot_classes`) by identity with this result.
+    """
+    return index.result(_DEFAULT_CLASSES)
+
+
+def has_default_flags(index: GraphIndex) -> bool:
+    """Whether the cone flags behind :func:`slot_classes` are computed for ``index``."""
+    return index.result(_SLOT_FLAGS) is not None
 
 
 def slot_classes(index: GraphIndex) -> list[TensorClass]:
@@ -635,17 +657,17 @@ def slot_classes(index: GraphIndex) -> list[TensorClass]:
 
     Uses ``index.functions``; computed once per index.
     """
-    cached = index.slot_classes
+    cached = index.result(_SLOT_CLASSES)
     if cached is None:
-        flags = index.slot_flags
+        flags = index.result(_SLOT_FLAGS)
         if flags is None:
             judge = _Judge(
                 HEAVY_OPS, NONDETERMINISTIC_OPS, DEFAULT_LARGE_CONSTANT_BYTES, index.functions
             )
-            flags = index.slot_flags = slot_flags(index, judge)
+            flags = index.keep(_SLOT_FLAGS, slot_flags(index, judge))
         by_flags = _CLASS_BY_FLAGS
-        cached = index.slot_classes = [by_flags[f] for f in flags[: len(index.nodes)]]
-    return cached  # type: ignore[return-value]  # the slot holds TensorClass values
+        cached = index.keep(_SLOT_CLASSES, [by_flags[f] for f in flags[: len(index.nodes)]])
+    return cached
 
 
 #: Cone flags occupy the low 4 bits; callers' marks (see :func:`propagate_marks`) go above.
@@ -666,14 +688,17 @@ def propagate_marks(index: GraphIndex, marks: Sequence[int]) -> list[int]:
         marks (mask them off).
     """
     n = len(index.nodes)
-    if index.slot_classes is None and index.slot_flags is None:
+    if index.result(_SLOT_CLASSES) is None and index.result(_SLOT_FLAGS) is None:
         judge = _Judge(
             HEAVY_OPS, NONDETERMINISTIC_OPS, DEFAULT_LARGE_CONSTANT_BYTES, index.functions
         )
         flags = slot_flags(index, judge, marks)
         by_flags = _CLASS_BY_FLAGS
-        index.slot_classes = list(
-            map(by_flags.__getitem__, map(operator.and_, islice(flags, n), repeat(_CONE_MASK)))
+        index.keep(
+            _SLOT_CLASSES,
+            list(
+                map(by_flags.__getitem__, map(operator.and_, islice(flags, n), repeat(_CONE_MASK)))
+            ),
         )
         return flags
     flags = list(marks)

@@ -27,6 +27,7 @@ from onnx_ir_multidevice.checker.diagnostics import (
     make,
     node_location,
 )
+from onnx_ir_multidevice.checker.sharding_rules import check_sharding
 from onnx_ir_multidevice.graph.index import GraphIndex, holds_subgraphs, node_subgraphs
 
 #: Largest pipeline stage protobuf can hold (``int32``).
@@ -146,6 +147,8 @@ def run_device_rules(
         location = node_location(node, position)
         _check_node_configurations(node, location, registered, diagnostics)
 
+    if annotated_nodes or has_bodies:
+        diagnostics.extend(check_sharding(model))
     if model.ir_version < MULTI_DEVICE_IR_VERSION and (
         model.device_configurations or annotated_nodes
     ):

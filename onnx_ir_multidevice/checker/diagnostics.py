@@ -236,6 +236,10 @@ CODES: Mapping[str, CodeInfo] = _codes(
     ("OMNY218", _E, True, "The number of devices does not match the number of shards."),
     ("OMNY219", _E, True, "A pipeline stage is negative or beyond int32."),
     ("OMNY220", _E, True, "A node shards one value twice under one configuration."),
+    ("OMNY221", _W, True, "A sharded axis's size is not a multiple of its shard count (uneven)."),
+    ("OMNY222", _E, True, "A sharded dim's stated size disagrees with the value's shape."),
+    ("OMNY223", _E, True, "A value's producer and a sharded reader shard it differently."),
+    ("OMNY224", _E, True, "A partial sum reaches a non-linear op before its AllReduce."),
     # --- pipeline consistency ---
     ("OMNY300", _E, False, "An edge goes from a later stage to an earlier one."),
     ("OMNY301", _E, False, "Some main-graph nodes have no stage in a staged configuration."),

@@ -40,7 +40,9 @@ from onnx_ir_multidevice.checker.diagnostics import (
 from onnx_ir_multidevice.checker.format_rules import PlanConfiguration
 from onnx_ir_multidevice.graph.index import (
     AnalysisError,
+    CutListCache,
     GraphIndex,
+    ResultKey,
     holds_subgraphs,
     node_subgraphs,
 )
@@ -50,6 +52,9 @@ _MAX_PER_RULE = 20
 #: At most this many names listed in one message.
 _MAX_NAMES = 8
 _ENTRIES = operator.attrgetter("device_configurations")
+#: The boundary crossings of the default stages of each cut list, kept on the graph's index
+#: (shared between the checker gate of ``annotate()`` and a later ``check``).
+_BOUNDARIES: ResultKey[CutListCache[Sequence[Boundary]]] = ResultKey("checker.boundaries")
 
 
 def check_pipeline(
@@ -214,12 +219,13 @@ class _PipelineRules:
         # The same plan gives the same boundaries: cached on the index (shared with the
         # checker gate of annotate()).
         # (num_shards is len(cuts) + 1 here: a configuration has cuts only then.)
-        boundaries = self.index.boundary_cache.get(entry.cuts)
+        cache = self.index.memo(_BOUNDARIES, CutListCache)
+        boundaries = cache.get(entry.cuts)
         if boundaries is None:
             boundaries = boundary_crossings(
                 self.graph, stages, num_stages=entry.num_shards, index=self.index
             )
-            self.index.boundary_cache.put(entry.cuts, boundaries)
+            cache.put(entry.cuts, boundaries)
         for boundary in boundaries:
             location = f"{path}.cut_point_ids[{boundary.index}]"
             activations = boundary.activations

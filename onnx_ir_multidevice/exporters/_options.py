@@ -1,12 +1,13 @@
 """Parsing exporter options: values come typed from Python, or as strings from the command line.
 
 One parser per kind of option, shared by every format (``omny export --option NAME=VALUE``
-and the format flags hand every value over as a string).
+and the format flags hand every value over as a string). The ``configuration`` option is read
+by ``onnx_ir_multidevice.omny._schema.parse_configuration``, shared with ``omny split``.
 """
 
 from __future__ import annotations
 
-__all__ = ["parse_choice", "parse_configuration", "parse_dims", "parse_flag"]
+__all__ = ["parse_choice", "parse_dims", "parse_flag"]
 
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,14 +46,6 @@ def parse_choice(value: Any, option: str, choices: Sequence[str]) -> str:
             f"option {option}: expected one of {', '.join(choices)}, got {value!r}"
         )
     return text
-
-
-def parse_configuration(value: Any) -> int | str | None:
-    """The ``configuration`` option: a ``.omny`` configuration index or an IR v11 name."""
-    if value is None or isinstance(value, int):
-        return value
-    text = str(value)
-    return int(text) if text.isdigit() else text
 
 
 def parse_dims(value: Any, option: str = "dims") -> dict[str, int]:

@@ -41,15 +41,11 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import ExportError, ExportUsageError
 from onnx_ir_multidevice._proto.atomic import check_output_directory, staged_directory
-from onnx_ir_multidevice.exporters._options import (
-    parse_choice,
-    parse_configuration,
-    parse_dims,
-    parse_flag,
-)
+from onnx_ir_multidevice.exporters._options import parse_choice, parse_dims, parse_flag
 from onnx_ir_multidevice.exporters._stages import ExportStages, export_stages
 from onnx_ir_multidevice.exporters.protocol import ExportResult
 from onnx_ir_multidevice.graph.dtypes import dtype_bits, dtype_name, tensor_nbytes
+from onnx_ir_multidevice.omny._schema import parse_configuration
 
 ARK_INDEX_FORMAT = "onnx-ir-multidevice/ark"
 """The ``format`` of ``index.json``."""

@@ -15,8 +15,8 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import ExportError, ExportUsageError
 from onnx_ir_multidevice._split import save_split
-from onnx_ir_multidevice.exporters._options import parse_configuration
 from onnx_ir_multidevice.exporters.protocol import ExportResult
+from onnx_ir_multidevice.omny._schema import parse_configuration
 
 _DEFAULT_THRESHOLD = 1024
 """Default ``external_data_threshold`` of :func:`~onnx_ir_multidevice.save_split`, in bytes."""

@@ -49,11 +49,12 @@ from onnx_ir_multidevice._proto.atomic import (
     staged_directory,
     staged_file,
 )
-from onnx_ir_multidevice.exporters._options import parse_configuration, parse_dims, parse_flag
+from onnx_ir_multidevice.exporters._options import parse_dims, parse_flag
 from onnx_ir_multidevice.exporters._stages import ExportStages, export_stages, measure_memory
 from onnx_ir_multidevice.exporters.protocol import ExportResult
 from onnx_ir_multidevice.graph.dtypes import dtype_name, tensor_nbytes
 from onnx_ir_multidevice.omny import read as read_omny
+from onnx_ir_multidevice.omny._schema import parse_configuration
 from onnx_ir_multidevice.runtime.devices import Device, parse_device
 
 MLF_VERSION = 7

@@ -1,7 +1,8 @@
 """Graph infrastructure every analysis stands on.
 
 * :class:`GraphIndex` -- the per-graph index (topological order, uses, value slots, name
-  lookups) built once in O(N + E) and shared by binding, analysis, checker, passes and split;
+  lookups) built once in O(N + E) and shared by binding, analysis, checker, passes and split,
+  which keeps the analyses' results under keys they own (:class:`ResultKey`);
 * :mod:`~onnx_ir_multidevice.graph.index` -- what a node reads (outer-scope captures of
   its bodies included);
 * :mod:`~onnx_ir_multidevice.graph.preserve` -- replacing a value without losing its
@@ -23,6 +24,7 @@ __all__ = [
     "GraphCache",
     "GraphFingerprint",
     "GraphIndex",
+    "ResultKey",
     "dtype_bits",
     "dtype_from_name",
     "dtype_name",
@@ -44,6 +46,7 @@ from onnx_ir_multidevice.graph.index import (
     AnalysisError,
     CutListCache,
     GraphIndex,
+    ResultKey,
     graph_uses,
     holds_subgraphs,
     node_subgraphs,

@@ -36,7 +36,7 @@ the index.
 
 from __future__ import annotations
 
-__all__ = ["GraphCache", "GraphFingerprint"]
+__all__ = ["GraphCache", "GraphFingerprint", "node_list"]
 
 import operator
 from collections.abc import Callable, Hashable
@@ -106,6 +106,57 @@ def _attributes_getter() -> Callable[[Any], Any]:
 _ATTRIBUTES = _attributes_getter()
 
 
+def _node_list_reader() -> Callable[[ir.Graph | ir.Function], list[ir.Node]] | None:
+    """A C-level reader of a graph's nodes in order, where onnx-ir's node list allows one.
+
+    onnx-ir keeps a graph's nodes in a doubly linked list (``DoublyLinkedSet``) whose Python
+    iterator costs about a tenth of a microsecond per node in generator steps. The list also
+    keeps a dict from each node's id to its link, in insertion order; when that order is the
+    list's order (every node appended, as a loaded or built graph is), the nodes can be read
+    with C-level ``map`` calls, and one C-level comparison of each link's ``next`` with the
+    following link proves the order. Otherwise (or if onnx-ir changes) the caller iterates.
+    """
+    try:
+        probe = ir.Graph([], [], nodes=[ir.Node("", "Identity", [], name=str(i)) for i in range(2)])
+        links = probe._nodes  # noqa: SLF001 (checked against the public iterator below)
+        boxes = list(links._value_ids_to_boxes.values())  # noqa: SLF001
+        getter = operator.attrgetter("value")
+        following = operator.attrgetter("next")
+        if list(map(getter, boxes)) != list(probe) or following(boxes[0]) is not boxes[1]:
+            return None
+    except Exception:  # noqa: BLE001 (any change in onnx-ir: iterate)
+        return None
+
+    def read(graph: ir.Graph | ir.Function) -> list[ir.Node]:
+        links = graph._nodes  # type: ignore[union-attr]  # noqa: SLF001
+        boxes = list(links._value_ids_to_boxes.values())  # noqa: SLF001
+        if not boxes:
+            return []
+        root = links._root  # noqa: SLF001
+        nexts = list(map(following, boxes))
+        if following(root) is boxes[0] and nexts[-1] is root and nexts[:-1] == boxes[1:]:
+            return list(map(getter, boxes))
+        return list(graph)
+
+    return read
+
+
+_READ_NODES = _node_list_reader()
+
+
+def node_list(graph: ir.Graph | ir.Function) -> list[ir.Node]:
+    """The nodes directly in ``graph``, in order: ``list(graph)``, read at C speed when possible.
+
+    .. versionadded:: 0.2
+    """
+    if _READ_NODES is None:
+        return list(graph)
+    try:
+        return _READ_NODES(graph)
+    except AttributeError:  # a graph-like object without onnx-ir's node list
+        return list(graph)
+
+
 def _values_state(values: list[ir.Value]) -> tuple:
     """Name, type, dtype, shape and ``const_value`` of each value.
 
@@ -152,7 +203,7 @@ def _attributes_state(nodes: list[ir.Node]) -> tuple:
 
 def _graph_state(graph: ir.Graph | ir.Function) -> tuple:
     """Everything the fingerprint records of ``graph`` (see the module docstring)."""
-    nodes = list(graph)
+    nodes = node_list(graph)
     fields = list(map(_NODE_FIELDS, nodes))
     outputs = list(chain.from_iterable(map(_OUTPUTS_OF, fields)))
     state = [tuple(nodes), tuple(fields), _attributes_state(nodes), _values_state(outputs)]

@@ -17,6 +17,7 @@ __all__ = [
     "CutListCache",
     "holds_subgraphs",
     "GraphIndex",
+    "ResultKey",
     "graph_uses",
     "node_subgraphs",
     "node_uses",
@@ -25,10 +26,9 @@ __all__ = [
 ]
 
 import dataclasses
-import enum
 import operator
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress, islice, repeat
 from typing import Any, Generic, TypeVar, cast
 
@@ -37,7 +37,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import OmnyError
 from onnx_ir_multidevice._util import gc_paused
-from onnx_ir_multidevice.graph.fingerprint import GraphCache
+from onnx_ir_multidevice.graph.fingerprint import GraphCache, node_list
 
 _T = TypeVar("_T")
 _INDEX_KEY = "GraphIndex.for_model"
@@ -375,6 +375,34 @@ class CutListCache(Generic[_T]):
         self._entries[tuple(map(id, cuts))] = (tuple(cuts), result)
 
 
+class ResultKey(Generic[_T]):
+    """The key of one kind of analysis result kept on a :class:`GraphIndex`.
+
+    The module that computes the result creates the key once, at import, with the result's
+    type, and keeps it (usually private): only that module reads and fills the result, so the
+    graph layer knows neither the analysis nor its types. Keys compare by identity; a copy of
+    a key is the key itself.
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        """What the key stands for (for ``repr`` only)."""
+
+    def __repr__(self) -> str:
+        return f"ResultKey({self.name!r})"
+
+    def __copy__(self) -> ResultKey[_T]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ResultKey[_T]:
+        del memo
+        return self
+
+
 @dataclasses.dataclass(eq=False)
 class GraphIndex:
     """Per-graph analysis index, built once in O(N + E) and shared by the analyses.
@@ -396,10 +424,9 @@ class GraphIndex:
     The index describes the graph as it was when built: rebuild it after changing the graph's
     nodes, inputs, outputs or initializers (annotations, names and metadata do not count).
 
-    Besides what it computes itself, the index holds the results of the analyses above in
-    typed slots (:attr:`slot_flags`, :attr:`slot_classes`, :attr:`value_classes`,
-    :attr:`replicable_positions`, :attr:`stage_cache`, :attr:`boundary_cache`): the modules
-    that compute them fill them, the index only keeps them.
+    Besides what it computes itself, the index keeps the results of the analyses above, each
+    under a :class:`ResultKey` owned by the module that computes it (:meth:`result`,
+    :meth:`keep`, :meth:`memo`): the index knows neither the analyses nor their result types.
 
     Build it with :meth:`build` (or :meth:`for_model`).
 
@@ -438,37 +465,10 @@ class GraphIndex:
     """The model-local functions the default tensor classes judge calls by (``None``: calls
     are judged by op)."""
 
-    # -- analysis results, filled by the analyses (the index only keeps them) --
-
-    slot_flags: list[int] | None = dataclasses.field(default=None, init=False, repr=False)
-    """Cone flags of each slot under the default tensor-class rules (filled by
-    :mod:`~onnx_ir_multidevice.analysis.tensor_classes`)."""
-
-    slot_classes: list[enum.Enum] | None = dataclasses.field(default=None, init=False, repr=False)
-    """Default tensor class of each node's outputs, by position (filled by
-    :func:`~onnx_ir_multidevice.analysis.tensor_classes.slot_classes`)."""
-
-    value_classes: Mapping[ir.Value, enum.Enum] | None = dataclasses.field(
-        default=None, init=False, repr=False
+    _results: dict[ResultKey[Any], Any] = dataclasses.field(
+        default_factory=dict, init=False, repr=False
     )
-    """Default tensor class of every value (filled by
-    :func:`~onnx_ir_multidevice.analysis.tensor_classes.default_classes`)."""
-
-    replicable_positions: list[int] | None = dataclasses.field(default=None, init=False, repr=False)
-    """Positions of the nodes whose outputs are all replicable under the default classes
-    (filled by :mod:`~onnx_ir_multidevice.analysis.stages`)."""
-
-    stage_cache: CutListCache[dict[ir.Node, int]] = dataclasses.field(
-        default_factory=CutListCache, init=False, repr=False
-    )
-    """Default stage assignment of each cut list (filled by
-    :func:`~onnx_ir_multidevice.analysis.stages.assign_stages`)."""
-
-    boundary_cache: CutListCache[Sequence[Any]] = dataclasses.field(
-        default_factory=CutListCache, init=False, repr=False
-    )
-    """Boundary crossings of the default stages of each cut list (filled by the checker,
-    shared between the checker gate of ``annotate()`` and a later ``check``)."""
+    """The analysis results kept on the index (see :meth:`memo`)."""
 
     # -- the index's own lazily built lookups --
 
@@ -563,7 +563,7 @@ class GraphIndex:
         *,
         sort: bool = True,
     ) -> GraphIndex:
-        graph_nodes = list(graph)
+        graph_nodes = node_list(graph)
         n = len(graph_nodes)
         position = dict(zip(graph_nodes, range(n), strict=True))
         # One pass over the nodes for their inputs, outputs and attributes.
@@ -677,12 +677,32 @@ class GraphIndex:
                 f"{graph.name!r}; build one with GraphIndex.build(graph)"
             )
 
+    def result(self, key: ResultKey[_T]) -> _T | None:
+        """The analysis result kept under ``key``, or ``None`` when none is kept yet."""
+        return cast("_T | None", self._results.get(key))
+
+    def keep(self, key: ResultKey[_T], result: _T) -> _T:
+        """Keep ``result`` under ``key`` (replacing any result kept there) and return it."""
+        self._results[key] = result
+        return result
+
+    def memo(self, key: ResultKey[_T], factory: Callable[[], _T]) -> _T:
+        """The analysis result kept under ``key``, made by ``factory()`` and kept the first time.
+
+        Results describe the graph as it was when the index was built, like the index itself.
+        """
+        results = self._results
+        if key in results:
+            return cast("_T", results[key])
+        made = results[key] = factory()
+        return made
+
     @property
     def graph_nodes(self) -> tuple[ir.Node, ...]:
         """The nodes in graph order."""
         cached = self._graph_nodes
         if cached is None:
-            cached = self._graph_nodes = tuple(self.graph)
+            cached = self._graph_nodes = tuple(node_list(self.graph))
         return cached
 
     @property

@@ -52,7 +52,7 @@ import shutil
 import stat
 import tarfile
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -151,6 +151,22 @@ def parse_config(data: bytes, source: str) -> ToolchainConfig:
     def bad(message: str) -> ConversionError:
         return _fail("OAAX105", f"{source}: {message}", Config=source)
 
+    document = _config_document(data, bad)
+    shards = _config_shards(document.get("shards"), bad)
+    devices = _config_devices(document.get("devices"), shards, bad)
+    dims = _config_dims(document.get("dims", {}), bad)
+    relaxed = document.get("relaxed", False)
+    if not isinstance(relaxed, bool):
+        raise bad(f"relaxed must be true or false, got {relaxed!r}")
+    return ToolchainConfig(shards=shards, devices=devices, dims=dims, relaxed=relaxed)
+
+
+_Bad = Callable[[str], ConversionError]
+"""Makes the ``OAAX105`` error of a configuration file from a message."""
+
+
+def _config_document(data: bytes, bad: _Bad) -> dict[str, Any]:
+    """The configuration as a JSON object with known keys only."""
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
@@ -163,34 +179,41 @@ def parse_config(data: bytes, source: str) -> ToolchainConfig:
             f"unknown {'key' if len(unknown) == 1 else 'keys'} {unknown}; the keys are "
             f"{list(_CONFIG_KEYS)}"
         )
-    shards = document.get("shards")
+    return document
+
+
+def _config_shards(shards: Any, bad: _Bad) -> int | None:
+    """``shards``: absent, or an integer from 1 to 64."""
     if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int)):
         raise bad(f"shards must be a positive integer, got {shards!r}")
     if shards is not None and not 1 <= shards <= 64:
         raise bad(f"shards must be from 1 to 64, got {shards}")
-    devices = document.get("devices")
-    if devices is not None:
-        if isinstance(devices, str):
-            devices = [d.strip() for d in devices.split(",") if d.strip()]
-        if (
-            not isinstance(devices, list)
-            or not devices
-            or not all(isinstance(d, str) for d in devices)
-        ):
-            raise bad(
-                f'devices must be a list of memory sizes like ["4GiB", "4GiB"], got {devices!r}'
-            )
-        for i, device in enumerate(devices):
-            try:
-                parse_size(device)
-            except ValueError as error:
-                raise bad(f"devices[{i}]: {error}") from None
-        if shards is not None and len(devices) < shards:
-            raise bad(
-                f"devices gives {len(devices)} memory sizes for {shards} shards; give one per "
-                "pipeline stage, in order (or leave shards out: it is then the number of devices)"
-            )
-    dims = document.get("dims", {})
+    return shards
+
+
+def _config_devices(devices: Any, shards: int | None, bad: _Bad) -> tuple[str, ...] | None:
+    """``devices``: absent, or memory sizes (a list or a comma-separated string), >= shards."""
+    if devices is None:
+        return None
+    if isinstance(devices, str):
+        devices = [d.strip() for d in devices.split(",") if d.strip()]
+    if not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices):
+        raise bad(f'devices must be a list of memory sizes like ["4GiB", "4GiB"], got {devices!r}')
+    for i, device in enumerate(devices):
+        try:
+            parse_size(device)
+        except ValueError as error:
+            raise bad(f"devices[{i}]: {error}") from None
+    if shards is not None and len(devices) < shards:
+        raise bad(
+            f"devices gives {len(devices)} memory sizes for {shards} shards; give one per "
+            "pipeline stage, in order (or leave shards out: it is then the number of devices)"
+        )
+    return tuple(devices)
+
+
+def _config_dims(dims: Any, bad: _Bad) -> dict[str, int]:
+    """``dims``: dimension names to positive integers, checked by the one dims validator."""
     if not isinstance(dims, dict) or not all(
         isinstance(k, str) and k and type(v) is int and v >= 1 for k, v in dims.items()
     ):
@@ -198,18 +221,9 @@ def parse_config(data: bytes, source: str) -> ToolchainConfig:
             f'dims must map dimension names to positive integers, e.g. {{"seq": 128}}, got {dims!r}'
         )
     try:
-        dims = check_dims(dims)  # the one dims validator (the bound of a recorded planning dim)
+        return dict(check_dims(dims))  # the bound of a recorded planning dim
     except ValueError as error:
         raise bad(f"dims: {error}") from None
-    relaxed = document.get("relaxed", False)
-    if not isinstance(relaxed, bool):
-        raise bad(f"relaxed must be true or false, got {relaxed!r}")
-    return ToolchainConfig(
-        shards=shards,
-        devices=None if devices is None else tuple(devices),
-        dims=dict(dims),
-        relaxed=relaxed,
-    )
 
 
 # ---------------------------------------------------------------------------------------------

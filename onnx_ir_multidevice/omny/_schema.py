@@ -411,6 +411,21 @@ class Sharding(_Record):
         return next((i for i, c in enumerate(configurations) if c.num_shards == shards), None)
 
 
+def parse_configuration(value: Any) -> int | str | None:
+    """A configuration as the user names it: a ``.omny`` configuration index or an IR v11 name.
+
+    The one reading of ``--configuration ID`` (``omny split``) and of the exporters'
+    ``configuration`` option: an ``int``, or a string of digits, is an index into
+    :attr:`Sharding.configurations` (:meth:`Sharding.configuration_index` checks that it
+    exists); any other string is the name of an IR v11 model configuration; ``None`` is no
+    choice.
+    """
+    if value is None or isinstance(value, int):
+        return value
+    text = str(value)
+    return int(text) if text.isdigit() else text
+
+
 @dataclasses.dataclass(frozen=True)
 class ExportInfo(_Record):
     """The ``export_info`` object: who wrote the file, when, from what.
@@ -1241,6 +1256,19 @@ def _tokens(text: str, pos: int, end: int) -> Any:
         pos = stop
 
 
+def _style_known(found: Mapping[str, Any], indent: str | None, inline: bool | None) -> bool:
+    """Whether :func:`_detect_style` has seen every separator the layout found so far uses.
+
+    Compact JSON (no indent) needs the key and item separators; indented JSON the key and
+    line separators, and the item separator of one-line scalar arrays unless there are none.
+    """
+    if "key_sep" not in found:
+        return False
+    if indent is None:
+        return "item_sep" in found
+    return "line_sep" in found and (inline is False or "item_sep" in found)
+
+
 def _detect_style(text: str) -> _Style:
     """Detects the layout of a (valid) JSON text; unknown aspects keep the defaults."""
     start = len(text) - len(text.lstrip(_JSON_WS))
@@ -1282,15 +1310,7 @@ def _detect_style(text: str) -> _Style:
         elif char == "]":
             scalar_array_open = False
         previous, previous_end = char, stop
-        if (
-            not first
-            and "key_sep" in found
-            and (
-                ("item_sep" in found and indent is None)
-                or (indent is not None and "line_sep" in found and inline is False)
-                or (indent is not None and "line_sep" in found and "item_sep" in found)
-            )
-        ):
+        if not first and _style_known(found, indent, inline):
             break
     found["indent"] = indent
     found["inline_scalar_arrays"] = bool(inline) and indent is not None

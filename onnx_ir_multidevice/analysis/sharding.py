@@ -1,0 +1,993 @@
+"""Sharding states of values and the per-operator rules that propagate them (tensor parallelism).
+
+A value computed by ``degree`` devices at once is in one of three states:
+
+* :class:`Replicated`: every device holds the whole tensor;
+* :class:`Split`: device ``k`` holds the ``k``-th of ``degree`` even slices of one axis
+  (``blocks > 1``: the axis is ``blocks`` equal blocks, each sliced so, as a fused QKV
+  projection's output is three blocks Q, K and V);
+* :class:`Partial`: every device holds a tensor of the whole shape, and the value is their
+  sum (a row-parallel ``MatMul``'s output, pending an ``AllReduce``).
+
+:data:`RULES` holds one small function per operator family (registered with
+``@RULES.register("MatMul")``, as :mod:`~onnx_ir_multidevice.analysis.shape_data` does): given
+a node and the states of its inputs, it returns a :class:`RuleResult` (the outputs' states and
+what the per-device copy of the node needs: weight slices, rewritten constant shapes or
+attributes, a bias applied by one device only), or ``None`` when it cannot prove a sharded
+computation equal to the whole one. ``None`` never gives a wrong result: the caller gathers
+(``AllGather``) or reduces (``AllReduce``) the input first and the node runs replicated.
+:data:`SEED_RULES` hold the column-parallel starts (a ``MatMul`` or ``Gemm`` by a constant
+weight, fed a replicated activation).
+
+Axes of :class:`Split` are counted from the end (``-1`` is the last axis): they stay the same
+under NumPy broadcasting, so elementwise rules need no rank. Shapes come from
+:class:`~onnx_ir_multidevice.analysis.shapes.ValueShapes` at one binding of the input dims.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PARTIAL",
+    "REPLICATED",
+    "RULES",
+    "SEED_RULES",
+    "AttributeRewrite",
+    "BiasOnce",
+    "Partial",
+    "Replicated",
+    "RuleResult",
+    "ShapeRewrite",
+    "ShardState",
+    "ShardingContext",
+    "ShardingRule",
+    "Split",
+    "WeightSlice",
+    "constant_array",
+    "propagate",
+]
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Union
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_ir_multidevice.analysis.rules import ANY_DOMAIN, RuleRegistry
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
+
+
+@dataclasses.dataclass(frozen=True)
+class Replicated:
+    """Every device holds the whole tensor."""
+
+    def __str__(self) -> str:
+        return "Replicated"
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Device ``k`` holds slice ``k`` of ``degree`` even slices of one axis."""
+
+    axis: int
+    """The axis, counted from the end: ``-1`` is the last axis (invariant under broadcasting)."""
+
+    blocks: int = 1
+    """How many equal blocks the axis is made of; each block is sliced, and device ``k`` holds
+    slice ``k`` of every block (a fused QKV output is 3 blocks)."""
+
+    def __str__(self) -> str:
+        return (
+            f"Split({self.axis})"
+            if self.blocks == 1
+            else f"Split({self.axis}, {self.blocks} blocks)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Partial:
+    """Every device holds a tensor of the whole shape; the value is their sum.
+
+    An ``AllReduce`` makes it :class:`Replicated`.
+    """
+
+    def __str__(self) -> str:
+        return "Partial"
+
+
+ShardState = Union[Replicated, Split, Partial]  # noqa: UP007  # a runtime alias for isinstance users
+"""The state of one value under tensor parallelism."""
+
+REPLICATED = Replicated()
+"""The :class:`Replicated` state."""
+PARTIAL = Partial()
+"""The :class:`Partial` state."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightSlice:
+    """A constant each device holds one slice of."""
+
+    value: ir.Value
+    """The constant (an initializer or a ``Constant`` node's output)."""
+
+    axis: int
+    """The axis sliced, ``>= 0`` (of the constant's own rank)."""
+
+    degree: int
+    """How many slices."""
+
+    blocks: int = 1
+    """How many equal blocks the axis is made of (each block is sliced)."""
+
+    node: ir.Node | None = None
+    """The node reading the slice (set by the region finder; a constant may be read sliced by
+    one node and whole by another, as a bias shared between layers)."""
+
+    def take(self, array: np.ndarray, shard: int) -> np.ndarray:
+        """Slice ``shard`` of ``array`` (the constant's whole value)."""
+        return take_shard(array, self.axis, self.degree, shard, self.blocks)
+
+
+def take_shard(
+    array: np.ndarray, axis: int, degree: int, shard: int, blocks: int = 1
+) -> np.ndarray:
+    """Slice ``shard`` of ``degree`` of ``array`` along ``axis`` (of every one of ``blocks``)."""
+    size = array.shape[axis]
+    block = size // blocks
+    piece = block // degree
+    parts = [
+        np.take(array, range(b * block + shard * piece, b * block + (shard + 1) * piece), axis=axis)
+        for b in range(blocks)
+    ]
+    return parts[0] if blocks == 1 else np.concatenate(parts, axis=axis)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeRewrite:
+    """A shape-like input whose entry must change on every device (``Reshape`` target...)."""
+
+    node: ir.Node
+    """The node reading the shape."""
+
+    input_index: int
+    """Which input of :attr:`node` holds the shape."""
+
+    position: int
+    """The entry of the 1-D shape tensor that changes."""
+
+    old: int
+    """Its whole-model value (at the planning dims)."""
+
+    new: int
+    """Its value on every device."""
+
+    constant: bool
+    """Whether the shape is a constant (rewritten in place); else it is computed (``Concat`` of
+    ``Shape`` pieces) and the rewrite replaces one entry of it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AttributeRewrite:
+    """An attribute whose value changes on every device (``num_heads`` of a fused attention)."""
+
+    node: ir.Node
+    """The node."""
+
+    name: str
+    """The attribute."""
+
+    old: int
+    """Its whole-model value."""
+
+    new: int
+    """Its value on every device."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BiasOnce:
+    """A replicated constant added to a :class:`Partial` value by device 0 only.
+
+    The other devices add zeros, else the ``AllReduce`` would sum it ``degree`` times.
+    """
+
+    node: ir.Node
+    """The node adding it."""
+
+    input_index: int
+    """Which input of :attr:`node` is the constant."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleResult:
+    """What a sharding rule proves about one node."""
+
+    outputs: tuple[ShardState, ...]
+    """The state of each output."""
+
+    weight_slices: tuple[WeightSlice, ...] = ()
+    """Constants read by the node that each device slices."""
+
+    shape_rewrites: tuple[ShapeRewrite, ...] = ()
+    """Shape-like inputs whose entries change per device."""
+
+    attribute_rewrites: tuple[AttributeRewrite, ...] = ()
+    """Attributes whose values change per device."""
+
+    bias_once: tuple[BiasOnce, ...] = ()
+    """Constants added by device 0 only."""
+
+
+def constant_array(value: ir.Value | None) -> np.ndarray | None:
+    """The value of a constant (an initializer or a ``Constant`` node's output), or ``None``."""
+    if value is None:
+        return None
+    tensor = value.const_value
+    if tensor is not None:
+        return tensor.numpy()
+    producer = value.producer()
+    if producer is None or producer.op_type != "Constant" or producer.domain not in ("", "ai.onnx"):
+        return None
+    for name, attribute in producer.attributes.items():
+        if name == "value":
+            return attribute.as_tensor().numpy()
+        if name in ("value_float", "value_floats"):
+            return np.array(attribute.value, dtype=np.float32)
+        if name in ("value_int", "value_ints"):
+            return np.array(attribute.value, dtype=np.int64)
+    return None
+
+
+class ShardingContext:
+    """What the rules know about a graph: its degree, shapes and constants.
+
+    Args:
+        graph: The main graph.
+        degree: How many devices share each tensor-parallel node (``>= 2``).
+        shapes: The graph's shapes, at the planning dims.
+    """
+
+    def __init__(self, graph: ir.Graph, degree: int, shapes: ValueShapes) -> None:
+        if degree < 2:
+            raise ValueError(f"a tensor-parallel degree must be >= 2, got {degree}")
+        self.graph = graph
+        self.degree = degree
+        self.shapes = shapes
+        self.split_hints: list[int] = []
+        """Block counts a rule found would make a ``Split`` op shardable (see :class:`Split`)."""
+        self._constants: dict[ir.Value, np.ndarray | None] = {}
+
+    def constant(self, value: ir.Value | None) -> np.ndarray | None:
+        """The value of a constant input, or ``None`` (cached)."""
+        if value is None:
+            return None
+        if value not in self._constants:
+            self._constants[value] = constant_array(value)
+        return self._constants[value]
+
+    def shape(self, value: ir.Value | None) -> tuple[int, ...] | None:
+        """The shape at the planning dims (every symbol bound), or ``None``."""
+        if value is None:
+            return None
+        array = self.constant(value)
+        if array is not None:
+            return tuple(array.shape)
+        return self.shapes.estimate(value)
+
+    def rank(self, value: ir.Value | None) -> int | None:
+        """The rank, or ``None``."""
+        if value is None:
+            return None
+        array = self.constant(value)
+        if array is not None:
+            return array.ndim
+        return self.shapes.rank(value)
+
+    def ints(self, value: ir.Value | None) -> list[int] | None:
+        """A constant 1-D integer input as a list, or ``None``."""
+        array = self.constant(value)
+        if array is None or array.dtype.kind not in "iu":
+            return None
+        return [int(x) for x in array.reshape(-1)]
+
+
+ShardingRule = Callable[[ShardingContext, ir.Node, Sequence[ShardState]], "RuleResult | None"]
+"""A sharding rule: ``(context, node, input states) -> RuleResult | None``."""
+
+RULES: RuleRegistry[ShardingRule] = RuleRegistry("sharding")
+"""Sharding rules by op type: called when at least one input is not :class:`Replicated`."""
+
+SeedRule = Callable[[ShardingContext, ir.Node, int], "RuleResult | None"]
+SEED_RULES: RuleRegistry[SeedRule] = RuleRegistry("column-parallel seed")
+"""Column-parallel starts: ``(context, node, blocks) -> RuleResult | None`` for a node whose
+activation input is replicated; the output's last axis is split in ``blocks`` blocks."""
+
+
+def propagate(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    """Apply the rule of ``node`` to its input states; ``None`` when no rule proves it.
+
+    Args:
+        context: The graph's context.
+        node: The node.
+        states: One state per input (a missing optional input is :data:`REPLICATED`).
+
+    Returns:
+        The rule's result with one state per output, or ``None``.
+    """
+    if all(type(state) is Replicated for state in states):
+        return RuleResult((REPLICATED,) * len(node.outputs))
+    rule = RULES.get(node.domain, node.op_type)
+    if rule is None:
+        return None
+    result = rule(context, node, states)
+    if result is not None and len(result.outputs) != len(node.outputs):
+        return None
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _attr_int(node: ir.Node, name: str, default: int) -> int:
+    attribute = node.attributes.get(name)
+    return default if attribute is None else int(attribute.value)
+
+
+def _attr_ints(node: ir.Node, name: str) -> list[int] | None:
+    attribute = node.attributes.get(name)
+    return None if attribute is None else [int(x) for x in attribute.value]
+
+
+def _positive(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _broadcasts(context: ShardingContext, value: ir.Value | None, axis: int) -> bool | None:
+    """True: ``value`` has size 1 (or no dim) at ``axis``; False: it has more; None: unknown."""
+    if value is None:
+        return True
+    shape = context.shape(value)
+    if shape is None:
+        return None
+    return len(shape) < -axis or shape[len(shape) + axis] == 1
+
+
+def _slice_replicated(
+    context: ShardingContext, node: ir.Node, index: int, split: Split
+) -> WeightSlice | bool | None:
+    """How a replicated input of an elementwise node meets a :class:`Split` of ``split.axis``.
+
+    True: it broadcasts (nothing to do); a :class:`WeightSlice`: a constant to slice;
+    None: it cannot (a whole activation, or an unknown shape).
+    """
+    value = node.inputs[index]
+    broadcasts = _broadcasts(context, value, split.axis)
+    if broadcasts:
+        return True
+    if broadcasts is None or context.constant(value) is None:
+        return None
+    shape = context.shape(value)
+    assert shape is not None
+    axis = len(shape) + split.axis
+    if shape[axis] % (context.degree * split.blocks):
+        return None
+    assert value is not None
+    return WeightSlice(value, axis, context.degree, split.blocks)
+
+
+def _all_same(states: Sequence[ShardState], kind: type) -> ShardState | None:
+    found = [s for s in states if isinstance(s, kind)]
+    if not found or any(s != found[0] for s in found):
+        return None
+    return found[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise and activations
+# ---------------------------------------------------------------------------------------------
+
+_UNARY = (
+    "Relu", "Tanh", "Sigmoid", "Erf", "Gelu", "FastGelu", "QuickGelu", "BiasGelu", "Neg",
+    "Sqrt", "Reciprocal", "Exp", "Log", "Abs", "Cast", "Identity", "Softplus", "Softsign",
+    "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Mish", "Sin", "Cos",
+    "Not", "Floor", "Ceil", "Round", "Sign", "IsNaN", "IsInf", "Clip", "Silu",
+)  # fmt: skip
+_BINARY = (
+    "Add", "Sub", "Mul", "Div", "Pow", "Where", "Max", "Min", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Mod", "PRelu", "BitShift",
+)  # fmt: skip
+# Ops linear in every input that may be Partial (the others Replicated), by op: which inputs.
+_LINEAR: Mapping[str, str] = {
+    "Add": "sum",
+    "Sub": "sum",
+    "Mul": "one",
+    "Div": "numerator",
+    "Neg": "unary",
+    "Identity": "unary",
+}
+
+
+@RULES.register(*_UNARY, *_BINARY, domain=ANY_DOMAIN)
+def _elementwise(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    if any(isinstance(s, Partial) for s in states):
+        return _elementwise_partial(context, node, states)
+    split = _all_same(states, Split)
+    if split is None:
+        return None
+    assert isinstance(split, Split)
+    slices = []
+    for index, state in enumerate(states):
+        if isinstance(state, Replicated) and index < len(node.inputs):
+            if node.op_type == "Clip" and index > 0:
+                continue  # min and max are scalars
+            found = _slice_replicated(context, node, index, split)
+            if found is None:
+                return None
+            if isinstance(found, WeightSlice):
+                slices.append(found)
+    return RuleResult((split,) * len(node.outputs), weight_slices=tuple(slices))
+
+
+def _elementwise_partial(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    kind = _LINEAR.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    if kind is None or any(isinstance(s, Split) for s in states):
+        return None
+    partial = [isinstance(s, Partial) for s in states]
+    if kind == "unary":
+        return RuleResult((PARTIAL,))
+    if kind == "one":  # Mul: linear in one factor only
+        return RuleResult((PARTIAL,)) if sum(partial) == 1 else None
+    if kind == "numerator":
+        return RuleResult((PARTIAL,)) if partial == [True, False] else None
+    # Add/Sub: a replicated constant term is added by device 0 only; an activation is not.
+    once = []
+    for index, is_partial in enumerate(partial):
+        if not is_partial:
+            if context.constant(node.inputs[index]) is None:
+                return None
+            once.append(BiasOnce(node, index))
+    return RuleResult((PARTIAL,), bias_once=tuple(once))
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrix products
+# ---------------------------------------------------------------------------------------------
+
+
+@RULES.register("MatMul")
+def _matmul(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    a, b = node.inputs[0], node.inputs[1]
+    sa, sb = states[0], states[1]
+    if isinstance(sa, Partial) or isinstance(sb, Partial):
+        return None
+    weight = context.constant(b)
+    if b is not None and weight is not None and weight.ndim == 2 and isinstance(sa, Split):
+        if sa.axis == -1:  # row-parallel: the weight's input axis is sliced, the output is partial
+            if weight.shape[0] % (context.degree * sa.blocks):
+                return None
+            return RuleResult(
+                (PARTIAL,), weight_slices=(WeightSlice(b, 0, context.degree, sa.blocks),)
+            )
+        return RuleResult((sa,))  # rows or batch: the weight is replicated
+    ra, rb = context.rank(a), context.rank(b)
+    if ra is None or rb is None or ra < 2 or rb < 2:
+        return None
+    if isinstance(sa, Split) and isinstance(sb, Split):
+        if sa == sb and sa.axis <= -3:  # per head (or batch) on both sides
+            return RuleResult((sa,))
+        if sa.axis == -1 and sb.axis == -2 and sa.blocks == sb.blocks:
+            return RuleResult((PARTIAL,))  # contraction split on both sides
+        return None
+    if isinstance(sa, Split):  # b replicated
+        if sa.axis == -2 or (sa.axis <= -3 and _broadcasts(context, b, sa.axis)):
+            return RuleResult((sa,))
+        return None
+    assert isinstance(sb, Split)  # a replicated
+    if sb.axis == -1 or (sb.axis <= -3 and _broadcasts(context, a, sb.axis)):
+        return RuleResult((sb,))
+    return None
+
+
+@RULES.register("Gemm")
+def _gemm(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    if _attr_int(node, "transA", 0) or any(not isinstance(s, Replicated) for s in states[1:]):
+        return None
+    sa = states[0]
+    b = node.inputs[1]
+    c = node.inputs[2] if len(node.inputs) > 2 else None
+    if not isinstance(sa, Split):
+        return None
+    if sa.axis == -2:  # rows: C must broadcast along them
+        if c is not None and not _broadcasts(context, c, -2):
+            return None
+        return RuleResult((sa,))
+    weight = context.constant(b)
+    if b is None or weight is None or weight.ndim != 2:
+        return None
+    axis = 1 if _attr_int(node, "transB", 0) else 0
+    if weight.shape[axis] % (context.degree * sa.blocks):
+        return None
+    once: tuple[BiasOnce, ...] = ()
+    if c is not None:
+        if context.constant(c) is None:
+            return None
+        once = (BiasOnce(node, 2),)
+    return RuleResult(
+        (PARTIAL,),
+        weight_slices=(WeightSlice(b, axis, context.degree, sa.blocks),),
+        bias_once=once,
+    )
+
+
+@SEED_RULES.register("MatMul")
+def _seed_matmul(context: ShardingContext, node: ir.Node, blocks: int) -> RuleResult | None:
+    b = node.inputs[1]
+    weight = context.constant(b)
+    if (
+        b is None
+        or weight is None
+        or weight.ndim != 2
+        or weight.shape[1] % (context.degree * blocks)
+    ):
+        return None
+    if (context.rank(node.inputs[0]) or 0) < 2 or context.constant(node.inputs[0]) is not None:
+        return None
+    return RuleResult(
+        (Split(-1, blocks),),
+        weight_slices=(WeightSlice(b, 1, context.degree, blocks),),
+    )
+
+
+@SEED_RULES.register("Gemm")
+def _seed_gemm(context: ShardingContext, node: ir.Node, blocks: int) -> RuleResult | None:
+    if _attr_int(node, "transA", 0) or context.constant(node.inputs[0]) is not None:
+        return None
+    b = node.inputs[1]
+    weight = context.constant(b)
+    axis = 0 if _attr_int(node, "transB", 0) else 1
+    if (
+        b is None
+        or weight is None
+        or weight.ndim != 2
+        or weight.shape[axis] % (context.degree * blocks)
+    ):
+        return None
+    slices = [WeightSlice(b, axis, context.degree, blocks)]
+    c = node.inputs[2] if len(node.inputs) > 2 else None
+    if c is not None:
+        found = _slice_replicated(context, node, 2, Split(-1, blocks))
+        if found is None:
+            return None
+        if isinstance(found, WeightSlice):
+            slices.append(found)
+    return RuleResult((Split(-1, blocks),), weight_slices=tuple(slices))
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes: Reshape, Transpose, Squeeze/Unsqueeze, Expand, Slice, Split, Concat, Gather
+# ---------------------------------------------------------------------------------------------
+
+
+def _only_first(states: Sequence[ShardState]) -> bool:
+    return all(isinstance(s, Replicated) for s in states[1:])
+
+
+@RULES.register("Reshape")
+def _reshape(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    if not _only_first(states):
+        return None
+    if isinstance(state, Partial):
+        return RuleResult((PARTIAL,))
+    assert isinstance(state, Split)
+    before, after = context.shape(node.inputs[0]), context.shape(node.outputs[0])
+    if before is None or after is None:
+        return None
+    axis = len(before) + state.axis
+    parts = context.degree * state.blocks
+    if before[axis] % parts:
+        return None
+    prefix = int(np.prod(before[:axis], dtype=np.int64))
+    running = 1
+    b = -1
+    for position, size in enumerate(after):
+        if running == prefix and size > 1 and size % parts == 0:
+            b = position
+            break
+        running *= size
+    if b < 0:
+        return None
+    # Same prefix and both axes divisible: device k's elements are the same contiguous chunks.
+    target = context.ints(node.inputs[1])
+    rewrites: tuple[ShapeRewrite, ...] = ()
+    if target is None or target[b] not in (-1,):
+        rewrites = (
+            ShapeRewrite(node, 1, b, after[b], after[b] // context.degree, target is not None),
+        )
+    return RuleResult((Split(b - len(after), state.blocks),), shape_rewrites=rewrites)
+
+
+@RULES.register("Transpose")
+def _transpose(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    if isinstance(state, Partial):
+        return RuleResult((PARTIAL,))
+    assert isinstance(state, Split)
+    perm = _attr_ints(node, "perm")
+    if perm is None:
+        rank = context.rank(node.inputs[0])
+        if rank is None:
+            return None
+        perm = list(range(rank))[::-1]
+    rank = len(perm)
+    return RuleResult((Split(perm.index(rank + state.axis) - rank, state.blocks),))
+
+
+def _squeeze_axes(context: ShardingContext, node: ir.Node) -> list[int] | None:
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        return context.ints(node.inputs[1])
+    return _attr_ints(node, "axes")
+
+
+@RULES.register("Unsqueeze")
+def _unsqueeze(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    if not _only_first(states):
+        return None
+    if isinstance(state, Partial):
+        return RuleResult((PARTIAL,))
+    assert isinstance(state, Split)
+    axes, rank = _squeeze_axes(context, node), context.rank(node.inputs[0])
+    if axes is None or rank is None:
+        return None
+    out_rank = rank + len(axes)
+    inserted = {_positive(a, out_rank) for a in axes}
+    kept = [i for i in range(out_rank) if i not in inserted]
+    return RuleResult((Split(kept[rank + state.axis] - out_rank, state.blocks),))
+
+
+@RULES.register("Squeeze")
+def _squeeze(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    if not _only_first(states):
+        return None
+    if isinstance(state, Partial):
+        return RuleResult((PARTIAL,))
+    assert isinstance(state, Split)
+    axes, rank = _squeeze_axes(context, node), context.rank(node.inputs[0])
+    if axes is None or rank is None:
+        return None
+    removed = {_positive(a, rank) for a in axes}
+    axis = rank + state.axis
+    if axis in removed:
+        return None
+    # Counted from the end, only the removed axes after it move it.
+    return RuleResult((Split(state.axis + sum(1 for a in removed if a > axis), state.blocks),))
+
+
+@RULES.register("Expand")
+def _expand(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    if not _only_first(states):
+        return None
+    if isinstance(state, Partial):
+        return RuleResult((PARTIAL,))
+    assert isinstance(state, Split)
+    before, after = context.shape(node.inputs[0]), context.shape(node.outputs[0])
+    if before is None or after is None or len(after) < -state.axis:
+        return None
+    if after[len(after) + state.axis] != before[len(before) + state.axis]:
+        return None
+    target = context.ints(node.inputs[1])
+    position = len(target) + state.axis if target is not None else len(after) + state.axis
+    rewrites: tuple[ShapeRewrite, ...] = ()
+    if target is None or target[position] != 1:
+        size = after[len(after) + state.axis]
+        rewrites = (
+            ShapeRewrite(node, 1, position, size, size // context.degree, target is not None),
+        )
+    return RuleResult((state,), shape_rewrites=rewrites)
+
+
+@RULES.register("Slice")
+def _slice(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    if not _only_first(states):
+        return None
+    if isinstance(state, Partial):
+        return RuleResult((PARTIAL,))
+    assert isinstance(state, Split)
+    rank = context.rank(node.inputs[0])
+    if rank is None:
+        return None
+    if len(node.inputs) > 3 and node.inputs[3] is not None:
+        axes = context.ints(node.inputs[3])
+    else:
+        starts = context.shape(node.inputs[1])
+        axes = list(range(starts[0])) if starts is not None else None
+    if axes is None or rank + state.axis in {_positive(a, rank) for a in axes}:
+        return None
+    return RuleResult((state,))
+
+
+@RULES.register("Split")
+def _split(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    count = len(node.outputs)
+    if not _only_first(states):
+        return None
+    if isinstance(state, Partial):
+        return RuleResult((PARTIAL,) * count)
+    assert isinstance(state, Split)
+    rank = context.rank(node.inputs[0])
+    if rank is None:
+        return None
+    if _positive(_attr_int(node, "axis", 0), rank) != rank + state.axis:
+        return RuleResult((state,) * count)
+    sizes = (
+        context.ints(node.inputs[1])
+        if len(node.inputs) > 1 and node.inputs[1] is not None
+        else None
+    )
+    if sizes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
+        return None
+    if sizes is not None and len(set(sizes)) != 1:
+        return None
+    if state.blocks % count:
+        context.split_hints.append(count * state.blocks)
+        return None
+    rewrites = tuple(
+        ShapeRewrite(node, 1, i, size, size // context.degree, True)
+        for i, size in enumerate(sizes or ())
+    )
+    return RuleResult((Split(state.axis, state.blocks // count),) * count, shape_rewrites=rewrites)
+
+
+@RULES.register("Concat")
+def _concat(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    if all(isinstance(s, Partial) for s in states):
+        return RuleResult((PARTIAL,))
+    split = _all_same(states, Split)
+    if split is None or not all(isinstance(s, Split) for s in states):
+        return None
+    assert isinstance(split, Split)
+    rank = context.rank(node.outputs[0]) or context.rank(node.inputs[0])
+    if rank is None:
+        return None
+    if _positive(_attr_int(node, "axis", 0), rank) != rank + split.axis:
+        return RuleResult((split,))
+    # Concatenating equal Split inputs along their axis gives blocks (the inverse of Split).
+    shapes = [context.shape(v) for v in node.inputs]
+    sizes = {shape[rank + split.axis] if shape else None for shape in shapes}
+    if len(sizes) != 1 or None in sizes:
+        return None
+    return RuleResult((Split(split.axis, split.blocks * len(node.inputs)),))
+
+
+@RULES.register("Gather")
+def _gather(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    if not _only_first(states) or not isinstance(state, Split):
+        return None
+    rank = context.rank(node.inputs[0])
+    indices_rank = context.rank(node.inputs[1])
+    if rank is None or indices_rank is None:
+        return None
+    axis = _positive(_attr_int(node, "axis", 0), rank)
+    split_axis = rank + state.axis
+    if split_axis == axis:
+        return None
+    if split_axis > axis:
+        return RuleResult((state,))
+    out_rank = rank - 1 + indices_rank
+    return RuleResult((Split(split_axis - out_rank, state.blocks),))
+
+
+@RULES.register("Shape")
+def _shape(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    if isinstance(state, Partial):
+        return RuleResult((REPLICATED,))  # a partial sum has the whole shape
+    assert isinstance(state, Split)
+    rank = context.rank(node.inputs[0])
+    if rank is None:
+        return None
+    start = _positive(_attr_int(node, "start", 0), rank)
+    end_attr = node.attributes.get("end")
+    end = rank if end_attr is None else min(_positive(int(end_attr.value), rank), rank)
+    if start <= rank + state.axis < end:
+        return None
+    return RuleResult((REPLICATED,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax, normalisations, reductions
+# ---------------------------------------------------------------------------------------------
+
+
+@RULES.register("Softmax", "LogSoftmax", domain=ANY_DOMAIN)
+def _softmax(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    rank = context.rank(node.inputs[0])
+    if not isinstance(state, Split) or rank is None:
+        return None
+    axis = _positive(_attr_int(node, "axis", -1), rank)
+    if rank + state.axis >= axis:  # opset < 13 flattens [axis, rank); >= 13 uses axis only
+        return None
+    return RuleResult((state,))
+
+
+@RULES.register(
+    "LayerNormalization",
+    "SimplifiedLayerNormalization",
+    "RMSNormalization",
+    "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization",
+    domain=ANY_DOMAIN,
+)
+def _normalization(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    """A normalisation over trailing axes: a region boundary, unless split on a leading axis."""
+    state = states[0]
+    rank = context.rank(node.inputs[0])
+    if not isinstance(state, Split) or rank is None or not _only_first(states):
+        return None
+    if node.op_type.startswith("Skip"):
+        return None
+    if rank + state.axis >= _positive(_attr_int(node, "axis", -1), rank):
+        return None
+    return RuleResult((state,) * len(node.outputs))
+
+
+@RULES.register("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2")
+def _reduce(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    rank = context.rank(node.inputs[0])
+    if rank is None or not _only_first(states):
+        return None
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        axes = context.ints(node.inputs[1])
+    else:
+        axes = _attr_ints(node, "axes")
+    if axes is None:
+        axes = list(range(rank))  # no axes: every axis
+    keep = _attr_int(node, "keepdims", 1)
+    if isinstance(state, Partial):
+        return RuleResult((PARTIAL,)) if node.op_type in ("ReduceMean", "ReduceSum") else None
+    assert isinstance(state, Split)
+    removed = {_positive(a, rank) for a in axes}
+    axis = rank + state.axis
+    if axis in removed:
+        return None
+    if keep:
+        return RuleResult((state,))
+    return RuleResult((Split(state.axis + sum(1 for a in removed if a > axis), state.blocks),))
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused attention: split by heads
+# ---------------------------------------------------------------------------------------------
+
+
+def _heads(context: ShardingContext, node: ir.Node, name: str) -> AttributeRewrite | bool | None:
+    attribute = node.attributes.get(name)
+    if attribute is None:
+        return True
+    heads = int(attribute.value)
+    if heads <= 0 or heads % context.degree:
+        return None
+    return AttributeRewrite(node, name, heads, heads // context.degree)
+
+
+@RULES.register("MultiHeadAttention", "GroupQueryAttention", domain="com.microsoft")
+def _contrib_attention(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    """Separate Q, K and V ``[batch, seq, heads * head_size]`` split on their last axis.
+
+    Every other input (masks, sequence lengths, rotary caches) must be replicated and
+    broadcast over heads; a packed QKV, a bias, past keys/values or a relative position bias
+    are not handled (the node then runs replicated).
+    """
+    if len(node.inputs) < 3 or any(states[i] != Split(-1) for i in range(3)):
+        return None
+    used = {i for i, v in enumerate(node.inputs) if v is not None}
+    allowed = {0, 1, 2, 4} if node.op_type == "MultiHeadAttention" else {0, 1, 2, 5, 6, 7, 8}
+    if not used <= allowed or any(not isinstance(states[i], Replicated) for i in used - {0, 1, 2}):
+        return None
+    if (
+        node.op_type == "MultiHeadAttention"
+        and 4 in used
+        and (context.rank(node.inputs[4]) or 0) > 2
+    ):
+        return None  # a [batch, heads...] mask would need slicing
+    rewrites = [_heads(context, node, "num_heads")]
+    if node.op_type == "GroupQueryAttention":
+        rewrites.append(_heads(context, node, "kv_num_heads"))
+    if any(r is None or r is True for r in rewrites):
+        return None
+    outputs: list[ShardState] = [Split(-1)]
+    outputs += [Split(-3)] * (len(node.outputs) - 1)  # present key/value [batch, heads, seq, size]
+    return RuleResult(
+        tuple(outputs),
+        attribute_rewrites=tuple(r for r in rewrites if isinstance(r, AttributeRewrite)),
+    )
+
+
+@RULES.register("Attention")
+def _onnx_attention(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    """ONNX ``Attention`` (opset 23): Q, K, V split by heads.
+
+    4-D inputs ``[batch, heads, seq, size]`` split on axis ``-3``; 3-D inputs
+    ``[batch, seq, heads * size]`` split on their last axis, with ``q_num_heads`` and
+    ``kv_num_heads`` rewritten. The mask must broadcast over heads; past keys/values are not
+    handled.
+    """
+    q_rank = context.rank(node.inputs[0])
+    if q_rank not in (3, 4) or len(node.inputs) < 3:
+        return None
+    head_axis = -3 if q_rank == 4 else -1
+    if any(states[i] != Split(head_axis) for i in range(3)):
+        return None
+    rewrites: list[AttributeRewrite] = []
+    if q_rank == 3:
+        for name in ("q_num_heads", "kv_num_heads"):
+            found = _heads(context, node, name)
+            if not isinstance(found, AttributeRewrite):
+                return None
+            rewrites.append(found)
+    used = {i for i, v in enumerate(node.inputs) if v is not None}
+    if not used <= {0, 1, 2, 3}:
+        return None
+    # The mask is [batch or 1, heads or 1, q_seq, kv_seq] (or shorter): heads are axis -3.
+    if 3 in used and (
+        not isinstance(states[3], Replicated) or not _broadcasts(context, node.inputs[3], -3)
+    ):
+        return None
+    if any(o is not None and o.uses() for o in node.outputs[1:]):
+        return None  # present keys/values and attention weights: not handled
+    return RuleResult(
+        (Split(head_axis),) + (REPLICATED,) * (len(node.outputs) - 1),
+        attribute_rewrites=tuple(rewrites),
+    )

@@ -1,0 +1,318 @@
+"""Tensor-parallel regions of a graph: Megatron-style column-parallel in, row-parallel out.
+
+:func:`find_regions` tries, for every activation read by ``MatMul``/``Gemm`` nodes with
+constant weights (the Q, K and V projections of one attention block read the same normalised
+input; so do an MLP's gate and up projections), the column-parallel split of all of them
+together, and propagates the :mod:`~onnx_ir_multidevice.analysis.sharding` rules forward in
+topological order. A :class:`~onnx_ir_multidevice.analysis.sharding.Partial` value that meets
+an op not linear in it (a residual ``Add`` of an activation, a normalisation, a non-linear
+activation) is reduced by an ``AllReduce`` right after its producer; a
+:class:`~onnx_ir_multidevice.analysis.sharding.Split` value that meets an op without a rule
+would be gathered (``AllGather``): such an attempt is dropped unless ``allow_gather=True``.
+The nodes reached form one :class:`Region`, with every value's state, the weight slices, the
+rewritten constant shapes and attributes and the collectives.
+
+A ``Split`` node dividing a split axis into ``k`` equal outputs (GPT-2's fused QKV) makes the
+attempt start again with the weight's output axis taken as ``k`` blocks, each sliced.
+
+Each attempt visits each node at most once (a heap in topological order, from the seeds'
+consumers); an attempt is retried at most twice: near-linear in the graph's size.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+__all__ = ["Collective", "Region", "find_regions"]
+
+import dataclasses
+import heapq
+from collections.abc import Mapping
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
+from onnx_ir_multidevice.analysis.sharding import (
+    REPLICATED,
+    SEED_RULES,
+    AttributeRewrite,
+    BiasOnce,
+    Partial,
+    Replicated,
+    RuleResult,
+    ShapeRewrite,
+    ShardingContext,
+    ShardState,
+    WeightSlice,
+    propagate,
+)
+from onnx_ir_multidevice.graph.index import GraphIndex
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """A collective a region needs: the devices' pieces of a value made whole."""
+
+    kind: str
+    """``"AllReduce"`` (a :class:`~onnx_ir_multidevice.analysis.sharding.Partial` value) or
+    ``"AllGather"`` (a :class:`~onnx_ir_multidevice.analysis.sharding.Split` one)."""
+
+    value: ir.Value
+    """The value reduced or gathered."""
+
+    after: ir.Node | None
+    """The node producing :attr:`value` (the collective runs right after it)."""
+
+    state: ShardState
+    """The state of :attr:`value` before the collective."""
+
+    nbytes: int | None
+    """The whole value's size in bytes at the planning dims (``None``: unknown). A ring
+    ``AllReduce`` moves ``2 * (degree - 1) / degree`` of it per device, an ``AllGather``
+    ``(degree - 1) / degree``."""
+
+
+@dataclasses.dataclass
+class Region:
+    """One tensor-parallel region: what each of ``degree`` devices computes, and how."""
+
+    degree: int
+    """How many devices share the region."""
+
+    nodes: list[ir.Node]
+    """The nodes, in topological order: every device runs its copy of each."""
+
+    states: dict[ir.Value, ShardState]
+    """The state of every value read or written by :attr:`nodes` (replicated inputs
+    included)."""
+
+    input_states: dict[ir.Node, tuple[ShardState, ...]]
+    """The state each node reads each of its inputs in: :data:`REPLICATED` for a value of the
+    region that a collective made whole before this node reads it."""
+
+    weight_slices: list[WeightSlice]
+    """The constants each device holds a slice of, one entry per node reading one."""
+
+    shape_rewrites: list[ShapeRewrite]
+    """Shape-like inputs with a per-device value."""
+
+    attribute_rewrites: list[AttributeRewrite]
+    """Attributes with a per-device value."""
+
+    bias_once: list[BiasOnce]
+    """Constants added to a partial sum by device 0 only."""
+
+    collectives: list[Collective]
+    """The collectives ending the region, in topological order."""
+
+    def summary(self) -> str:
+        """A few lines: nodes, weight slices, rewrites and collectives."""
+        lines = [f"region of {len(self.nodes)} nodes at degree {self.degree}:"]
+        for piece in self.weight_slices:
+            blocks = f" in {piece.blocks} blocks" if piece.blocks > 1 else ""
+            lines.append(f"  slice {piece.value.name} on axis {piece.axis}{blocks}")
+        for rewrite in self.shape_rewrites:
+            lines.append(
+                f"  rewrite {rewrite.node.name} input {rewrite.input_index}[{rewrite.position}]:"
+                f" {rewrite.old} -> {rewrite.new}"
+            )
+        for change in self.attribute_rewrites:
+            lines.append(
+                f"  rewrite {change.node.name}.{change.name}: {change.old} -> {change.new}"
+            )
+        for once in self.bias_once:
+            lines.append(f"  {once.node.name} input {once.input_index} added by device 0 only")
+        for collective in self.collectives:
+            after = collective.after.name if collective.after is not None else "<graph input>"
+            size = f", {collective.nbytes} bytes" if collective.nbytes is not None else ""
+            lines.append(f"  {collective.kind} {collective.value.name} after {after}{size}")
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class _Attempt:
+    nodes: list[ir.Node]
+    states: dict[ir.Value, ShardState]
+    inputs: dict[ir.Node, tuple[ShardState, ...]]
+    results: list[RuleResult]
+    collectives: list[Collective]
+    gathers: int
+
+
+def find_regions(
+    model_or_graph: ir.Model | ir.Graph,
+    degree: int,
+    *,
+    dims: Mapping[str, int] | None = None,
+    shapes: ValueShapes | None = None,
+    allow_gather: bool = False,
+) -> list[Region]:
+    """Find the tensor-parallel regions of a graph at ``degree`` devices.
+
+    Args:
+        model_or_graph: The model or its main graph (not modified).
+        degree: How many devices share each region (``>= 2``).
+        dims: The planning dims (input symbol values) the shapes are taken at.
+        shapes: The graph's :class:`~onnx_ir_multidevice.analysis.shapes.ValueShapes`, when
+            already built (then ``dims`` is not used).
+        allow_gather: Keep regions that end in an ``AllGather`` (a column-parallel projection
+            whose output meets an op without a rule); by default only regions whose
+            collectives are all ``AllReduce`` are kept.
+
+    Returns:
+        The regions, in the order of their first node; no node is in two regions.
+
+    Raises:
+        ValueError: ``degree < 2``.
+    """
+    graph = model_or_graph.graph if isinstance(model_or_graph, ir.Model) else model_or_graph
+    index = GraphIndex.build(graph)
+    if shapes is None:
+        shapes = ValueShapes(graph, dims, index=index)
+    context = ShardingContext(graph, degree, shapes)
+    order = list(index.graph_nodes)
+    position = {node: i for i, node in enumerate(order)}
+    outputs = set(graph.outputs)
+
+    groups: dict[ir.Value, list[ir.Node]] = {}
+    for node in order:
+        if node.inputs and node.inputs[0] is not None and SEED_RULES.get(node.domain, node.op_type):
+            groups.setdefault(node.inputs[0], []).append(node)
+
+    taken: set[ir.Node] = set()
+    regions: list[Region] = []
+    for readers in groups.values():
+        seeds = [s for s in readers if s not in taken]
+        if not seeds:
+            continue
+        blocks = 1
+        attempt = None
+        for _ in range(3):
+            context.split_hints.clear()
+            attempt = _attempt(context, seeds, blocks, taken, position, order, outputs)
+            hints = [h for h in context.split_hints if h > blocks]
+            if attempt is not None and attempt.gathers and hints:
+                blocks = hints[0]
+                continue
+            break
+        if attempt is None or (attempt.gathers and not allow_gather):
+            continue
+        taken.update(attempt.nodes)
+        regions.append(_region(degree, attempt))
+    regions.sort(key=lambda r: position[r.nodes[0]])
+    return regions
+
+
+def _attempt(
+    context: ShardingContext,
+    seeds: list[ir.Node],
+    blocks: int,
+    taken: set[ir.Node],
+    position: Mapping[ir.Node, int],
+    order: list[ir.Node],
+    outputs: set[ir.Value],
+) -> _Attempt | None:
+    states: dict[ir.Value, ShardState] = {}
+    reduced: set[ir.Value] = set()  # made whole by a collective: later readers see it replicated
+    nodes: list[ir.Node] = []
+    results: list[RuleResult] = []
+    read: dict[ir.Node, tuple[ShardState, ...]] = {}
+    collectives: list[Collective] = []
+    heap: list[int] = []
+    queued: set[int] = set()
+
+    def push_readers(value: ir.Value) -> None:
+        for use in value.uses():
+            reader = use.node
+            where = position.get(reader)
+            if where is None:  # a node of a subgraph: it reads the whole value
+                make_whole(value)
+            elif where not in queued:
+                queued.add(where)
+                heapq.heappush(heap, where)
+        if value in outputs:
+            make_whole(value)
+
+    def make_whole(value: ir.Value) -> None:
+        if value in reduced:
+            return
+        reduced.add(value)
+        state = states[value]
+        kind = "AllReduce" if isinstance(state, Partial) else "AllGather"
+        collectives.append(
+            Collective(kind, value, value.producer(), state, _nbytes(context, value))
+        )
+
+    def add(node: ir.Node, result: RuleResult) -> None:
+        nodes.append(node)
+        results.append(result)
+        for value, state in zip(node.outputs, result.outputs, strict=True):
+            if value is not None:
+                states[value] = state
+                if not isinstance(state, Replicated):
+                    push_readers(value)
+
+    for seed in seeds:
+        if seed in taken:
+            continue
+        found = SEED_RULES.get(seed.domain, seed.op_type)
+        result = found(context, seed, blocks) if found is not None else None
+        if result is not None:
+            read[seed] = (REPLICATED,) * len(seed.inputs)
+            add(seed, result)
+    if not nodes:
+        return None
+    while heap:
+        node = order[heapq.heappop(heap)]
+        if node in states or node in nodes:
+            continue
+        inputs = [
+            REPLICATED if v is None or v in reduced else states.get(v, REPLICATED)
+            for v in node.inputs
+        ]
+        if all(isinstance(s, Replicated) for s in inputs):
+            continue
+        result = None if node in taken else propagate(context, node, inputs)
+        if result is None:
+            for value, state in zip(node.inputs, inputs, strict=True):
+                if value is not None and not isinstance(state, Replicated):
+                    make_whole(value)
+            continue
+        read[node] = tuple(inputs)
+        add(node, result)
+    collectives.sort(key=lambda c: position.get(c.after, -1) if c.after is not None else -1)
+    for node in nodes:
+        for value in node.inputs:
+            if value is not None and value not in states:
+                states[value] = REPLICATED
+    gathers = sum(1 for c in collectives if c.kind == "AllGather")
+    ordered = sorted(range(len(nodes)), key=lambda i: position[nodes[i]])
+    return _Attempt(
+        [nodes[i] for i in ordered],
+        states,
+        read,
+        [results[i] for i in ordered],
+        collectives,
+        gathers,
+    )
+
+
+def _nbytes(context: ShardingContext, value: ir.Value) -> int | None:
+    shape = context.shape(value)
+    dtype = context.shapes.dtype(value)
+    if shape is None or dtype is None:
+        return None
+    return int(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+
+
+def _region(degree: int, attempt: _Attempt) -> Region:
+    region = Region(
+        degree, attempt.nodes, attempt.states, attempt.inputs, [], [], [], [], attempt.collectives
+    )
+    for node, result in zip(attempt.nodes, attempt.results, strict=True):
+        region.weight_slices.extend(dataclasses.replace(p, node=node) for p in result.weight_slices)
+        region.shape_rewrites.extend(result.shape_rewrites)
+        region.attribute_rewrites.extend(result.attribute_rewrites)
+        region.bias_once.extend(result.bias_once)
+    return region
