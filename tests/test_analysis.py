@@ -838,7 +838,7 @@ def test_zoo_gpt_has_side_activations_and_resnet_strict_cuts():
     stages = assign_stages(graph, [values[layer_outs[0]]], classes=classes)
     (boundary,) = boundary_crossings(graph, stages, classes=classes)
     assert layer_outs[0] in _names(boundary.activations)
-    assert not boundary.is_strict  # the causal mask comes from Shape of an activation
+    assert not boundary.is_strict  # the causal mask, sliced from the attn.bias buffer
 
 
 def _analysis_cpu_seconds(graph: ir.Graph) -> float:

@@ -52,7 +52,6 @@ __all__ = [
 import enum
 import math
 import operator
-import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import compress, islice, repeat
 
@@ -385,10 +384,8 @@ def _flags_with(
     return flags
 
 
-_SHAPE_READS: weakref.WeakKeyDictionary[GraphIndex, dict[int, ShapeRead]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Proven shape reads by index, by position (every proof tried on that index, kept)."""
+_SHAPE_READS: ResultKey[dict[int, ShapeRead]] = ResultKey("tensor_classes.shape_reads")
+"""Proven shape reads of an index, by position (every proof tried on that index, kept)."""
 
 _NO_SHAPE_READS: dict[int, ShapeRead] = {}
 
@@ -412,10 +409,8 @@ def _proven_shape_reads(index: GraphIndex, flags: Sequence[int]) -> list[int]:
     ]
     if not candidates:
         return []
-    tried = _SHAPE_READS.get(index)
-    if tried is None:
-        tried = _SHAPE_READS[index] = {}
-    attempted = _ATTEMPTED.setdefault(index, set())
+    tried = index.memo(_SHAPE_READS, dict)
+    attempted = index.memo(_ATTEMPTED, set)
     todo = [i for i in candidates if i not in attempted]
     if todo:
         tried.update(prove_shape_reads(index, todo))
@@ -423,7 +418,8 @@ def _proven_shape_reads(index: GraphIndex, flags: Sequence[int]) -> list[int]:
     return [i for i in candidates if i in tried]
 
 
-_ATTEMPTED: weakref.WeakKeyDictionary[GraphIndex, set[int]] = weakref.WeakKeyDictionary()
+_ATTEMPTED: ResultKey[set[int]] = ResultKey("tensor_classes.shape_reads_attempted")
+"""Positions of an index whose shape-read proof was tried."""
 
 
 def shape_reads(index: GraphIndex) -> Mapping[ir.Node, ShapeRead]:
@@ -438,7 +434,7 @@ def shape_reads(index: GraphIndex) -> Mapping[ir.Node, ShapeRead]:
     replicable = TensorClass.REPLICABLE
     return {
         nodes[i]: read
-        for i, read in _SHAPE_READS.get(index, _NO_SHAPE_READS).items()
+        for i, read in (index.result(_SHAPE_READS) or _NO_SHAPE_READS).items()
         if by_slot[i] is replicable
     }
 
@@ -462,9 +458,9 @@ def staging_reads(
     """
     n = len(index.nodes)
     activation, replicable = TensorClass.ACTIVATION, TensorClass.REPLICABLE
-    if classes is None or classes is index.value_classes:
+    if classes is None or classes is kept_default_classes(index):
         by_slot = slot_classes(index)
-        readers = _SHAPE_READS.get(index)
+        readers = index.result(_SHAPE_READS)
         if not readers:
             return index.reads
         candidates: Iterable[int] = readers
