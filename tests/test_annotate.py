@@ -101,7 +101,7 @@ def test_check_gate_blocks_strict_cut_with_side_activations():
     with pytest.raises(CheckError) as info:
         annotate(model)
     assert {d.code for d in info.value.diagnostics} == {"OMNY320"}
-    assert "hidden_shape" in str(info.value)
+    assert "causal.future" in str(info.value)  # the causal mask, sliced from attn.bias
     assert model.device_configurations == ()  # nothing written when the gate fails
     annotate(model, check=False)
     assert [c.name for c in model.device_configurations] == ["omny/2-shards"]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 import pytest
+from test_check import plan as check_plan
 
 from onnx_ir_multidevice import (
     PlanningDimsError,
@@ -291,20 +292,19 @@ def test_rank_files_pass_the_verifier_and_send_what_split_sends(
 
 
 def test_int64_and_bool_side_tensors_of_a_relaxed_plan_are_byte_views(gpt, tmp_path):
-    # gpt_tiny's cuts are relaxed: the causal mask (bool) and two shape vectors (int64) cross
+    # gpt_tiny's cuts are relaxed: the causal mask (bool, sliced from the attn.bias buffer)
+    # crosses every cut; the shape vectors are proven shape reads, recomputed by each stage
     index, _files = read_export(export(gpt, tmp_path / "a", "ark", shards=4).destination)
     by_tensor = {t["tensor"]: t for t in index["transfers"] if t["destination"] == 1}
-    assert set(by_tensor) == {"hidden_shape", "causal.future", "split_heads_shape", "layer.0.out"}
-    shape = by_tensor["hidden_shape"]
-    assert (shape["onnx_dtype"], shape["shape"], shape["ark_dtype"], shape["ark_shape"]) == (
-        "int64",
-        [3],
-        "BYTE",
-        [24],
-    )
-    assert shape["byte_view"] and shape["bytes"] == 24
+    assert set(by_tensor) == {"causal.future", "layer.0.out"}
     mask = by_tensor["causal.future"]
-    assert (mask["onnx_dtype"], mask["ark_dtype"], mask["ark_shape"]) == ("bool", "BYTE", [32, 32])
+    assert (mask["onnx_dtype"], mask["shape"], mask["ark_dtype"], mask["ark_shape"]) == (
+        "bool",
+        [32, 32],
+        "BYTE",
+        [32, 32],
+    )
+    assert mask["byte_view"] and mask["bytes"] == 32 * 32
     hidden = by_tensor["layer.0.out"]
     assert (hidden["ark_dtype"], hidden["ark_shape"], hidden["byte_view"]) == (
         "FP32",
@@ -312,14 +312,55 @@ def test_int64_and_bool_side_tensors_of_a_relaxed_plan_are_byte_views(gpt, tmp_p
         False,
     )
     assert hidden["bytes"] == 32 * 64 * 4
-    assert set(index["byte_views"]) == {"input_ids", "hidden_shape", "causal.future",
-                                        "split_heads_shape"}  # fmt: skip
-    # the byte views travel: rank 0 sends the int64 vector to ranks 1, 2 and 3, one tag each
-    vectors = [t for t in index["transfers"] if t["tensor"] == "hidden_shape"]
-    assert [(t["source"], t["destination"]) for t in vectors] == [(0, 1), (0, 2), (0, 3)]
-    with pytest.raises(ExportError, match=r"strict_dtypes: 4 tensor\(s\).*hidden_shape \(int64\)"):
+    assert set(index["byte_views"]) == {"input_ids", "causal.future"}
+    # the byte views travel: rank 0 sends the mask to ranks 1, 2 and 3, one tag each
+    masks = [t for t in index["transfers"] if t["tensor"] == "causal.future"]
+    assert [(t["source"], t["destination"]) for t in masks] == [(0, 1), (0, 2), (0, 3)]
+    with pytest.raises(ExportError, match=r"strict_dtypes: 2 tensor\(s\).*causal.future \(bool\)"):
         export(gpt, tmp_path / "b", "ark", shards=4, strict_dtypes=True)
     assert not (tmp_path / "b").exists()
+    # an int64 side activation (the ArgMax of the first stage, read by the second)
+    index, _files = read_export(
+        export(_int64_side_model(), tmp_path / "c", "ark", shards=2).destination
+    )
+    by_tensor = {t["tensor"]: t for t in index["transfers"]}
+    assert set(by_tensor) == {"top", "b"}
+    top = by_tensor["top"]
+    assert (top["onnx_dtype"], top["shape"], top["ark_dtype"], top["ark_shape"]) == (
+        "int64",
+        [1, 1],
+        "BYTE",
+        [1, 8],
+    )
+    assert top["byte_view"] and top["bytes"] == 8
+    assert not by_tensor["b"]["byte_view"]
+    assert set(index["byte_views"]) == {"top"}
+
+
+def _int64_side_model() -> ir.Model:
+    """a = x @ w; top = ArgMax(a) (int64); c = (a @ w) @ w; y = c[top]: cut at b = a @ w.
+
+    The cut is relaxed: ``top`` (an activation: the ArgMax of a MatMul) crosses it too.
+    """
+    f32 = ir.TensorType(ir.DataType.FLOAT)
+    i64 = ir.TensorType(ir.DataType.INT64)
+    x = ir.Value(name="x", type=f32, shape=ir.Shape(["batch", 8]))
+    w = ir.Value(name="w", const_value=ir.tensor(np.eye(8, dtype=np.float32)))
+
+    def op(op_type, inputs, name, dtype, shape, **attributes):
+        out = ir.Value(name=name, type=dtype, shape=ir.Shape(shape))
+        return ir.node(op_type, inputs, attributes, name=name, outputs=[out])
+
+    a = op("MatMul", [x, w], "a", f32, ["batch", 8])
+    top = op("ArgMax", [a.outputs[0]], "top", i64, ["batch", 1], axis=1, keepdims=1)
+    b = op("MatMul", [a.outputs[0], w], "b", f32, ["batch", 8])
+    c = op("MatMul", [b.outputs[0], w], "c", f32, ["batch", 8])
+    y = op("GatherElements", [c.outputs[0], top.outputs[0]], "y", f32, ["batch", 1], axis=1)
+    graph = ir.Graph([x], [y.outputs[0]], nodes=[a, top, b, c, y], initializers=[w],
+                     opset_imports={"": 18}, name="g")  # fmt: skip
+    model = ir.Model(graph, ir_version=10)
+    check_plan(model, [["b"]])
+    return model
 
 
 def _chain_model(shape: list[int | str]) -> ir.Model:

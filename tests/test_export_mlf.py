@@ -316,19 +316,33 @@ def test_numbers_equal_the_split_files_and_the_planner(bert, tmp_path, shards):
 def test_constants_count_constant_nodes_that_params_do_not_hold(gpt, tmp_path):
     # gpt_tiny builds small tensors with Constant nodes: the planner counts them as weights
     # (and so does constants_size_bytes); the .params file holds the initializers only.
+    # hidden_shape = Shape(embeddings) is a proven shape read: a stage that needs it holds it
+    # as its own bytes (int64 [3]), an upper bound of what the split's recomputation from the
+    # graph input holds (a Constant of the static dims, named <read>/from_inputs/...).
     out = tmp_path / "g.tar"
     export(gpt, out, "mlf", shards=2, export_datetime=DATE)
     metadata = tar_metadata(out)
     from onnx_ir_multidevice import split
 
+    reads = {
+        n.outputs[0].name: n.outputs[0]
+        for n in gpt.graph
+        if n.op_type == "Shape" and n.inputs[0].producer() is not None
+    }
+    assert set(reads) == {"hidden_shape"}
     for k, stage in enumerate(split(gpt, 2)):
         module = metadata["modules"][f"gpt_tiny_stage{k}"]
         main = module["memory"]["functions"]["main"][0]
         params = sum(v.const_value.nbytes for v in stage.graph.initializers.values())
         constants = sum(
-            n.attributes["value"].value.nbytes for n in stage.graph if n.op_type == "Constant"
+            n.attributes["value"].value.nbytes
+            for n in stage.graph
+            if n.op_type == "Constant" and "/from_inputs/" not in n.name
         )
-        assert main["constants_size_bytes"] == params + constants
+        held = {v.name for n in stage.graph for v in n.outputs} & set(reads)
+        assert held == {"hidden_shape"}  # stage 0 computes it, stage 1 recomputes it
+        shape_reads = sum(tensor_nbytes(reads[n].shape, reads[n].dtype) or 0 for n in held)
+        assert main["constants_size_bytes"] == params + constants + shape_reads
         assert module["onnx_ir_multidevice"]["params_data_bytes"] == params
 
 

@@ -19,15 +19,8 @@ import onnx_ir as ir
 import pytest
 
 from onnx_ir_multidevice.analysis import (
-    DEFAULT_INDEX_TABLE_BYTES,
-    DEFAULT_LARGE_CONSTANT_BYTES,
-    HEAVY_OPS,
-    INDEX_TABLE_DTYPES,
     TOLERANCES,
-    TensorClass,
     arithmetic_family,
-    classify_values,
-    topological_order,
 )
 from onnx_ir_multidevice.testing.real_models import compute_boundaries, run_job
 
@@ -114,52 +107,6 @@ TWINS = sorted(
 """Modules exported by both exporters. ``vit``'s TorchScript export also has the classifier
 head (after the last layer, so every boundary before it is shared)."""
 
-SHAPE_READ_ACROSS_LAYERS = {"gpt2"}
-"""Twins whose TorchScript export reads an activation's shape in every layer.
-
-TorchScript GPT-2 takes the sequence length from ``Shape`` of the token embedding (an
-activation: it reads the embedding table) and builds from it the causal mask
-(``Where_1_output_0``) and a shape vector (``Concat_4_output_0``) read by every layer, so no
-boundary between two layers is strict there (the relaxed cuts carry them). Dynamo exports
-read the sequence length from the input. Nothing else differs: with ``Shape`` reads treated
-as known on every side, the boundaries agree (asserted below).
-"""
-
-
-def _shape_reads_known_everywhere(graph: ir.Graph) -> dict[ir.Value, TensorClass]:
-    """The package's classes, except that ``Shape``/``Size`` of an activation (and what is
-    computed cheaply from it alone) counts as replicable: a what-if, not a rule the split can
-    honour (it would need the activation's shape on the other side)."""
-    classes = dict(classify_values(graph))
-    activation, replicable = TensorClass.ACTIVATION, TensorClass.REPLICABLE
-
-    def large(value: ir.Value) -> bool:
-        tensor = value.const_value
-        if tensor is None:
-            return False
-        limit = (
-            DEFAULT_INDEX_TABLE_BYTES
-            if int(tensor.dtype) in INDEX_TABLE_DTYPES
-            else DEFAULT_LARGE_CONSTANT_BYTES
-        )
-        return tensor.nbytes >= limit
-
-    for node in topological_order(graph):
-        if not node.outputs or classes[node.outputs[0]] is not activation:
-            continue
-        inputs = [v for v in node.inputs if v is not None]
-        if node.op_type in ("Shape", "Size"):
-            flip = True
-        else:
-            flip = (
-                node.op_type not in HEAVY_OPS
-                and not any(large(v) for v in inputs)
-                and all(classes[v] is not activation for v in inputs)
-            )
-        if flip:
-            classes.update(dict.fromkeys(node.outputs, replicable))
-    return classes
-
 
 @pytest.mark.parametrize("module", TWINS)
 def test_twin_exports_have_the_same_boundaries(module):
@@ -170,10 +117,8 @@ def test_twin_exports_have_the_same_boundaries(module):
     torchscript = ir.load(CORPUS / f"{module}_torchscript.onnx").graph
     expected = compute_boundaries(dynamo)
     assert len(expected) >= 4, expected  # every export has cuts inside its network
-    if module in SHAPE_READ_ACROSS_LAYERS:
-        found = compute_boundaries(torchscript)
-        assert set(found) < set(expected), (found, expected)
-        what_if = _shape_reads_known_everywhere(torchscript)
-        assert compute_boundaries(torchscript, classes=what_if) == expected
-        return
+    # Every twin, gpt2 included: TorchScript GPT-2 reads the sequence length from `Shape` of
+    # the token embedding (an activation) and builds from it the causal mask and a shape
+    # vector every layer reads; the shape layer proves that read equal to input_ids' dims, so
+    # it is replicable (analysis/shape_reads.py) and the split recomputes it from input_ids.
     assert compute_boundaries(torchscript) == expected

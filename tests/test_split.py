@@ -131,16 +131,23 @@ def test_weights_are_shared_not_copied_and_tied_weight_in_each_stage_using_it():
     assert "layer.1.attn.q_proj.weight" not in stages[0].graph.initializers
 
 
-def test_side_activations_cross_to_every_later_stage():
+def test_side_activations_cross_and_shape_reads_are_recomputed_in_every_stage():
     model = zoo.gpt(layers=3, vocab=4100)
     stages = split_at(model, ["layer.0.out", "layer.1.out"])
     manifest = build_manifest(model, stages)
     last_inputs = {i.name: i.source for i in manifest.stages[2].inputs}
-    # The causal mask is computed once in stage 0 from an activation's shape and read later.
+    # The causal mask is sliced once in stage 0 from the attn.bias buffer (a large constant)
+    # to the sequence length: an activation, sent to every later stage.
     assert last_inputs["causal.future"] == 0
     assert last_inputs["layer.1.out"] == 1
     out0 = {o.name: o.to for o in manifest.stages[0].outputs}
     assert out0["causal.future"] == (1, 2)
+    # hidden_shape = Shape(embeddings) is proven equal to input_ids' dims (and the static
+    # hidden size): each stage recomputes it, and the split_heads_shape built from it.
+    for name in ("hidden_shape", "split_heads_shape"):
+        assert name not in last_inputs and name not in out0
+        assert all(name in {v.name for n in stage.graph for v in n.outputs} for stage in stages)
+    assert "input_ids" in last_inputs
     got = _run_chain(stages, GPT_IDS)
     np.testing.assert_allclose(got["logits"], _run(model, GPT_IDS)["logits"], atol=1e-5)
 

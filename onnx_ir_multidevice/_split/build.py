@@ -57,10 +57,12 @@ from onnx_ir_multidevice._split.select import (
     _value_label,
     pipeline_configurations,
 )
+from onnx_ir_multidevice._split.shape_rewrite import recompute_from_inputs
 from onnx_ir_multidevice._util import gc_paused, require_model
 from onnx_ir_multidevice.analysis.boundaries import boundary_problem
+from onnx_ir_multidevice.analysis.shape_reads import ShapeRead
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, default_classes
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, default_classes, shape_reads
 from onnx_ir_multidevice.graph.index import GraphIndex, holds_subgraphs
 from onnx_ir_multidevice.graph.ir_versions import lowest_ir_version
 from onnx_ir_multidevice.omny._schema import OMNY_METADATA_KEY, OMNY_VERSION_KEY, OmnyMetadata
@@ -87,6 +89,9 @@ class _StagePlan:
     inputs: dict[ir.Value, None] = dataclasses.field(default_factory=dict)
     initializers: dict[ir.Value, None] = dataclasses.field(default_factory=dict)
     outputs: dict[ir.Value, None] = dataclasses.field(default_factory=dict)
+    aliases: dict[ir.Value, ir.Value] = dataclasses.field(default_factory=dict)
+    """For a shape read recomputed from the graph inputs: the value of the new nodes that
+    stands for the original output (same name), by the new value."""
 
 
 def _check_element_types(graph: ir.Graph) -> None:
@@ -155,7 +160,10 @@ def _plan_stages(
             last.initializers[value] = None
             last.outputs[value] = None
 
+    input_shape_reads = shape_reads(index)
+    fresh_name = _FreshNames(graph)
     for stage, plan in enumerate(plans):
+        rewrites: dict[ir.Node, ShapeRead] = {}
         members: set[ir.Node] = set(home_nodes[stage])
         pending: list[tuple[ir.Node, ir.Value]] = [
             (node, v) for node in home_nodes[stage] for v in index.uses_of(node)
@@ -182,6 +190,12 @@ def _plan_stages(
             if value in replicable and home != stage:
                 members.add(producer)
                 pending.extend((producer, v) for v in index.uses_of(producer))
+            elif reader in input_shape_reads and home != stage:
+                # A replicable shape read of an activation another stage computes: recomputed
+                # from the graph inputs its dims come from (no transfer).
+                rewrites[reader] = input_shape_reads[reader]
+                for source in input_shape_reads[reader].inputs:
+                    plan.inputs[source] = None
             elif home < stage:
                 plan.inputs[value] = None
                 plans[home].outputs[value] = None
@@ -192,6 +206,8 @@ def _plan_stages(
                     "stages must only read earlier stages."
                 )
         plan.nodes = sorted(members, key=index.position.__getitem__)
+        if rewrites:
+            plan.nodes = _with_rewrites(plan, rewrites, graph, fresh_name)
 
     # Deterministic orders: graph inputs as in the graph, then activations in production order.
     for plan in plans:
@@ -214,6 +230,52 @@ def _plan_stages(
                     "name every value (onnx_ir.passes.common.NameFixPass) before splitting."
                 )
     return plans
+
+
+class _FreshNames:
+    """Names not used by the values or nodes of a graph (nor given out before)."""
+
+    def __init__(self, graph: ir.Graph) -> None:
+        self._graph = graph
+        self._taken: set[str] | None = None
+
+    def __call__(self, wished: str) -> str:
+        taken = self._taken
+        if taken is None:
+            graph = self._graph
+            taken = {v.name for v in graph.inputs if v.name}
+            taken.update(graph.initializers)
+            for node in ir.traversal.RecursiveGraphIterator(graph):
+                if node.name:
+                    taken.add(node.name)
+                taken.update(v.name for v in node.outputs if v.name)
+            self._taken = taken
+        name, k = wished, 0
+        while name in taken:
+            k += 1
+            name = f"{wished}_{k}"
+        taken.add(name)
+        return name
+
+
+def _with_rewrites(
+    plan: _StagePlan,
+    rewrites: Mapping[ir.Node, ShapeRead],
+    graph: ir.Graph,
+    fresh_name: _FreshNames,
+) -> list[ir.Node]:
+    """The stage's nodes, each rewritten shape read replaced by its recomputation."""
+    opset = graph.opset_imports.get("", 1)
+    nodes: list[ir.Node] = []
+    for node in plan.nodes:
+        read = rewrites.get(node)
+        if read is None:
+            nodes.append(node)
+            continue
+        new_nodes, result = recompute_from_inputs(read, opset, fresh_name)
+        nodes.extend(new_nodes)
+        plan.aliases[result] = node.outputs[0]
+    return nodes
 
 
 _Typed = dict[ir.Value, tuple[ir.TypeProtocol, ir.Shape | None]]
@@ -376,7 +438,19 @@ def _build_stage_model(
         metadata_props={},
         post_process=lambda n: _strip_configurations(n, stripped),
     )
-    nodes = [_clone_node(node, value_map, cloner) for node in plan.nodes] if with_nodes else []
+    if not with_nodes:
+        nodes = []
+    elif not plan.aliases:
+        nodes = [_clone_node(node, value_map, cloner) for node in plan.nodes]
+    else:
+        aliases = plan.aliases
+        nodes = []
+        for node in plan.nodes:
+            nodes.append(_clone_node(node, value_map, cloner))
+            for output in node.outputs:
+                original = aliases.get(output)
+                if original is not None:  # a recomputed shape read (see _with_rewrites)
+                    value_map[original] = value_map[output]
     outputs = []
     for value in plan.outputs:
         new = value_map.get(value)

@@ -38,7 +38,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.stages import StageAssignmentError
-from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, slot_classes
+from onnx_ir_multidevice.analysis.tensor_classes import TensorClass, slot_classes, staging_reads
 from onnx_ir_multidevice.graph.index import GraphIndex, graph_uses
 
 
@@ -165,6 +165,22 @@ def boundary_crossings(
     # Latest stage reading each slot, in one pass over the reads.
     stage_array = np.asarray(node_stage, dtype=np.int64)
     flat_slots, flat_readers = index.flat_reads
+    # A replicable node that reads an activation (a proven shape read) recomputes it from the
+    # graph inputs: that read makes nothing cross (tensor_classes.staging_reads).
+    staged = staging_reads(index, classes)
+    dropped: set[int] = set()
+    if staged is not index.reads:
+        all_reads = index.reads
+        dropped = {i for i in range(n) if staged[i] is not all_reads[i]}
+        # The removed reads are those of activation slots (one test per slot, whatever the
+        # reader), so one mask over readers and one over slots select them exactly.
+        reader_mask = np.zeros(n, dtype=bool)
+        slot_mask = np.zeros(n + len(index.external), dtype=bool)
+        for i in dropped:
+            reader_mask[i] = True
+            slot_mask[list(set(all_reads[i]).difference(staged[i]))] = True
+        keep = ~(reader_mask[flat_readers] & slot_mask[flat_slots])
+        flat_slots, flat_readers = flat_slots[keep], flat_readers[keep]
     latest = np.full(n + len(index.external), -1, dtype=np.int64)
     np.maximum.at(latest, flat_slots, stage_array[flat_readers])
     last_read = latest.tolist()
@@ -195,7 +211,11 @@ def boundary_crossings(
                     value_read = last_read[p]
                 else:
                     value_read = max(
-                        (node_stage[c] for c in index.value_readers(value)),
+                        (
+                            node_stage[c]
+                            for c in index.value_readers(value)
+                            if c not in dropped or p in staged[c]
+                        ),
                         default=-1,
                     )
                 for k in range(produced_at, value_read):

@@ -44,6 +44,7 @@ from onnx_ir_multidevice.analysis.tensor_classes import (
     kept_default_classes,
     propagate_marks,
     slot_classes,
+    staging_reads,
 )
 from onnx_ir_multidevice.graph.index import AnalysisError, CutListCache, GraphIndex, ResultKey
 
@@ -319,7 +320,10 @@ def _stage_list(
     base = n + len(index.external)
     # Slot base + j holds cut j, read at stage j + 1 by its consumers.
     stage = [0] * base + [j + 1 for j in range(len(cuts))]
-    reads = list(index.reads)
+    # A replicable node reads no activation for staging (a proven shape read: see
+    # tensor_classes.staging_reads).
+    staged = staging_reads(index, classes)
+    reads = list(staged)
     position = index.position
     cut_slot = {value: base + j for value, j in cut_positions.items()}
     # A read of a cut producer's slot may be a read of the cut: those nodes read cut slots
@@ -329,11 +333,15 @@ def _stage_list(
         is_producer = producers.__contains__
         uses = index.uses
         slot_of = index.slot_of
-        for reader, slots in enumerate(index.reads):
+        all_reads = index.reads
+        for reader, slots in enumerate(staged):
             if any(map(is_producer, slots)):
+                values = uses[reader]
+                if slots is not all_reads[reader]:  # some reads removed for staging
+                    values = tuple(v for v in values if slot_of(v) in slots)
                 reads[reader] = tuple(
                     cut_slot.get(v) or slot_of(v)  # type: ignore[misc]  # a read value has a slot
-                    for v in uses[reader]
+                    for v in values
                 )
     get = stage.__getitem__
     for i, slots in enumerate(reads):

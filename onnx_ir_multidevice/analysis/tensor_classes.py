@@ -65,6 +65,11 @@ from onnx_ir_multidevice.analysis.ops import (
     OTHER_HEAVY_OPS,
     RECURRENT_OPS,
 )
+from onnx_ir_multidevice.analysis.shape_reads import (
+    SHAPE_READ_OPS,
+    ShapeRead,
+    prove_shape_reads,
+)
 from onnx_ir_multidevice.graph.dtypes import dtype_bits
 from onnx_ir_multidevice.graph.index import (
     GraphIndex,
@@ -328,6 +333,11 @@ def slot_flags(index: GraphIndex, judge: _Judge, extra: Sequence[int] | None = N
     Flags are meant for :data:`_CLASS_BY_FLAGS`: a node's class is the same either way (its
     flags, and those of the external slots, may keep :data:`_UNSIZED`).
 
+    A ``Shape``/``Size`` node reading an activation whose requested dims the graph inputs'
+    shapes determine (:mod:`~onnx_ir_multidevice.analysis.shape_reads`) counts as reading
+    the graph inputs only: when there is one, the flags are propagated again with its reads
+    replaced so (:func:`shape_read_positions` lists them).
+
     ``extra`` (by node position) is OR-ed into each node's own flags and propagates with
     them: bits above the 4 cone flags let a caller propagate its own marks (cut tensors) in
     the same walk; mask them off (``& 15``) before :data:`_CLASS_BY_FLAGS`.
@@ -336,6 +346,22 @@ def slot_flags(index: GraphIndex, judge: _Judge, extra: Sequence[int] | None = N
     if extra is not None:
         own = list(map(operator.or_, own, extra))
     reads = index.reads
+    flags = _flags_with(index, judge, own, reads)
+    proven = _proven_shape_reads(index, flags)
+    if not proven:
+        return flags
+    reads_list = list(reads)
+    own = list(own)
+    for i in proven:
+        reads_list[i] = ()
+        own[i] |= _INPUT
+    return _flags_with(index, judge, own, reads_list)
+
+
+def _flags_with(
+    index: GraphIndex, judge: _Judge, own: Sequence[int], reads: Sequence[Sequence[int]]
+) -> list[int]:
+    """:func:`slot_flags` for given own flags and reads (``index.reads`` or a copy)."""
     flags = _propagate(reads, own, _external_flags(index))
     ambiguous = _INPUT | _UNSIZED
     n = len(index.nodes)
@@ -356,6 +382,107 @@ def slot_flags(index: GraphIndex, judge: _Judge, extra: Sequence[int] | None = N
             value |= flags[p]
         flags[i] = value
     return flags
+
+
+_SHAPE_READS: ResultKey[dict[int, ShapeRead]] = ResultKey("tensor_classes.shape_reads")
+"""Proven shape reads of an index, by position (every proof tried on that index, kept)."""
+
+_NO_SHAPE_READS: dict[int, ShapeRead] = {}
+
+
+def _proven_shape_reads(index: GraphIndex, flags: Sequence[int]) -> list[int]:
+    """Positions of the ``Shape``/``Size`` nodes reading an activation, proven input reads.
+
+    Proven by :func:`~.shape_reads.prove_shape_reads`, tried once per node and index.
+    """
+    op_types = index.op_types
+    if "Shape" not in op_types and "Size" not in op_types:
+        return []
+    by_flags = _CLASS_BY_FLAGS
+    activation = TensorClass.ACTIVATION
+    candidates = [
+        i
+        for i, op_type in enumerate(op_types)
+        if op_type in SHAPE_READ_OPS
+        and not flags[i] & _PINNED
+        and by_flags[flags[i] & _CONE_MASK] is activation
+    ]
+    if not candidates:
+        return []
+    tried = index.memo(_SHAPE_READS, dict)
+    attempted = index.memo(_ATTEMPTED, set)
+    todo = [i for i in candidates if i not in attempted]
+    if todo:
+        tried.update(prove_shape_reads(index, todo))
+        attempted.update(todo)
+    return [i for i in candidates if i in tried]
+
+
+_ATTEMPTED: ResultKey[set[int]] = ResultKey("tensor_classes.shape_reads_attempted")
+"""Positions of an index whose shape-read proof was tried."""
+
+
+def shape_reads(index: GraphIndex) -> Mapping[ir.Node, ShapeRead]:
+    """The proven shape reads of ``index`` that the default classes count as input reads.
+
+    A node listed here is replicable although it reads an activation (see
+    :func:`slot_flags`): a stage that does not hold the activation recomputes it from the
+    graph inputs of :attr:`~.shape_reads.ShapeRead.dims`.
+    """
+    by_slot = slot_classes(index)
+    nodes = index.nodes
+    replicable = TensorClass.REPLICABLE
+    return {
+        nodes[i]: read
+        for i, read in (index.result(_SHAPE_READS) or _NO_SHAPE_READS).items()
+        if by_slot[i] is replicable
+    }
+
+
+def staging_reads(
+    index: GraphIndex, classes: Mapping[ir.Value, TensorClass] | None = None
+) -> Sequence[Sequence[int]]:
+    """The slots each node reads *for staging*: a replicable node reads no activation.
+
+    As :attr:`GraphIndex.reads`, except for those nodes. Under the default classes such a
+    node is a proven shape read (:func:`shape_reads`): it is recomputed from the graph
+    inputs' shapes wherever it runs, so it neither follows the activation's stage nor makes
+    the activation cross a boundary.
+
+    Args:
+        index: The index of the graph.
+        classes: The classes in use (default: the default classes of ``index``).
+
+    Returns:
+        ``index.reads`` itself when no node is such, else a copy with those reads removed.
+    """
+    n = len(index.nodes)
+    activation, replicable = TensorClass.ACTIVATION, TensorClass.REPLICABLE
+    if classes is None or classes is kept_default_classes(index):
+        by_slot = slot_classes(index)
+        readers = index.result(_SHAPE_READS)
+        if not readers:
+            return index.reads
+        candidates: Iterable[int] = readers
+    else:
+        get = classes.get
+        by_slot = [
+            (get(node.outputs[0], activation) if node.outputs else activation)
+            for node in index.nodes
+        ]
+        candidates = range(n)
+    reads = index.reads
+    result: list[tuple[int, ...]] | None = None
+    for i in candidates:
+        if by_slot[i] is not replicable:
+            continue
+        slots = reads[i]
+        kept = tuple(p for p in slots if p >= n or by_slot[p] is not activation)
+        if len(kept) != len(slots):
+            if result is None:
+                result = list(reads)
+            result[i] = kept
+    return reads if result is None else result
 
 
 def _own_flags(index: GraphIndex, judge: _Judge) -> list[int]:
@@ -572,7 +699,7 @@ def propagate_marks(index: GraphIndex, marks: Sequence[int]) -> list[int]:
         return flags
     flags = list(marks)
     flags.extend(repeat(0, len(index.external)))
-    for i, slots in enumerate(index.reads):
+    for i, slots in enumerate(staging_reads(index)):
         own = flags[i]
         for p in slots:
             own |= flags[p]

@@ -482,12 +482,17 @@ def gpt(
     """A GPT-2-style decoder (pre-LayerNorm) shaped like a TorchScript export.
 
     As in TorchScript GPT-2 exports, the shape vector ``hidden_shape = Shape(embeddings)``
-    (int64 ``[3]``) and the causal mask derived from it (``Range`` / ``Unsqueeze`` / ``Less``,
-    bool ``[seq, seq]``) are computed once after the embedding and read by every layer: they
-    are small *side activations* that cross every layer boundary. Position ids come from
-    ``Shape(input_ids)`` (cheap, input-derived). With ``tie_embeddings`` the LM head multiplies
-    by ``Transpose(wte.weight)``, so the token embedding weight is used by the first and the
-    last layer.
+    (int64 ``[3]``) is computed once after the embedding and read by every layer; it is a proven
+    shape read (the dims of ``input_ids`` and a static hidden size), so every stage recomputes
+    it. The causal mask is sliced from the float32 ``attn.bias`` buffer (``tril(ones(seq,
+    seq))``, as transformers 2.x GPT-2 registers it) to the sequence length read from
+    ``hidden_shape``, and compared with ``0.5`` (``causal.future``, bool ``[seq, seq]``): it reads
+    a large constant (``seq * seq * 4`` bytes, 1 KiB or more from ``seq = 16``), so it is an
+    activation computed once and read by every layer, a small *side activation* that crosses
+    every layer boundary (strict cuts between layers fail; relaxed cuts carry it). Position ids
+    come from ``Shape(input_ids)`` (cheap, input-derived). With ``tie_embeddings`` the LM head
+    multiplies by ``Transpose(wte.weight)``, so the token embedding weight is used by the first
+    and the last layer.
 
     Args:
         layers: Number of decoder layers; layer ``i`` ends in ``layer.<i>.out``.
@@ -522,16 +527,21 @@ def gpt(
     pos = b.op("Gather", [wpe, pos_ids], {"axis": 0}, name="wpe", dtype=_F32, shape=(seq, hidden))
     h = b.op("Add", [tok, pos], name="embeddings", dtype=_F32, shape=hs)
 
-    # Shape of an activation, and the causal mask built from it: side activations.
+    # Shape of an activation (a proven shape read), and the causal mask sliced from the
+    # float32 bias buffer to the length it gives: the mask reads a large constant, so it is a
+    # side activation.
     hidden_shape = b.op("Shape", [h], name="hidden_shape", dtype=_I64, shape=(3,))
-    length = b.op("Gather", [hidden_shape, one], {"axis": 0}, name="causal.length", dtype=_I64,
-                  shape=())  # fmt: skip
-    r = b.op("Range", [zero, length, one], name="causal.range", dtype=_I64, shape=(seq,))
-    rows = b.op("Unsqueeze", [r, b.constant("causal.axis1", np.asarray([1], dtype=np.int64))],
-                name="causal.rows", dtype=_I64, shape=(seq, 1))  # fmt: skip
-    cols = b.op("Unsqueeze", [r, b.constant("causal.axis0", np.asarray([0], dtype=np.int64))],
-                name="causal.cols", dtype=_I64, shape=(1, seq))  # fmt: skip
-    future = b.op("Less", [rows, cols], name="causal.future", dtype=_BOOL, shape=(seq, seq))
+    length = b.op("Slice", [hidden_shape, b.constant("causal.len_start", np.asarray([1])),
+                            b.constant("causal.len_end", np.asarray([2]))],
+                  name="causal.length", dtype=_I64, shape=(1,))  # fmt: skip
+    ends = b.op("Concat", [length, length], {"axis": 0}, name="causal.ends", dtype=_I64,
+                shape=(2,))  # fmt: skip
+    bias = b.tensor("attn.bias", np.tril(np.ones((seq, seq), dtype=np.float32)))
+    window = b.op("Slice", [bias, b.constant("causal.starts", np.asarray([0, 0])), ends,
+                            b.constant("causal.axes", np.asarray([0, 1]))],
+                  name="causal.window", dtype=_F32, shape=(seq, seq))  # fmt: skip
+    future = b.op("Less", [window, b.constant("causal.half", np.asarray(0.5, np.float32))],
+                  name="causal.future", dtype=_BOOL, shape=(seq, seq))  # fmt: skip
     batch_len = b.op("Slice", [hidden_shape, b.constant("const.start0", np.asarray([0])),
                                b.constant("const.end2", np.asarray([2]))],
                      name="hidden_shape.batch_seq", dtype=_I64, shape=(2,))  # fmt: skip
