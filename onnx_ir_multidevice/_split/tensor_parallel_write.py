@@ -101,7 +101,7 @@ def _externalize(
             offset,
             length,
             tensor.dtype,
-            shape=tensor.shape,
+            shape=ir.Shape(tensor.shape),
             name=value.name or "",
             base_dir=folder,
         )

@@ -380,6 +380,7 @@ def verify_tensor_parallel(
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     threads: int | None = None,
+    input_dims: Mapping[str, int] | None = None,
 ) -> Any:
     """Compare the tensor-parallel split of ``model`` with the whole model on onnxruntime (CPU).
 
@@ -398,6 +399,8 @@ def verify_tensor_parallel(
         dims: The dims of generated inputs, and where the regions are found.
         seed: Seed of generated inputs.
         threads: Intra-op threads of each rank's sessions (default 1).
+        input_dims: The dims of generated inputs only (the regions are then found at
+            ``dims``, by default the record's).
 
     Returns:
         A :class:`~onnx_ir_multidevice.runtime.VerifyReport` (``stage_seconds``: one run of
@@ -408,7 +411,9 @@ def verify_tensor_parallel(
     """
     model = _model(model, "verify_tensor_parallel")
     rtol, atol = verification._tolerances(model, rtol, atol)
-    feeds = verification.make_inputs(model, dims=dims, seed=seed)
+    feeds = verification.make_inputs(
+        model, dims=input_dims if input_dims is not None else dims, seed=seed
+    )
     if inputs:
         feeds.update({k: np.asarray(v) for k, v in inputs.items()})
     if dims is None and degree is None:
