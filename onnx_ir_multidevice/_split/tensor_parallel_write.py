@@ -84,7 +84,13 @@ def _externalize(
     """Write the main graph's initializers over ``threshold`` bytes to ``file``, in place."""
     for value in model.graph.initializers.values():
         tensor = value.const_value
-        if tensor is None or tensor.dtype == ir.DataType.STRING or tensor.nbytes <= threshold:
+        if tensor is None:
+            continue
+        if tensor.dtype == ir.DataType.STRING or tensor.nbytes <= threshold:
+            if isinstance(tensor, ir.ExternalTensor):  # embedded: a segment reads no other file
+                value.const_value = ir.Tensor(
+                    np.array(tensor.numpy()), dtype=tensor.dtype, name=value.name or ""
+                )
             continue
         key = id(tensor)
         if key not in written:
@@ -101,7 +107,7 @@ def _externalize(
             offset,
             length,
             tensor.dtype,
-            shape=ir.Shape(tensor.shape),
+            shape=ir.Shape(tensor.shape.numpy()),
             name=value.name or "",
             base_dir=folder,
         )
