@@ -428,6 +428,7 @@ _MANIFEST_KEYS = frozenset(
 # Other documents of the package that have a key of the same name (not the split manifest).
 _OTHER_DOCUMENTS = {
     "runtime/stats.py": {"stages"},  # StatsRecorder.to_dict writes its own "stages"
+    "omny/tensor_parallel_record.py": {"stages"},  # the tensor-parallel record's own "stages"
 }
 
 

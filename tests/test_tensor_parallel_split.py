@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_tensor_parallel import random_block
 from tp_corpus_report import CORPUS
 
-from onnx_ir_multidevice import PipelineError, omny
+from onnx_ir_multidevice import OmnyFormatError, PipelineError, omny
 from onnx_ir_multidevice._split.tensor_parallel import (
     MS_DOMAIN,
     TENSOR_PARALLEL_KEY,
@@ -196,17 +196,19 @@ def test_model_without_regions_gives_a_plain_stage_and_one_reason():
     assert verify_tensor_parallel(model, 2).ok
 
 
-def test_degree_from_the_models_record_and_tolerant_reader():
+def test_degree_from_the_models_record_and_strict_reader():
     model = synthetic_transformer(1)
     assert tensor_parallel_degrees(model) == {}
     model.metadata_props[TENSOR_PARALLEL_KEY] = "{not json"
-    assert tensor_parallel_degrees(model) == {}
+    with pytest.raises(OmnyFormatError, match="OMNY225") as info:
+        tensor_parallel_degrees(model)
+    assert info.value.path == f"metadata_props[{TENSOR_PARALLEL_KEY}]"
     record = {
         "format": 1,
         "configurations": [
             {
-                "name": "omny/2-shards",
-                "num_shards": 2,
+                "name": "omny/1-shards",
+                "num_shards": 1,
                 "stages": [{"stage": 0, "degree": 2, "devices": [0, 1]}],
                 "dims": {},
             }
@@ -216,6 +218,7 @@ def test_degree_from_the_models_record_and_tolerant_reader():
 
     model.metadata_props[TENSOR_PARALLEL_KEY] = json.dumps(record)
     assert tensor_parallel_degrees(model) == {0: 2}
+    assert tensor_parallel_degrees(model, 2) == {}  # the record is for 1 stage
     chain = tensor_parallel_chain(model)
     assert isinstance(chain.stages[0], TensorParallelStage)
     assert chain.stages[0].degree == 2

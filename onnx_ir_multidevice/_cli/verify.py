@@ -8,6 +8,9 @@ configurations offer is verified (``--shards 2 4`` or ``--shards 2,4``: these). 
 an output differs by more than ``--rtol``/``--atol`` (default ``1e-4``, ``1e-2`` for a model
 that computes in fp16 or quantized arithmetic), a stage fails in onnxruntime or the model
 has no plan to verify, with one ``omny: error:`` line naming the shard counts that failed.
+A model whose tensor-parallel record (``omny plan --tensor-parallel``) gives a stage a degree
+above 1 is verified as ``omny split`` splits it (the ranks' segments, collectives in process).
+``--split DIR`` compares the split directory ``DIR`` (``omny split``) with the model instead.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ __all__ = ["register", "run"]
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
@@ -32,7 +35,7 @@ from onnx_ir_multidevice._cli import (
     progress_reporter,
     tolerance_argument,
 )
-from onnx_ir_multidevice._errors import SplitError, VerifyError
+from onnx_ir_multidevice._errors import PipelineError, SplitError, VerifyError
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -64,6 +67,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="value of a symbolic input dimension (default: the planning dims); repeatable",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    parser.add_argument(
+        "--split", type=Path, metavar="DIR",
+        help="compare the split directory DIR (written by omny split; tensor-parallel stages "
+        "included) with FILE instead of splitting FILE",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     add_progress_argument(parser)
     parser.set_defaults(func=run)
@@ -96,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         error(problem)
         return EXIT_USAGE
+    if args.split is not None:
+        return _verify_folder(args, model, progress)
     counts = sorted(set(args.shards)) if args.shards else _shard_counts(model)
     if not counts:
         error(
@@ -133,6 +143,35 @@ def run(args: argparse.Namespace) -> int:
             f"{args.file}: verification failed for the {splits} into {numbers}"
             f"{_stages(failed[-1])} (details above)"
         )
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _verify_folder(args: argparse.Namespace, model: ir.Model, progress: Any) -> int:
+    """``--split DIR``: run the folder's stages against the whole model."""
+    from onnx_ir_multidevice.runtime.tensor_parallel import verify_folder
+
+    progress(f"running the stages of {args.split} against the whole model")
+    try:
+        report = verify_folder(
+            model, args.split, rtol=args.rtol, atol=args.atol, dims=dict(args.dim),
+            seed=args.seed,
+        )  # fmt: skip
+    except (PipelineError, VerifyError) as exc:
+        if args.json:
+            print_json({"file": str(args.file), "split": str(args.split), "ok": False,
+                        "error": str(exc)})  # fmt: skip
+        error(f"{args.file}: {args.split}: {exc}")
+        return EXIT_FINDINGS
+    if args.json:
+        print_json(
+            {"file": str(args.file), "split": str(args.split), "ok": report.ok,
+             "results": [{"shards": report.num_stages, **report.to_dict()}]}
+        )  # fmt: skip
+    else:
+        print(report)
+    if not report.ok:
+        error(f"{args.file}: verification of {args.split} failed (details above)")
         return EXIT_FINDINGS
     return EXIT_OK
 

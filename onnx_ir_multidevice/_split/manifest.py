@@ -34,9 +34,12 @@ __all__ = [
     "MANIFEST_VERSION",
     "Destination",
     "ManifestError",
+    "ManifestCollective",
     "ManifestInput",
     "ManifestOutput",
+    "ManifestRank",
     "ManifestStage",
+    "ManifestTensorParallel",
     "Source",
     "SplitManifest",
     "build_manifest",
@@ -213,6 +216,138 @@ class ManifestOutput:
 
 
 @dataclasses.dataclass(frozen=True)
+class ManifestCollective:
+    """One collective between two segments of a tensor-parallel stage.
+
+    ``stages[i].tensor_parallel.steps[s][j]``: after segment ``s`` of every rank, the ranks'
+    pieces ``partial`` are made whole as ``value`` (``AllReduce``: summed; ``AllGather``:
+    concatenated on ``axis``, block by block when ``blocks`` > 1).
+
+    .. versionadded:: 0.1
+    """
+
+    kind: str
+    """``"AllReduce"`` or ``"AllGather"``."""
+
+    value: str
+    """The whole value's name (what the next segments and the stage outputs read)."""
+
+    partial: str
+    """The name of each rank's piece (an output of segment ``s``)."""
+
+    axis: int = -1
+    """``AllGather``: the axis the pieces are joined on."""
+
+    blocks: int = 1
+    """``AllGather``: how many equal blocks the axis is made of."""
+
+    extra: Mapping[str, Any] = _extra_field()
+    """Keys of this object the format does not define, in document order (read-only)."""
+
+    def __post_init__(self) -> None:
+        _frozen_extra(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: ``kind``, ``value``, ``partial``, ``axis``, ``blocks``."""
+        return {
+            "kind": self.kind,
+            "value": self.value,
+            "partial": self.partial,
+            "axis": self.axis,
+            "blocks": self.blocks,
+            **_thaw(self.extra),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestRank:
+    """One rank of a tensor-parallel stage: its segment files and its weight slices.
+
+    .. versionadded:: 0.1
+    """
+
+    rank: int
+    """0-based rank (rank ``k`` holds slice ``k`` of every sharded weight)."""
+
+    device: int
+    """The device index (into the IR v11 configuration's devices) the record gives it."""
+
+    segments: tuple[str, ...]
+    """Segment ``s``'s model file, relative to the manifest, in order."""
+
+    external_data: tuple[str, ...] = ()
+    """The rank's weight file(s), relative to the manifest (all its segments read one)."""
+
+    extra: Mapping[str, Any] = _extra_field()
+    """Keys of this object the format does not define, in document order (read-only)."""
+
+    paths: tuple[pathlib.Path, ...] = dataclasses.field(default=(), compare=False, kw_only=True)
+    """The segment files, when the manifest was read from a folder. Not part of the document."""
+
+    def __post_init__(self) -> None:
+        _tuples(self, "segments", "external_data", "paths")
+        _frozen_extra(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: ``rank``, ``device``, ``segments``, ``external_data``."""
+        return {
+            "rank": self.rank,
+            "device": self.device,
+            "segments": list(self.segments),
+            "external_data": list(self.external_data),
+            **_thaw(self.extra),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestTensorParallel:
+    """How a stage is split over the ranks of a tensor-parallel group.
+
+    ``stages[i].tensor_parallel``, absent for a stage that runs on one device.
+
+    Every rank holds the same number of segments; ``steps[s]`` are the collectives run after
+    segment ``s`` of every rank (the last step is empty).
+
+    .. versionadded:: 0.1
+    """
+
+    degree: int
+    """How many ranks (at least 2)."""
+
+    devices: tuple[int, ...]
+    """The device of each rank (the record's ``devices``)."""
+
+    ranks: tuple[ManifestRank, ...]
+    """The ranks, in order."""
+
+    steps: tuple[tuple[ManifestCollective, ...], ...]
+    """``steps[s]``: the collectives after segment ``s``."""
+
+    extra: Mapping[str, Any] = _extra_field()
+    """Keys of this object the format does not define, in document order (read-only)."""
+
+    def __post_init__(self) -> None:
+        _tuples(self, "devices", "ranks")
+        object.__setattr__(self, "steps", tuple(tuple(step) for step in self.steps))
+        _frozen_extra(self)
+
+    @property
+    def num_segments(self) -> int:
+        """Segments per rank."""
+        return len(self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: ``degree``, ``devices``, ``ranks``, ``steps``."""
+        return {
+            "degree": self.degree,
+            "devices": list(self.devices),
+            "ranks": [rank.to_dict() for rank in self.ranks],
+            "steps": [[c.to_dict() for c in step] for step in self.steps],
+            **_thaw(self.extra),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class ManifestStage:
     """One entry of ``stages`` in ``manifest.json``: a stage model and how it chains.
 
@@ -236,6 +371,10 @@ class ManifestStage:
     """Weight files the stage reads, relative to the manifest (``()``: none, or not written
     yet: :func:`build_manifest` describes stages before any file exists)."""
 
+    tensor_parallel: ManifestTensorParallel | None = None
+    """How the stage is split over a tensor-parallel group (the JSON key is absent when
+    ``None``: the stage runs on one device). :attr:`file` is then rank 0's first segment."""
+
     extra: Mapping[str, Any] = _extra_field()
     """Keys of this object the format does not define, in document order (read-only)."""
 
@@ -258,15 +397,20 @@ class ManifestStage:
         return tuple(item.name for item in self.outputs)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object: ``index``, ``file``, ``inputs``, ``outputs``, ``external_data``."""
-        return {
+        """The JSON object: ``index``, ``file``, ``inputs``, ``outputs``, ``external_data``.
+
+        Then ``tensor_parallel`` when the stage has it, then :attr:`extra`.
+        """
+        document = {
             "index": self.index,
             "file": self.file,
             "inputs": [item.to_dict() for item in self.inputs],
             "outputs": [item.to_dict() for item in self.outputs],
             "external_data": list(self.external_data),
-            **_thaw(self.extra),
         }
+        if self.tensor_parallel is not None:
+            document["tensor_parallel"] = self.tensor_parallel.to_dict()
+        return {**document, **_thaw(self.extra)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -488,7 +632,24 @@ class SplitManifest:
                 raise OmnyIOError(f"{file}: {where}.file: {path} does not exist")
             for k, data in enumerate(stage.external_data):
                 inside_folder(file, f"{where}.external_data[{k}]", data)
-            stages.append(dataclasses.replace(stage, path=path))
+            parallel = stage.tensor_parallel
+            if parallel is not None:
+                ranks = []
+                for rank in parallel.ranks:
+                    at = f"{where}.tensor_parallel.ranks[{rank.rank}]"
+                    paths = []
+                    for s, name in enumerate(rank.segments):
+                        segment = inside_folder(file, f"{at}.segments[{s}]", name)
+                        if not segment.is_file():
+                            raise OmnyIOError(
+                                f"{file}: {at}.segments[{s}]: {segment} does not exist"
+                            )
+                        paths.append(segment)
+                    for k, data in enumerate(rank.external_data):
+                        inside_folder(file, f"{at}.external_data[{k}]", data)
+                    ranks.append(dataclasses.replace(rank, paths=tuple(paths)))
+                parallel = dataclasses.replace(parallel, ranks=tuple(ranks))
+            stages.append(dataclasses.replace(stage, path=path, tensor_parallel=parallel))
         source = manifest._source
         manifest = dataclasses.replace(manifest, stages=tuple(stages), folder=folder)
         object.__setattr__(manifest, "_source", source)  # paths are not part of the document
@@ -652,8 +813,110 @@ class _Reader:
                 for j, item in enumerate(outputs)
             ),
             external_data=tuple(external),
-            extra=self.extra(entry, ("index", "file", "inputs", "outputs", "external_data")),
+            tensor_parallel=(
+                self.tensor_parallel(entry["tensor_parallel"], f"{where}.tensor_parallel")
+                if "tensor_parallel" in entry
+                else None
+            ),
+            extra=self.extra(
+                entry, ("index", "file", "inputs", "outputs", "external_data", "tensor_parallel")
+            ),
         )
+
+    def files(self, value: Any, path: str, *, empty: bool) -> tuple[str, ...]:
+        items = self.list(value, path)
+        if not empty and not items:
+            self.fail(path, "expected a non-empty list of file names, got an empty one")
+        for i, name in enumerate(items):
+            if not isinstance(name, str) or not name:
+                self.fail(f"{path}[{i}]", f"expected a file name, got {_kind(name)}")
+        return tuple(items)
+
+    def tensor_parallel(self, value: Any, where: str) -> ManifestTensorParallel:
+        entry = self.object(value, where)
+        big = 1 << 31
+        degree = self.integer(
+            self.key(entry, "degree", where, "the number of ranks"),
+            f"{where}.degree", 2, big, "a number of ranks of at least 2",
+        )  # fmt: skip
+        devices_list = self.list(
+            self.key(entry, "devices", where, "the device of each rank"), f"{where}.devices"
+        )
+        devices = tuple(
+            self.integer(d, f"{where}.devices[{k}]", 0, big, "a device index")
+            for k, d in enumerate(devices_list)
+        )
+        if len(devices) != degree or len(set(devices)) != degree:
+            self.fail(f"{where}.devices", f"expected {degree} distinct device indices")
+        raw_ranks = self.list(self.key(entry, "ranks", where, "the ranks"), f"{where}.ranks")
+        if len(raw_ranks) != degree:
+            self.fail(f"{where}.ranks", f"expected {degree} ranks, got {len(raw_ranks)}")
+        raw_steps = self.list(
+            self.key(entry, "steps", where, "the collectives after each segment"),
+            f"{where}.steps",
+        )
+        if not raw_steps:
+            self.fail(f"{where}.steps", "expected one list of collectives per segment")
+        ranks = []
+        for k, item in enumerate(raw_ranks):
+            at = f"{where}.ranks[{k}]"
+            rank = self.object(item, at)
+            number = self.key(rank, "rank", at, f"the rank {k}")
+            if number != k or isinstance(number, bool):
+                self.fail(f"{at}.rank", f"expected {k} (ranks are listed in order), got {number!r}")
+            device = self.integer(
+                self.key(rank, "device", at, "a device index"), f"{at}.device", 0, big,
+                "a device index",
+            )  # fmt: skip
+            if device != devices[k]:
+                self.fail(f"{at}.device", f"says {device} but devices[{k}] is {devices[k]}")
+            segments = self.files(
+                self.key(rank, "segments", at, "the segment files"), f"{at}.segments", empty=False
+            )
+            if len(segments) != len(raw_steps):
+                self.fail(
+                    f"{at}.segments",
+                    f"{len(segments)} segments for {len(raw_steps)} steps; give one step per "
+                    "segment",
+                )
+            data = self.files(rank.get("external_data", []), f"{at}.external_data", empty=True)
+            ranks.append(
+                ManifestRank(
+                    k,
+                    device,
+                    segments,
+                    data,
+                    extra=self.extra(rank, ("rank", "device", "segments", "external_data")),
+                )
+            )
+        steps = []
+        for s, step in enumerate(raw_steps):
+            items = self.list(step, f"{where}.steps[{s}]")
+            steps.append(
+                tuple(self.collective(c, f"{where}.steps[{s}][{j}]") for j, c in enumerate(items))
+            )
+        return ManifestTensorParallel(
+            degree, devices, tuple(ranks), tuple(steps),
+            extra=self.extra(entry, ("degree", "devices", "ranks", "steps")),
+        )  # fmt: skip
+
+    def collective(self, value: Any, where: str) -> ManifestCollective:
+        item = self.object(value, where)
+        kind = self.key(item, "kind", where, "'AllReduce' or 'AllGather'")
+        if kind not in ("AllReduce", "AllGather"):
+            self.fail(f"{where}.kind", f"expected 'AllReduce' or 'AllGather', got {kind!r}")
+        names = []
+        for key in ("value", "partial"):
+            name = self.key(item, key, where, "a tensor name")
+            if not isinstance(name, str) or not name:
+                self.fail(f"{where}.{key}", f"expected a tensor name, got {_kind(name)}")
+            names.append(name)
+        axis = self.integer(item.get("axis", -1), f"{where}.axis", -64, 64, "an axis")
+        blocks = self.integer(item.get("blocks", 1), f"{where}.blocks", 1, 1 << 31, "blocks >= 1")
+        return ManifestCollective(
+            kind, names[0], names[1], axis, blocks,
+            extra=self.extra(item, ("kind", "value", "partial", "axis", "blocks")),
+        )  # fmt: skip
 
     def input(self, value: Any, where: str, stage: int) -> ManifestInput:
         item = self.object(value, where)

@@ -37,18 +37,18 @@ __all__ = [
     "TensorParallelSplit",
     "rank_models",
     "split_tensor_parallel",
+    "tensor_parallel_configuration",
     "tensor_parallel_degrees",
 ]
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
-from onnx_ir_multidevice._errors import SplitError
+from onnx_ir_multidevice._errors import OmnyFormatError, SplitError
 from onnx_ir_multidevice._split.build import _boundary_types, _build_stage_model, _plan_stages
 from onnx_ir_multidevice._split.select import _build_index
 from onnx_ir_multidevice._util import require_model
@@ -56,9 +56,11 @@ from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.sharding import Replicated, Split, WeightSlice, constant_array
 from onnx_ir_multidevice.analysis.tensor_parallel import Region, find_regions
 from onnx_ir_multidevice.graph.index import holds_subgraphs
-
-TENSOR_PARALLEL_KEY = "onnx_ir_multidevice.tensor_parallel"
-"""``metadata_props`` key of the tensor-parallel record of a planned model (JSON)."""
+from onnx_ir_multidevice.omny.tensor_parallel_record import (
+    TENSOR_PARALLEL_KEY,
+    TensorParallelConfiguration,
+    read_tensor_parallel,
+)
 
 MS_DOMAIN = "com.microsoft"
 """Domain of onnxruntime's collective ops ``AllReduce`` and ``AllGather``."""
@@ -190,39 +192,63 @@ class TensorParallelSplit:
         return "\n".join(lines)
 
 
-def tensor_parallel_degrees(model: ir.Model, configuration: str | None = None) -> dict[int, int]:
-    """The tensor-parallel degree of each pipeline stage the model's record states.
+def tensor_parallel_configuration(
+    model: ir.Model, shards: int | None = None, configuration: str | None = None
+) -> TensorParallelConfiguration | None:
+    """The tensor-parallel configuration the model's record states for a split.
 
-    Reads the ``metadata_props`` entry :data:`TENSOR_PARALLEL_KEY` (``{"format": 1,
-    "configurations": [{"name", "num_shards", "stages": [{"stage", "degree", "devices"}],
-    "dims"}]}``) tolerantly: a missing or unreadable entry gives ``{}``.
+    Reads the ``metadata_props`` entry :data:`TENSOR_PARALLEL_KEY` with the strict typed
+    reader (:func:`~onnx_ir_multidevice.omny.read_tensor_parallel`).
 
     Args:
         model: The planned model.
-        configuration: The configuration's name (default: the first one).
+        shards: The pipeline stage count of the split: the configuration with that
+            ``num_shards`` is taken (``None``: the first one).
+        configuration: The configuration's name (``omny/<n>-shards``), instead of ``shards``.
 
     Returns:
-        ``{stage: degree}`` for the stages with a degree above 1.
+        The configuration, or ``None`` when the model has no record or none for that split.
+
+    Raises:
+        OmnyFormatError: The entry is malformed; ``path`` is the JSON path of the offending
+            element. A split or a run refuses such a record rather than ignore it (``omny
+            check`` reports it as OMNY225).
     """
-    text = model.metadata_props.get(TENSOR_PARALLEL_KEY)
-    if not text:
-        return {}
     try:
-        document = json.loads(text)
-        entries = document.get("configurations", [])
-        chosen = next(
-            (c for c in entries if configuration is None or c.get("name") == configuration), None
-        )
-        if chosen is None:
-            return {}
-        result = {}
-        for stage in chosen.get("stages", []):
-            degree = int(stage.get("degree", 1))
-            if degree > 1:
-                result[int(stage.get("stage", 0))] = degree
-        return result
-    except (ValueError, TypeError, AttributeError):
+        record = read_tensor_parallel(model)
+    except OmnyFormatError as error:
+        raise OmnyFormatError(
+            error.path,
+            f"{error.reason}; the tensor-parallel record is unreadable, so the model cannot be "
+            "split or run by it (`omny check` reports it as OMNY225): plan the model again "
+            "(`omny plan --tensor-parallel N`) or remove the entry",
+        ) from error
+    if record is None:
+        return None
+    for entry in record.configurations:
+        if configuration is not None:
+            if entry.name == configuration:
+                return entry
+        elif shards is None or entry.num_shards == shards:
+            return entry
+    return None
+
+
+def tensor_parallel_degrees(
+    model: ir.Model, shards: int | None = None, configuration: str | None = None
+) -> dict[int, int]:
+    """The tensor-parallel degree of each pipeline stage the model's record states.
+
+    Arguments and errors as :func:`tensor_parallel_configuration` (a malformed record raises
+    :class:`~onnx_ir_multidevice.OmnyFormatError`; it is not ignored).
+
+    Returns:
+        ``{stage: degree}`` for the stages with a degree above 1 (``{}``: no record).
+    """
+    chosen = tensor_parallel_configuration(model, shards, configuration)
+    if chosen is None:
         return {}
+    return {e.stage: e.degree for e in chosen.stages if e.degree > 1}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ __all__ = ["save_split"]
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -31,9 +32,12 @@ from onnx_ir_multidevice._split.select import (
     _resolve,
     pipeline_configurations,
 )
+from onnx_ir_multidevice._split.tensor_parallel import tensor_parallel_configuration
+from onnx_ir_multidevice._split.tensor_parallel_write import write_tensor_parallel_stage
 from onnx_ir_multidevice._util import gc_paused, require_model
 from onnx_ir_multidevice.graph.index import holds_subgraphs
 from onnx_ir_multidevice.omny._schema import OmnyMetadata
+from onnx_ir_multidevice.omny.tensor_parallel_record import TensorParallelConfiguration
 
 _HOLDS = "the split is a directory of stage files"
 """What a split directory is, for the message about an output path that is a file."""
@@ -235,6 +239,66 @@ def _write_stage_direct(
     onnx.save(proto, path)
 
 
+def _save_tensor_parallel(
+    model: ir.Model,
+    target: Path,
+    plans: list[_StagePlan],
+    typed: Any,
+    stripped: set[int],
+    parallel: TensorParallelConfiguration,
+    external_data_threshold: int,
+    force: bool,
+) -> SplitManifest:
+    """Write a split some of whose stages are tensor-parallel (the record gives the degree).
+
+    A stage of degree 1 is written as :func:`ir.save` writes it; a stage of degree ``d > 1``
+    as ``d`` ranks of segments (:func:`write_tensor_parallel_stage`).
+    """
+    shards = len(plans)
+    stages = [
+        _build_stage_model(model, plan, i, shards, stripped, typed=typed)
+        for i, plan in enumerate(plans)
+    ]
+    files = [_stage_file(i) for i in range(shards)]
+    manifest = build_manifest(model, stages, files=files)
+    entries = []
+    with staged_directory(target, force, holds=_HOLDS) as temporary:
+        for i, (entry, stage, file) in enumerate(zip(manifest.stages, stages, files, strict=True)):
+            record = parallel.stage(i)
+            if record.degree > 1:
+                written = write_tensor_parallel_stage(
+                    stage,
+                    entry,
+                    record,
+                    temporary,
+                    dims=parallel.dims_dict,
+                    external_data_threshold=external_data_threshold,
+                )
+                if written.tensor_parallel is not None:
+                    entries.append(written)
+                    continue
+            data = f"{file}.data" if _has_weights(stage) else None
+            if data is not None:
+                ir.save(
+                    stage,
+                    temporary / file,
+                    external_data=data,
+                    size_threshold_bytes=external_data_threshold,
+                )
+            else:
+                ir.save(stage, temporary / file)
+            data_files: list[str] = []
+            if data is not None and (temporary / data).exists():
+                if (temporary / data).stat().st_size == 0:
+                    (temporary / data).unlink()
+                else:
+                    data_files.append(data)
+            entries.append(dataclasses.replace(entry, external_data=tuple(data_files)))
+        manifest = dataclasses.replace(manifest, stages=tuple(entries))
+        manifest.write(temporary)
+    return manifest
+
+
 def _save_split(
     model: ir.Model,
     target: Path,
@@ -249,6 +313,11 @@ def _save_split(
     plans = _plan_stages(index, stage_of, shards)
     typed = _boundary_types(model, index, plans)
     stripped = {id(c) for c in pipeline_configurations(model.graph)}
+    parallel = tensor_parallel_configuration(model, shards)
+    if parallel is not None and parallel.parallel:
+        return _save_tensor_parallel(
+            model, target, plans, typed, stripped, parallel, external_data_threshold, force
+        )
     direct = _direct_writable(model)
     # Without nodes when writing directly: build_manifest reads only the stage inputs/outputs.
     stages = [

@@ -6,6 +6,10 @@
 * :func:`make_inputs` and :meth:`Pipeline.example_inputs` generate random inputs with one
   generator (:mod:`~onnx_ir_multidevice.runtime.inputs`);
 * every onnxruntime session is made by :class:`~onnx_ir_multidevice.runtime.sessions.ModelSession`;
+* :func:`tensor_parallel_chain` and :func:`verify_tensor_parallel` run and check a model split
+  over the ranks of tensor-parallel groups (:class:`TensorParallelStage`, run by
+  :class:`TensorParallelRunner`); :func:`verify_folder` checks a split folder, tensor-parallel
+  stages included;
 * :func:`measure_memory` and :func:`measure_stages` measure the resident memory of a stage's
   session and run, to check the planner's prediction (``docs/memory_accuracy.md``).
 
@@ -42,6 +46,12 @@ __all__ = [
     "make_inputs",
     "verify",
     "verify_stages",
+    # Tensor parallelism
+    "TensorParallelRunner",
+    "TensorParallelStage",
+    "tensor_parallel_chain",
+    "verify_folder",
+    "verify_tensor_parallel",
     # Memory measurement
     "MemoryMeasurement",
     "measure_memory",
@@ -65,6 +75,13 @@ from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failur
 from onnx_ir_multidevice.runtime.sessions import ModelSession
 from onnx_ir_multidevice.runtime.stages import StageChain, StageModel, load_stages
 from onnx_ir_multidevice.runtime.stats import BusyPeriod, PipelineStats, StageStats, StatsRecorder
+from onnx_ir_multidevice.runtime.tensor_parallel import (
+    TensorParallelRunner,
+    TensorParallelStage,
+    tensor_parallel_chain,
+    verify_folder,
+    verify_tensor_parallel,
+)
 from onnx_ir_multidevice.runtime.verification import (
     OutputComparison,
     VerifyReport,

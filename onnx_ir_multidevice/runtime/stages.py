@@ -305,9 +305,15 @@ def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -
         manifest = read_manifest(folder)
     except ManifestError as exc:  # a pipeline's errors are PipelineErrors (the path stays)
         raise PipelineError(str(exc)) from exc
-    stages = [
-        _stage_from_path(entry.index, manifest.stage_path(entry.index)) for entry in manifest.stages
-    ]
+    stages = []
+    for entry in manifest.stages:
+        if entry.tensor_parallel is not None:
+            # lazy: the tensor-parallel runtime builds on this module
+            from onnx_ir_multidevice.runtime.tensor_parallel import stage_from_manifest
+
+            stages.append(stage_from_manifest(entry))
+        else:
+            stages.append(_stage_from_path(entry.index, manifest.stage_path(entry.index)))
     for entry, (stage, _, _) in zip(manifest.stages, stages, strict=True):
         _agrees(folder / MANIFEST_NAME, entry, stage)
     graph_outputs = outputs if outputs is not None else manifest.graph_outputs

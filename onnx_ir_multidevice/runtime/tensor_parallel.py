@@ -25,7 +25,9 @@ __all__ = [
     "TensorParallelStage",
     "make_runner",
     "tensor_parallel_chain",
+    "stage_from_manifest",
     "tensor_parallel_stage",
+    "verify_folder",
     "verify_tensor_parallel",
 ]
 
@@ -41,16 +43,18 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import PipelineError, VerifyError
 from onnx_ir_multidevice._split import split
+from onnx_ir_multidevice._split.manifest import ManifestStage
 from onnx_ir_multidevice._split.tensor_parallel import (
     TensorParallelCollective,
     TensorParallelSplit,
     split_tensor_parallel,
+    tensor_parallel_configuration,
     tensor_parallel_degrees,
 )
 from onnx_ir_multidevice._util import require_model
 from onnx_ir_multidevice.runtime import verification
 from onnx_ir_multidevice.runtime.devices import Device, parse_device
-from onnx_ir_multidevice.runtime.inputs import input_specs
+from onnx_ir_multidevice.runtime.inputs import TensorSpec, input_specs
 from onnx_ir_multidevice.runtime.runner import StageRunner, as_numpy, failure_message
 from onnx_ir_multidevice.runtime.stages import (
     StageChain,
@@ -59,6 +63,8 @@ from onnx_ir_multidevice.runtime.stages import (
     _recorded_dims,
     _Stage,
     _stage_from_ir,
+    _stage_from_path,
+    load_stages,
 )
 
 
@@ -124,6 +130,61 @@ def tensor_parallel_stage(index: int, result: TensorParallelSplit) -> _Stage:
     for model in result.segments[0]:
         specs.update({k: v for k, v in input_specs(model).items() if k in inputs})
     return stage, specs, _recorded_dims(result.segments[0][0])
+
+
+def stage_from_manifest(entry: ManifestStage) -> _Stage:
+    """The :class:`TensorParallelStage` of a split folder's tensor-parallel stage entry.
+
+    ``entry`` comes from a manifest read from its folder (its ranks' segment paths are set).
+    The segment files are opened without their weights (onnxruntime loads them, external
+    data included).
+
+    Raises:
+        PipelineError: The segments do not read and write what the entry says (a stale
+            manifest).
+    """
+    parallel = entry.tensor_parallel
+    if parallel is None:
+        raise ValueError(f"stage {entry.index} is not tensor-parallel")
+    ranks = []
+    specs: dict[str, TensorSpec] = {}
+    dims: dict[str, int] = {}
+    for rank in parallel.ranks:
+        row = []
+        for s, path in enumerate(rank.paths):
+            segment, segment_specs, segment_dims = _stage_from_path(s, path)
+            row.append(segment)
+            if rank.rank == 0:
+                specs.update(segment_specs)
+                dims = dims or segment_dims
+        ranks.append(tuple(row))
+    steps = tuple(
+        tuple(TensorParallelCollective.from_dict(c.to_dict()) for c in step)
+        for step in parallel.steps
+    )
+    wholes = {c.value for step in steps for c in step}
+    produced: set[str] = set(wholes)
+    inputs: list[str] = []
+    for segment in ranks[0]:
+        inputs.extend(n for n in segment.inputs if n not in produced and n not in inputs)
+        produced.update(segment.outputs)
+    missing = [name for name in entry.output_names if name not in produced]
+    if missing:
+        raise PipelineError(
+            f"stages[{entry.index}].tensor_parallel: the segments of rank 0 produce no "
+            f"{missing}; the segment files and the manifest come from different splits "
+            "(split the model again with `omny split`)",
+            stage=entry.index,
+        )
+    stage = TensorParallelStage(
+        entry.index,
+        ranks[0][0].source,
+        tuple(inputs),
+        entry.output_names,
+        ranks=tuple(ranks),
+        steps=steps,
+    )
+    return stage, {k: v for k, v in specs.items() if k in inputs}, dims
 
 
 class TensorParallelRunner:
@@ -243,7 +304,7 @@ def make_runner(
 
 def _degrees(model: ir.Model, shards: int, degree: int | Sequence[int] | None) -> list[int]:
     if degree is None:
-        recorded = tensor_parallel_degrees(model)
+        recorded = tensor_parallel_degrees(model, shards)
         return [recorded.get(i, 1) for i in range(shards)]
     if isinstance(degree, int):
         return [degree] * shards
@@ -275,6 +336,9 @@ def tensor_parallel_splits(
     """
     require_model(model, "tensor_parallel_splits")
     degrees = _degrees(model, shards, degree)
+    if dims is None and degree is None:
+        recorded = tensor_parallel_configuration(model, shards)
+        dims = recorded.dims_dict if recorded is not None else None
     stage_models = [model] if shards == 1 else split(model, shards)
     return [
         split_tensor_parallel(stage_model, d, dims=dims)
@@ -316,6 +380,7 @@ def verify_tensor_parallel(
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     threads: int | None = None,
+    input_dims: Mapping[str, int] | None = None,
 ) -> Any:
     """Compare the tensor-parallel split of ``model`` with the whole model on onnxruntime (CPU).
 
@@ -334,6 +399,8 @@ def verify_tensor_parallel(
         dims: The dims of generated inputs, and where the regions are found.
         seed: Seed of generated inputs.
         threads: Intra-op threads of each rank's sessions (default 1).
+        input_dims: The dims of generated inputs only (the regions are then found at
+            ``dims``, by default the record's).
 
     Returns:
         A :class:`~onnx_ir_multidevice.runtime.VerifyReport` (``stage_seconds``: one run of
@@ -342,17 +409,39 @@ def verify_tensor_parallel(
     Raises:
         VerifyError: onnxruntime cannot load or run the model or a stage (named).
     """
+    model = _model(model, "verify_tensor_parallel")
+    rtol, atol = verification._tolerances(model, rtol, atol)
+    feeds = verification.make_inputs(
+        model, dims=input_dims if input_dims is not None else dims, seed=seed
+    )
+    if inputs:
+        feeds.update({k: np.asarray(v) for k, v in inputs.items()})
+    if dims is None and degree is None:
+        recorded = tensor_parallel_configuration(model, shards)
+        dims = recorded.dims_dict if recorded is not None else None
+    chain = tensor_parallel_chain(model, shards, degree, dims=dims)
+    return _verify_chain(model, chain, feeds, rtol, atol, threads)
+
+
+def _model(model: ir.Model | str | os.PathLike, caller: str) -> ir.Model:
     if isinstance(model, (str, os.PathLike)):
         from onnx_ir_multidevice._proto.files import load
 
         model = load(model)
-    require_model(model, "verify_tensor_parallel")
-    rtol, atol = verification._tolerances(model, rtol, atol)
-    feeds = verification.make_inputs(model, dims=dims, seed=seed)
-    if inputs:
-        feeds.update({k: np.asarray(v) for k, v in inputs.items()})
+    require_model(model, caller)
+    return model
+
+
+def _verify_chain(
+    model: ir.Model,
+    chain: StageChain,
+    feeds: dict[str, np.ndarray],
+    rtol: float,
+    atol: float,
+    threads: int | None,
+) -> Any:
+    """Run the whole model, then ``chain``'s stages in order, and compare the outputs."""
     expected, whole_seconds, whole_create = verification._run(model, feeds, "whole model", None)
-    chain = tensor_parallel_chain(model, shards, degree, dims=dims)
     device = parse_device("cpu")
     env: dict[str, Any] = dict(feeds)
     seconds, created = [], []
@@ -388,3 +477,47 @@ def verify_tensor_parallel(
         whole_create_seconds=whole_create,
         stage_create_seconds=tuple(created),
     )
+
+
+def verify_folder(
+    model: ir.Model | str | os.PathLike,
+    folder: str | os.PathLike,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    dims: Mapping[str, int] | None = None,
+    seed: int = 0,
+    threads: int | None = None,
+) -> Any:
+    """Compare a split folder with the whole model on onnxruntime (CPU).
+
+    The folder is written by ``omny split`` or :func:`~onnx_ir_multidevice.save_split`. Its
+    stages run in order, a tensor-parallel stage through :class:`TensorParallelRunner` (its
+    ranks concurrently, its collectives in process); every graph output is compared at the
+    model's dtype tolerance, as :func:`~onnx_ir_multidevice.verify` does.
+
+    Args:
+        model: The whole model, or the path of its file.
+        folder: The split directory.
+        inputs: Arrays by graph input name; missing ones are generated.
+        rtol: Relative tolerance (default: by the model's arithmetic).
+        atol: Absolute tolerance (likewise).
+        dims: The dims of generated inputs.
+        seed: Seed of generated inputs.
+        threads: Intra-op threads of each session (default 1).
+
+    Returns:
+        A :class:`~onnx_ir_multidevice.runtime.VerifyReport`.
+
+    Raises:
+        PipelineError: The folder's manifest is malformed or its stages do not chain.
+        VerifyError: onnxruntime cannot load or run the model or a stage (named).
+    """
+    model = _model(model, "verify_folder")
+    rtol, atol = verification._tolerances(model, rtol, atol)
+    feeds = verification.make_inputs(model, dims=dims, seed=seed)
+    if inputs:
+        feeds.update({k: np.asarray(v) for k, v in inputs.items()})
+    chain = load_stages(folder)
+    return _verify_chain(model, chain, feeds, rtol, atol, threads)

@@ -481,10 +481,15 @@ def verify(
         seed: Seed for generated inputs.
         providers: onnxruntime execution providers (default CPU).
 
+    A model whose tensor-parallel record (``omny plan --tensor-parallel``) gives a stage of
+    ``shards`` a degree above 1 is verified as :func:`~onnx_ir_multidevice.save_split` splits
+    it: such a stage runs as its ranks' segments with the collectives in process.
+
     Returns:
         The report.
 
     Raises:
+        OmnyFormatError: The model's tensor-parallel record is malformed (OMNY225).
         SplitError: The model cannot be split so.
         VerifyError: onnxruntime cannot load or run the model or a stage (named), ``rtol``
             or ``atol`` is negative, or a value of ``dims`` is not a positive integer.
@@ -497,6 +502,18 @@ def verify(
     require_model(model, "verify")
     rtol, atol = _tolerances(model, rtol, atol)
     _checked_dims(dims)
+    if configuration is None and metadata is None:
+        # lazy: the tensor-parallel runtime builds on this module
+        from onnx_ir_multidevice._split.tensor_parallel import tensor_parallel_configuration
+        from onnx_ir_multidevice.runtime.tensor_parallel import verify_tensor_parallel
+
+        parallel = tensor_parallel_configuration(model, shards)
+        if parallel is not None and parallel.parallel:  # the split `omny split` writes
+            report: VerifyReport = verify_tensor_parallel(
+                model, None, inputs, shards=shards, rtol=rtol, atol=atol, seed=seed,
+                input_dims=dims,
+            )  # fmt: skip
+            return report
     stages = split(model, shards, configuration=configuration, metadata=metadata)
     return verify_stages(
         model, stages, inputs, rtol=rtol, atol=atol, dims=dims, seed=seed, providers=providers

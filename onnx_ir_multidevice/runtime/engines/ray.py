@@ -42,6 +42,7 @@ from onnx_ir_multidevice.runtime.engines.registry import register_engine
 from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failure_message
 from onnx_ir_multidevice.runtime.stages import StageChain, StageModel
 from onnx_ir_multidevice.runtime.stats import StatsRecorder
+from onnx_ir_multidevice.runtime.tensor_parallel import TensorParallelStage
 
 Periods = list[tuple[int, float, float]]
 """(stage, start, end) of each stage a request went through, on ``time.time``."""
@@ -173,6 +174,16 @@ class RayEngine:
         actor_options: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         start_timeout: float = 60.0,
     ) -> None:
+        for stage in chain.stages:
+            if isinstance(stage, TensorParallelStage):
+                raise PipelineError(
+                    f"stage {stage.index} is tensor-parallel ({stage.degree} ranks): the Ray "
+                    "engine runs one actor per stage and has no collectives between actors; run "
+                    "it with the thread engine (Pipeline(..., backend='thread'), `omny run` "
+                    "without --backend ray), or split the model without its tensor-parallel "
+                    "record",
+                    stage=stage.index,
+                )
         ray = _ray()
         actor_options = _actor_options(actor_options, chain.num_stages)
         if not ray.is_initialized():
