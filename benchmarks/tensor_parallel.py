@@ -9,9 +9,14 @@ Measured in one run (best of ``--repeats``), prefill at ``--seq`` tokens:
 * **tp2**: the degree-2 split (``tensor_parallel_chain``) in a ``Pipeline``, one thread per
   rank.
 
-Also: per-rank weights / whole weights. Run::
+Also: per-rank weights / whole weights. With ``--decode`` the decoder is built with a KV
+cache (``kv_cache=True``) and one decode step is timed: one new token (seq 1) after
+``--past`` cached positions. Run::
 
     PYTHONPATH=$PWD python benchmarks/tensor_parallel.py [--model PATH] [--seq 128]
+    PYTHONPATH=$PWD python benchmarks/tensor_parallel.py --decode [--past 127]
+
+``--out FILE`` appends the printed lines to ``FILE`` (``benchmarks/results/tensor_parallel.txt``).
 
 Without ``--model`` a mid-size decoder of ``onnx_ir_multidevice.testing.llama`` is built in
 memory (the 1.1B decoder of ``benchmarks/llm.py`` is accepted by path). No timing is asserted.
@@ -20,10 +25,12 @@ memory (the 1.1B decoder of ``benchmarks/llm.py`` is accepted by path). No timin
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
+import sys
 import threading
 import time
 
-import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
@@ -52,9 +59,18 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--count", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--decode", action="store_true", help="one KV-cache decode step")
+    parser.add_argument("--past", type=int, default=127, help="cached positions (--decode)")
+    parser.add_argument("--out", help="append the results to this file")
     args = parser.parse_args()
-    model = ir.load(args.model) if args.model else build_llama(MID)
-    chain = tensor_parallel_chain(model, 1, 2, dims={"batch": 1, "seq": args.seq})
+    if args.decode:
+        args.seq = 1
+    config = dataclasses.replace(MID, kv_cache=args.decode)
+    model = ir.load(args.model) if args.model else build_llama(config)
+    dims = {"batch": 1, "seq": args.seq, "past_seq": args.past, "total_seq": args.seq + args.past}
+    if not args.decode:
+        dims = {"batch": 1, "seq": args.seq}
+    chain = tensor_parallel_chain(model, 1, 2, dims=dims)
     stage = chain.stages[0]
     assert isinstance(stage, TensorParallelStage), "no tensor-parallel region found"
     whole_bytes = sum(
@@ -74,7 +90,7 @@ def main() -> None:
         options = session_options(intra_op_num_threads=threads, sequential=True, spinning=False)
         sessions[name] = ModelSession(model, options, ["CPUExecutionProvider"])
     with Pipeline(chain, intra_op_num_threads=1) as pipe:
-        feeds = pipe.example_inputs(dims={"batch": 1, "seq": args.seq})
+        feeds = pipe.example_inputs(dims=dims)
 
         def runner(name: str):
             session = sessions[name].session
@@ -109,15 +125,25 @@ def main() -> None:
             best["tp2"] = min(best["tp2"], _timed(run_tp, args.count))
     for owner in sessions.values():
         owner.close()
-    print(f"onnxruntime {ort.__version__}, seq {args.seq}, {stage.num_segments} segments/rank")
+    out = io.StringIO()
+    what = f"decode step after {args.past} cached" if args.decode else f"prefill seq {args.seq}"
+    collectives = sum(len(step) for step in stage.steps)
+    print(
+        f"onnxruntime {ort.__version__}, {what}, {stage.num_segments} segments/rank, "
+        f"{collectives} collectives, {args.model or 'built mid-size decoder'}",
+        file=out,
+    )
     for name, seconds in best.items():
-        print(f"  {name:10s} {seconds * 1e3:9.2f} ms")
-    print(f"tp2 vs whole 1 thread : {best['whole'] / best['tp2']:.3f}x")
-    print(f"tp2 vs whole 2 threads: {best['all_cores'] / best['tp2']:.3f}x")
-    print(f"2-thread ceiling      : {best['whole'] / best['two']:.3f}x")
+        print(f"  {name:10s} {seconds * 1e3:9.2f} ms", file=out)
+    print(f"tp2 vs whole 1 thread : {best['whole'] / best['tp2']:.3f}x", file=out)
+    print(f"tp2 vs whole 2 threads: {best['all_cores'] / best['tp2']:.3f}x", file=out)
+    print(f"2-thread ceiling      : {best['whole'] / best['two']:.3f}x", file=out)
     if rank_bytes:
-        print(f"per-rank weights / whole weights: {rank_bytes / whole_bytes:.3f}")
-    np.seterr(all="ignore")
+        print(f"per-rank weights / whole weights: {rank_bytes / whole_bytes:.3f}", file=out)
+    sys.stdout.write(out.getvalue())
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as handle:
+            handle.write(out.getvalue() + "\n")
 
 
 if __name__ == "__main__":

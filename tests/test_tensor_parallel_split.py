@@ -253,3 +253,51 @@ def test_random_blocks_split_equals_whole(
     x = np.random.default_rng(seed).standard_normal((2, 3, hidden)).astype(np.float32)
     report = verify_tensor_parallel(model, degree, {"x": x})
     assert report.ok, report.outputs
+
+
+@pytest.mark.parametrize("degree", [2, 4])
+def test_lm_head_is_column_parallel_and_gathered_at_the_output(degree: int):
+    from onnx_ir_multidevice.testing.llama import TINY, build_llama
+
+    model = build_llama(TINY)
+    dims = {"batch": 1, "seq": 4}
+    plain = find_regions(model, degree, dims=dims)
+    regions = find_regions(model, degree, dims=dims, gather_outputs=True)
+    assert len(regions) == len(plain) + 1
+    gathers = [c for r in regions for c in r.collectives if c.kind == "AllGather"]
+    assert [c.value.name for c in gathers] == ["logits"]
+    result = split_tensor_parallel(model, degree, dims=dims)
+    assert result.steps[-1] == (
+        TensorParallelCollective("AllGather", "logits", "logits__tp_partial", -1, 1),
+    )
+    # The LM head weight is sliced: each rank holds 1/degree of the vocabulary's rows.
+    head = next(
+        v for v in model.graph.initializers.values() if v.const_value is not None and
+        v.shape is not None and TINY.vocab in v.shape and "embed" not in (v.name or "")
+    )  # fmt: skip
+    last = result.segments[1][-1].graph.initializers
+    sliced = [v for n, v in last.items() if n.startswith(f"{head.name}.tp1of{degree}")]
+    assert len(sliced) == 1
+    assert sliced[0].const_value.size * degree == head.const_value.size
+    report = verify_tensor_parallel(model, degree, dims=dims)
+    assert report.ok, report.outputs
+
+
+def test_lone_output_gather_is_not_a_region():
+    model = _load("resnet_dynamo")  # only its classifier head could be column-parallel
+    assert find_regions(model, 2, allow_gather=True)
+    assert find_regions(model, 2, gather_outputs=True) == []
+
+
+def test_allreduce_combine_in_place_sums_into_the_first_piece():
+    pieces = [np.array([1.0, 2.0]), np.array([3.0, 4.0])]
+    reduce = TensorParallelCollective("AllReduce", "v", "p")
+    copied = reduce.combine(pieces)
+    assert copied is not pieces[0]
+    np.testing.assert_array_equal(pieces[0], [1.0, 2.0])
+    total = reduce.combine(pieces, in_place=True)
+    assert total is pieces[0]
+    np.testing.assert_array_equal(total, [4.0, 6.0])
+    frozen = np.array([1.0, 2.0])
+    frozen.flags.writeable = False
+    assert reduce.combine([frozen, pieces[1]], in_place=True) is not frozen

@@ -90,16 +90,21 @@ class TensorParallelCollective:
     """``AllGather``: how many equal blocks the axis is made of (each rank holds its slice of
     every block, as in a fused QKV projection)."""
 
-    def combine(self, pieces: Sequence[np.ndarray]) -> np.ndarray:
+    def combine(self, pieces: Sequence[np.ndarray], *, in_place: bool = False) -> np.ndarray:
         """The whole value from the ranks' pieces, in rank order.
 
         ``AllReduce`` sums them; ``AllGather`` concatenates them on :attr:`axis`, block by
-        block when :attr:`blocks` > 1.
+        block when :attr:`blocks` > 1. With ``in_place`` an ``AllReduce`` sums into the first
+        piece when it is a writable array (no copy; the runtime owns its pieces).
         """
         if self.kind == "AllReduce":
-            total = np.array(pieces[0], copy=True)
+            first = pieces[0]
+            if in_place and isinstance(first, np.ndarray) and first.flags.writeable:
+                total = first
+            else:
+                total = np.array(first, copy=True)
             for piece in pieces[1:]:
-                total += piece
+                np.add(total, piece, out=total)
             return total
         axis = self.axis + pieces[0].ndim if self.axis < 0 else self.axis
         if self.blocks == 1:
@@ -506,7 +511,7 @@ def _regions(
         raise ValueError(f"degree must be a positive integer, got {degree!r}")
     if degree == 1:
         return [], "degree 1 asked for"
-    regions = find_regions(model, degree, dims=dims)
+    regions = find_regions(model, degree, dims=dims, gather_outputs=True)
     if not regions:
         return [], (
             f"no tensor-parallel region found at degree {degree}: no MatMul/Gemm by a constant "

@@ -147,6 +147,7 @@ def find_regions(
     dims: Mapping[str, int] | None = None,
     shapes: ValueShapes | None = None,
     allow_gather: bool = False,
+    gather_outputs: bool = False,
 ) -> list[Region]:
     """Find the tensor-parallel regions of a graph at ``degree`` devices.
 
@@ -159,6 +160,11 @@ def find_regions(
         allow_gather: Keep regions that end in an ``AllGather`` (a column-parallel projection
             whose output meets an op without a rule); by default only regions whose
             collectives are all ``AllReduce`` are kept.
+        gather_outputs: Also keep a region whose only ``AllGather`` s make graph outputs
+            whole (a column-parallel LM head: each device computes its slice of the
+            vocabulary, gathered once at the end), without allowing gathers elsewhere.
+            Such regions are kept only next to a region without gathers (a lone
+            classifier head is not worth a tensor-parallel split).
 
     Returns:
         The regions, in the order of their first node; no node is in two regions.
@@ -182,6 +188,7 @@ def find_regions(
 
     taken: set[ir.Node] = set()
     regions: list[Region] = []
+    output_gathers = 0
     for readers in groups.values():
         seeds = [s for s in readers if s not in taken]
         if not seeds:
@@ -196,10 +203,17 @@ def find_regions(
                 blocks = hints[0]
                 continue
             break
-        if attempt is None or (attempt.gathers and not allow_gather):
+        if attempt is None:
             continue
+        if attempt.gathers and not allow_gather:
+            gathered = [c.value for c in attempt.collectives if c.kind == "AllGather"]
+            if not (gather_outputs and all(v in outputs for v in gathered)):
+                continue
+            output_gathers += 1
         taken.update(attempt.nodes)
         regions.append(_region(degree, attempt))
+    if output_gathers == len(regions):
+        return []
     regions.sort(key=lambda r: position[r.nodes[0]])
     return regions
 

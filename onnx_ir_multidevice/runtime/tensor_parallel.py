@@ -230,6 +230,7 @@ class TensorParallelRunner:
         except BaseException:
             self.close()
             raise
+        self._inputs = frozenset(stage.inputs)
         self._pool = ThreadPoolExecutor(
             max_workers=max(stage.degree - 1, 1),
             thread_name_prefix=f"omny-tp-stage-{stage.index}",
@@ -241,17 +242,26 @@ class TensorParallelRunner:
     def run(self, env: Mapping[str, Any], *, ort_values: bool = False) -> dict[str, Any]:
         """Run the stage on one request (numpy outputs; ``ort_values`` is ignored).
 
+        Segment ``s`` of every rank runs at once (rank 0 in the calling thread); a last
+        segment after which no collective runs (replicated work whose outputs only rank 0
+        returns) runs on rank 0 alone. An ``AllReduce`` sums in place into rank 0's piece
+        (the ranks' outputs are fresh arrays of this request), and every rank reads the same
+        whole array.
+
         Raises:
             PipelineError: A rank failed (the first failing rank is named; the cause is
                 chained).
         """
         del ort_values
         degree = self.stage.degree
-        envs = [{k: as_numpy(v) for k, v in env.items() if k in self.stage.inputs}]
-        envs += [dict(envs[0]) for _ in range(degree - 1)]
-        for s, step in enumerate(self.stage.steps):
-            futures = [self._pool.submit(self._segment, k, s, envs[k]) for k in range(1, degree)]
-            results: list[dict[str, Any] | None] = [None] * degree
+        steps = self.stage.steps
+        last = len(steps) - 1
+        first = {k: as_numpy(v) for k, v in env.items() if k in self._inputs}
+        envs = [first] + [dict(first) for _ in range(degree - 1)]
+        for s, step in enumerate(steps):
+            ranks = 1 if s == last and not step else degree
+            futures = [self._pool.submit(self._segment, k, s, envs[k]) for k in range(1, ranks)]
+            results: list[dict[str, Any] | None] = [None] * ranks
             errors: list[tuple[int, BaseException]] = []
             try:
                 results[0] = self._segment(0, s, envs[0])
@@ -269,10 +279,11 @@ class TensorParallelRunner:
                     f"{s} of {self.stage.num_segments}: {failure_message(cause)}",
                     stage=self.stage.index,
                 ) from cause
-            for k in range(degree):
+            for k in range(ranks):
                 envs[k].update(results[k] or {})
             for collective in step:
-                whole = collective.combine([envs[k].pop(collective.partial) for k in range(degree)])
+                pieces = [envs[k].pop(collective.partial) for k in range(degree)]
+                whole = collective.combine(pieces, in_place=True)
                 for k in range(degree):
                     envs[k][collective.value] = whole
         return {name: envs[0][name] for name in self.stage.outputs}
