@@ -16,7 +16,9 @@ from onnx_ir_multidevice.planner.flops import node_flops
 FAMILIES = {
     name: getattr(ops, name)
     for name in ops.__all__
-    if name.endswith("_OPS") and name != "QUANTIZED_OPS"  # a property across the families
+    # QUANTIZED_OPS is a property across the families; SHAPE_ARITHMETIC_OPS are light ops
+    # whose small integer values the shape evaluators compute, not a family of heavy ops.
+    if name.endswith("_OPS") and name not in ("QUANTIZED_OPS", "SHAPE_ARITHMETIC_OPS")
 }
 
 

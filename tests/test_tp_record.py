@@ -218,3 +218,28 @@ def test_a_record_naming_no_configuration_is_reported():
     write_tensor_parallel(model, record_for("omny/3-shards", [2, 1, 1], {}))
     found = [d for d in check(model) if d.code == "OMNY225"]
     assert found and found[0].location.endswith("configurations[0].name")
+
+
+def test_the_record_describes_the_gathered_vocabulary_head_as_the_split_cuts_it():
+    """annotate (and check's recomputation) find the regions the split cuts, the vocabulary
+    head gathered at the output included: the record and the split agree."""
+    from onnx_ir_multidevice.runtime import verify_tensor_parallel
+    from onnx_ir_multidevice.testing.llama import TINY, build_llama
+
+    model = build_llama(TINY)
+    result = plan_model(model, shards=[1], dims={"batch": 1, "seq": 4})
+    omny.write(model, result.metadata)
+    layout = TensorParallelConfiguration.contiguous("omny/1-shards", [2], result.planning_dims)
+    write_tensor_parallel(model, TensorParallelRecord((layout,)))
+    annotate(model)
+    assert errors(model) == []
+    head = next(node for node in model.graph if "logits" in [v.name for v in node.outputs])
+    specs = {
+        spec.value.name: [
+            (d.axis, [s.num_shards for s in d.simple_shardings]) for d in spec.sharded_dims
+        ]
+        for entry in head.device_configurations
+        for spec in entry.sharding_specs
+    }
+    assert specs["logits"] == [(2, [2])]  # the vocabulary axis, in 2 shards
+    assert verify_tensor_parallel(model, 2, dims={"batch": 1, "seq": 4}).ok

@@ -208,7 +208,7 @@ def stage_regions(
         if degree < 2:
             continue
         if degree not in found:
-            found[degree] = find_regions(model, degree, shapes=shapes)
+            found[degree] = find_regions(model, degree, shapes=shapes, gather_outputs=True)
         result[stage] = [
             region
             for region in found[degree]

@@ -262,7 +262,10 @@ def plan_tensor_parallel(
         PlanError: No combination fits the devices' memory.
     """
     graph = model.graph
-    found = {d: find_regions(model, d, shapes=sizes.shapes) for d in range(2, max_degree + 1)}
+    found = {
+        d: find_regions(model, d, shapes=sizes.shapes, gather_outputs=True)
+        for d in range(2, max_degree + 1)
+    }
     any_region = any(found.values())
     all_nodes = list(graph)
     node_flops = flops_by_node(all_nodes, sizes) if any_region else {}
