@@ -37,6 +37,8 @@ TRANSFORMERS = {
     "bert_dynamo": None,
     "vit_dynamo": None,
     "whisper_encoder_dynamo": None,
+    "gpt2_torchscript": None,
+    "bert_torchscript": None,
     "llama_kv_optimum": {"batch_size": 2, "sequence_length": 5, "past_sequence_length": 3},
 }
 
@@ -301,3 +303,17 @@ def test_allreduce_combine_in_place_sums_into_the_first_piece():
     frozen = np.array([1.0, 2.0])
     frozen.flags.writeable = False
     assert reduce.combine([frozen, pieces[1]], in_place=True) is not frozen
+
+
+def test_kv_decoder_decode_step_splits_attention_by_heads():
+    """Past keys/values sliced by heads per rank, present ones gathered at the output."""
+    model = _load("gpt2_kv_dynamo")
+    dims = {"batch": 2, "seq": 1, "past_seq": 3, "s53": 4}
+    regions = find_regions(model, 2, dims=dims, gather_outputs=True)
+    gathered = {c.value.name for r in regions for c in r.collectives if c.kind == "AllGather"}
+    assert {"present.0.key", "present.0.value", "present.1.key", "present.1.value"} <= gathered
+    assert len(regions) == 4  # two attention blocks and two MLPs
+    report = verify_tensor_parallel(model, 2, dims=dims)
+    assert report.ok, report.outputs
+    for output in report.outputs:
+        assert output.max_abs_diff <= 1e-4 * max(1.0, output.scale)

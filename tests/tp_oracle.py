@@ -22,6 +22,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from onnx_ir_multidevice.analysis.sharding import (
+    LocalShape,
     Partial,
     Replicated,
     Split,
@@ -158,6 +159,12 @@ def _make_whole(state, pieces: list[np.ndarray]) -> np.ndarray:
         )
     for piece in pieces[1:]:
         np.testing.assert_array_equal(piece, pieces[0])
+    if isinstance(state, LocalShape):  # per-device sizes: the whole model's times the degree
+        whole = np.array(pieces[0], copy=True)
+        flat = whole.reshape(-1)
+        for position in state.positions:
+            flat[position] *= len(pieces)
+        return whole
     return pieces[0]
 
 

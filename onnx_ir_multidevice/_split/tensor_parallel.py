@@ -327,6 +327,10 @@ class _RankBuilder:
                 assert piece.node is not None
                 key = (piece.value.name or "", piece.axis, piece.blocks)
                 new = sliced.get(key)
+                if new is None and constant_array(piece.value) is None:
+                    found = self._slice_input(piece, suffix)
+                    if found is not None:
+                        new = sliced[key] = found
                 if new is None:
                     array = constant_array(piece.value)
                     if array is None:
@@ -361,6 +365,37 @@ class _RankBuilder:
         self._drop_dead()
         if explicit:
             self.graph.opset_imports.setdefault(MS_DOMAIN, 1)
+
+    def _slice_input(self, piece: WeightSlice, suffix: str) -> ir.Value | None:
+        """A graph input each rank reads one slice of (past keys/values by heads): a ``Slice``.
+
+        ``None`` when ``piece`` is not a graph input (then it must be a constant).
+        """
+        value = self.values.get(piece.value.name or "")
+        if value is None or value not in self.graph.inputs or piece.blocks != 1:
+            return None
+        shape = piece.value.shape
+        size = shape[piece.axis] if shape is not None and len(shape) > piece.axis else None
+        if not isinstance(size, int) or size % piece.degree:
+            raise SplitError(
+                f"graph input {piece.value.name!r} is sliced on axis {piece.axis} but that "
+                "axis has no static size divisible by the degree"
+            )
+        step = size // piece.degree
+        bounds = [
+            self.initializer(f"{value.name}{suffix}.{what}", np.array([x], dtype=np.int64))
+            for what, x in (
+                ("starts", self.rank * step),
+                ("ends", (self.rank + 1) * step),
+                ("axes", piece.axis),
+            )
+        ]
+        assert piece.node is not None
+        node = ir.Node("", "Slice", [value, *bounds], name=self.unique(f"Slice_{value.name}"))
+        node.outputs[0].name = self.unique(f"{value.name}{suffix}")
+        node.outputs[0].type = value.type
+        self.graph.insert_before(self.nodes[piece.node], node)
+        return node.outputs[0]
 
     def _rewrite_shapes(self, region: Region, suffix: str) -> None:
         grouped: dict[tuple[ir.Node, int], list[Any]] = {}

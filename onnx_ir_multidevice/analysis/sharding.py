@@ -31,10 +31,12 @@ from __future__ import annotations
 __all__ = [
     "PARTIAL",
     "REPLICATED",
+    "LOCAL_SHAPE_RULES",
     "RULES",
     "SEED_RULES",
     "AttributeRewrite",
     "BiasOnce",
+    "LocalShape",
     "Partial",
     "Replicated",
     "RuleResult",
@@ -97,7 +99,25 @@ class Partial:
         return "Partial"
 
 
-ShardState = Union[Replicated, Split, Partial]  # noqa: UP007  # a runtime alias for isinstance users
+@dataclasses.dataclass(frozen=True)
+class LocalShape:
+    """Integer shape data computed from the ``Shape`` of a :class:`Split` value.
+
+    Every device holds a tensor of the whole shape whose entries at :attr:`positions`
+    (flattened) are the whole model's divided by the degree (the sharded axis's per-device
+    size); the other entries equal the whole model's. A ``Reshape`` whose target has the
+    per-device size at its split axis needs no rewrite. Such data never leaves a region: a
+    node without a rule for it makes the region's attempt fail (no collective makes it whole).
+    """
+
+    positions: tuple[int, ...]
+    """The flattened entries that are per-device sizes."""
+
+    def __str__(self) -> str:
+        return f"LocalShape{list(self.positions)}"
+
+
+ShardState = Union[Replicated, Split, Partial, LocalShape]  # noqa: UP007  # a runtime alias for isinstance users
 """The state of one value under tensor parallelism."""
 
 REPLICATED = Replicated()
@@ -221,14 +241,18 @@ class RuleResult:
 
 
 def constant_array(value: ir.Value | None) -> np.ndarray | None:
-    """The value of a constant (an initializer or a ``Constant`` node's output), or ``None``."""
+    """The value of a constant (initializer, ``Constant`` output, ``Identity`` of one), or None."""
     if value is None:
         return None
     tensor = value.const_value
     if tensor is not None:
         return tensor.numpy()
     producer = value.producer()
-    if producer is None or producer.op_type != "Constant" or producer.domain not in ("", "ai.onnx"):
+    if producer is None or producer.domain not in ("", "ai.onnx"):
+        return None
+    if producer.op_type == "Identity":  # TorchScript shares equal weights through Identity
+        return constant_array(producer.inputs[0])
+    if producer.op_type != "Constant":
         return None
     for name, attribute in producer.attributes.items():
         if name == "value":
@@ -255,6 +279,8 @@ class ShardingContext:
         self.graph = graph
         self.degree = degree
         self.shapes = shapes
+        self.shape_data = True
+        """Whether ``Shape`` of a split value gives :class:`LocalShape` data (else no rule)."""
         self.split_hints: list[int] = []
         """Block counts a rule found would make a ``Split`` op shardable (see :class:`Split`)."""
         self._constants: dict[ir.Value, np.ndarray | None] = {}
@@ -299,6 +325,9 @@ ShardingRule = Callable[[ShardingContext, ir.Node, Sequence[ShardState]], "RuleR
 RULES: RuleRegistry[ShardingRule] = RuleRegistry("sharding")
 """Sharding rules by op type: called when at least one input is not :class:`Replicated`."""
 
+LOCAL_SHAPE_RULES: RuleRegistry[ShardingRule] = RuleRegistry("local shape data")
+"""Rules for ops reading :class:`LocalShape` data (shape arithmetic on per-device sizes)."""
+
 SeedRule = Callable[[ShardingContext, ir.Node, int], "RuleResult | None"]
 SEED_RULES: RuleRegistry[SeedRule] = RuleRegistry("column-parallel seed")
 """Column-parallel starts: ``(context, node, blocks) -> RuleResult | None`` for a node whose
@@ -320,7 +349,17 @@ def propagate(
     """
     if all(type(state) is Replicated for state in states):
         return RuleResult((REPLICATED,) * len(node.outputs))
-    rule = RULES.get(node.domain, node.op_type)
+    local = [isinstance(state, LocalShape) for state in states]
+    if any(local):
+        if node.domain not in ("", "ai.onnx"):
+            return None
+        # A Reshape/Expand target of per-device sizes is read by the split rule itself.
+        reads_target = node.op_type in ("Reshape", "Expand") and local == [False, True]
+        rule = (
+            RULES.get("", node.op_type) if reads_target else LOCAL_SHAPE_RULES.get("", node.op_type)
+        )
+    else:
+        rule = RULES.get(node.domain, node.op_type)
     if rule is None:
         return None
     result = rule(context, node, states)
@@ -591,11 +630,13 @@ def _reshape(
     context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
 ) -> RuleResult | None:
     state = states[0]
-    if not _only_first(states):
+    target_state = states[1] if len(states) > 1 else REPLICATED
+    if not isinstance(target_state, (Replicated, LocalShape)):
         return None
-    if isinstance(state, Partial):
+    if isinstance(state, Partial) and isinstance(target_state, Replicated):
         return RuleResult((PARTIAL,))
-    assert isinstance(state, Split)
+    if not isinstance(state, Split):
+        return None
     before, after = context.shape(node.inputs[0]), context.shape(node.outputs[0])
     if before is None or after is None:
         return None
@@ -614,6 +655,12 @@ def _reshape(
     if b < 0:
         return None
     # Same prefix and both axes divisible: device k's elements are the same contiguous chunks.
+    if isinstance(target_state, LocalShape):
+        # Computed from per-device sizes: right as it is when exactly the split axis is one
+        # (its other entries equal the whole model's), so it is not rewritten again.
+        if target_state.positions != (b,):
+            return None
+        return RuleResult((Split(b - len(after), state.blocks),))
     target = context.ints(node.inputs[1])
     rewrites: tuple[ShapeRewrite, ...] = ()
     if target is None or target[b] not in (-1,):
@@ -771,6 +818,23 @@ def _split(
     return RuleResult((Split(state.axis, state.blocks // count),) * count, shape_rewrites=rewrites)
 
 
+def _slice_whole_input(
+    context: ShardingContext, value: ir.Value | None, split: Split
+) -> WeightSlice | None:
+    """A constant or graph input each device reads slice ``k`` of, to meet ``split``."""
+    if value is None or split.blocks != 1:
+        return None
+    if context.constant(value) is None and value not in context.graph.inputs:
+        return None
+    shape = context.shape(value)
+    if shape is None or len(shape) < -split.axis:
+        return None
+    axis = len(shape) + split.axis
+    if shape[axis] % context.degree:
+        return None
+    return WeightSlice(value, axis, context.degree)
+
+
 @RULES.register("Concat")
 def _concat(
     context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
@@ -778,14 +842,26 @@ def _concat(
     if all(isinstance(s, Partial) for s in states):
         return RuleResult((PARTIAL,))
     split = _all_same(states, Split)
-    if split is None or not all(isinstance(s, Split) for s in states):
+    if split is None or any(isinstance(s, Partial) for s in states):
         return None
     assert isinstance(split, Split)
     rank = context.rank(node.outputs[0]) or context.rank(node.inputs[0])
     if rank is None:
         return None
     if _positive(_attr_int(node, "axis", 0), rank) != rank + split.axis:
-        return RuleResult((split,))
+        # A replicated graph input or constant beside split pieces is sliced on the split
+        # axis (past keys/values concatenated with the new ones, split by heads).
+        slices = []
+        for index, state in enumerate(states):
+            if isinstance(state, Split):
+                continue
+            found = _slice_whole_input(context, node.inputs[index], split)
+            if found is None:
+                return None
+            slices.append(found)
+        return RuleResult((split,), weight_slices=tuple(slices))
+    if not all(isinstance(s, Split) for s in states):
+        return None
     # Concatenating equal Split inputs along their axis gives blocks (the inverse of Split).
     shapes = [context.shape(v) for v in node.inputs]
     sizes = {shape[rank + split.axis] if shape else None for shape in shapes}
@@ -830,8 +906,108 @@ def _shape(
     end_attr = node.attributes.get("end")
     end = rank if end_attr is None else min(_positive(int(end_attr.value), rank), rank)
     if start <= rank + state.axis < end:
-        return None
+        if not context.shape_data:
+            return None
+        return RuleResult((LocalShape((rank + state.axis - start,)),))
     return RuleResult((REPLICATED,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape arithmetic on per-device sizes (LocalShape): where the sized entries go
+# ---------------------------------------------------------------------------------------------
+
+
+def _local(positions: Sequence[int]) -> ShardState:
+    return LocalShape(tuple(sorted(set(positions)))) if positions else REPLICATED
+
+
+def _local_size(context: ShardingContext, value: ir.Value | None) -> int | None:
+    shape = context.shape(value)
+    return None if shape is None else int(np.prod(shape, dtype=np.int64))
+
+
+@LOCAL_SHAPE_RULES.register("Identity", "Squeeze", "Unsqueeze", "Reshape", "Flatten", "Cast")
+def _local_same_order(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    """The elements keep their flattened order: the per-device entries stay where they are."""
+    state = states[0]
+    if not isinstance(state, LocalShape) or not _only_first(states):
+        return None
+    if node.op_type == "Cast":
+        to = node.attributes.get("to")
+        if to is None or not ir.DataType(int(to.value)).is_integer():
+            return None  # a per-device size divided later would not be an integer division
+    return RuleResult((state,))
+
+
+@LOCAL_SHAPE_RULES.register("Gather")
+def _local_gather(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    size = _local_size(context, node.inputs[0])
+    indices = context.constant(node.inputs[1])
+    if (
+        not isinstance(state, LocalShape)
+        or not _only_first(states)
+        or context.rank(node.inputs[0]) != 1
+        or size is None
+        or indices is None
+    ):
+        return None
+    picked = [int(i) + size if int(i) < 0 else int(i) for i in indices.reshape(-1)]
+    return RuleResult((_local([j for j, i in enumerate(picked) if i in state.positions]),))
+
+
+@LOCAL_SHAPE_RULES.register("Slice")
+def _local_slice(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    state = states[0]
+    size = _local_size(context, node.inputs[0])
+    if (
+        not isinstance(state, LocalShape)
+        or not _only_first(states)
+        or context.rank(node.inputs[0]) != 1
+        or size is None
+    ):
+        return None
+    bounds = [context.ints(v) if v is not None else None for v in node.inputs[1:5]]
+    bounds += [None] * (4 - len(bounds))
+    starts, ends, axes, steps = bounds
+    if starts is None or ends is None or len(starts) != 1 or len(ends) != 1:
+        return None
+    if (axes is not None and axes not in ([0], [-1])) or (steps is not None and len(steps) != 1):
+        return None
+    step = steps[0] if steps is not None else 1
+    if step == 0:
+        return None
+    clamp = 2**62  # ONNX clamps out-of-range bounds as Python slices do
+    kept = list(range(size))[
+        slice(max(-clamp, min(starts[0], clamp)), max(-clamp, min(ends[0], clamp)), step)
+    ]
+    return RuleResult((_local([j for j, i in enumerate(kept) if i in state.positions]),))
+
+
+@LOCAL_SHAPE_RULES.register("Concat")
+def _local_concat(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
+) -> RuleResult | None:
+    if any(isinstance(s, (Split, Partial)) for s in states):
+        return None
+    positions: list[int] = []
+    offset = 0
+    for value, state in zip(node.inputs, states, strict=True):
+        if value is None or context.rank(value) != 1:
+            return None
+        size = _local_size(context, value)
+        if size is None:
+            return None
+        if isinstance(state, LocalShape):
+            positions += [offset + p for p in state.positions]
+        offset += size
+    return RuleResult((_local(positions),))
 
 
 # ---------------------------------------------------------------------------------------------

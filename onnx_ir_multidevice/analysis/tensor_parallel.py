@@ -38,12 +38,14 @@ from onnx_ir_multidevice.analysis.sharding import (
     SEED_RULES,
     AttributeRewrite,
     BiasOnce,
+    LocalShape,
     Partial,
     Replicated,
     RuleResult,
     ShapeRewrite,
     ShardingContext,
     ShardState,
+    Split,
     WeightSlice,
     propagate,
 )
@@ -195,9 +197,13 @@ def find_regions(
             continue
         blocks = 1
         attempt = None
-        for _ in range(3):
+        context.shape_data = True
+        for _ in range(4):
             context.split_hints.clear()
             attempt = _attempt(context, seeds, blocks, taken, position, order, outputs)
+            if attempt is None and context.shape_data:
+                context.shape_data = False  # per-device shape data no rule consumed: as before
+                continue
             hints = [h for h in context.split_hints if h > blocks]
             if attempt is not None and attempt.gathers and hints:
                 blocks = hints[0]
@@ -246,13 +252,31 @@ def _attempt(
                 queued.add(where)
                 heapq.heappush(heap, where)
         if value in outputs:
-            make_whole(value)
+            make_whole(value, output=True)
 
-    def make_whole(value: ir.Value) -> None:
+    stuck: list[ir.Value] = []  # per-device shape data read by a node without a rule
+
+    gathered: set[ir.Value] = set()  # split graph outputs gathered for the output only
+
+    def make_whole(value: ir.Value, *, output: bool = False) -> None:
         if value in reduced:
             return
-        reduced.add(value)
         state = states[value]
+        if output and isinstance(state, Split):
+            # The output is gathered; the region's own readers go on reading their piece
+            # (present keys/values read again by the attention).
+            if value not in gathered:
+                gathered.add(value)
+                collectives.append(
+                    Collective("AllGather", value, value.producer(), state, _nbytes(context, value))
+                )
+            return
+        reduced.add(value)
+        if isinstance(state, LocalShape):
+            stuck.append(value)
+            return
+        if value in gathered:
+            return  # already gathered at the output; later readers read the whole value
         kind = "AllReduce" if isinstance(state, Partial) else "AllGather"
         collectives.append(
             Collective(kind, value, value.producer(), state, _nbytes(context, value))
@@ -295,6 +319,8 @@ def _attempt(
             continue
         read[node] = tuple(inputs)
         add(node, result)
+    if stuck:
+        return None
     collectives.sort(key=lambda c: position.get(c.after, -1) if c.after is not None else -1)
     for node in nodes:
         for value in node.inputs:

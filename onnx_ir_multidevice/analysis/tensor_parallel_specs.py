@@ -43,7 +43,13 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
-from onnx_ir_multidevice.analysis.sharding import Partial, Replicated, ShardState, Split
+from onnx_ir_multidevice.analysis.sharding import (
+    LocalShape,
+    Partial,
+    Replicated,
+    ShardState,
+    Split,
+)
 from onnx_ir_multidevice.analysis.tensor_parallel import Region, find_regions
 
 GROUP_KEY = -1
@@ -123,8 +129,8 @@ def _spec(
         return split_spec(value, state.axis, devices, blocks=state.blocks, shapes=shapes)
     if isinstance(state, Replicated):
         return replicated_spec(value, devices)
-    assert isinstance(state, Partial)
-    return None
+    assert isinstance(state, (Partial, LocalShape))
+    return None  # a partial sum or per-device shape data: no spec of its own
 
 
 def region_specs(
