@@ -33,6 +33,15 @@ Usage::
     python benchmarks/memory_accuracy.py [--models bert_dynamo,resnet_dynamo] [--shards 2,3,4]
         [--llm /work/llm-data/tinyllama-1.1b-kv.onnx] [--scratch DIR] [--out FILE] [--derive]
         [--zoo] [--repredict]
+    python benchmarks/memory_accuracy.py --tensor-parallel 2,4 [--models gpt2_dynamo,...]
+
+``--tensor-parallel 2,4`` measures tensor-parallel ranks instead: the corpus transformers
+(:data:`TP_MODELS`) and two decoders of ``testing/llama.py`` (TINY at seq 16, a 4-layer
+512-wide one at seq 128), split at each degree (``split_tensor_parallel``, one stage). Each
+rank's segments are loaded as onnxruntime sessions in one child process and run once in
+order (``measure_sessions``), on the values the split computes in process; the prediction is
+:func:`~onnx_ir_multidevice.planner.tensor_parallel.rank_resident_bytes`. The rows go to
+``docs/_static/memory_accuracy_tp.json``.
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ from onnx_ir_multidevice.runtime.verification import make_inputs
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"
 OUT = ROOT / "docs" / "_static" / "memory_accuracy.json"
+TP_OUT = ROOT / "docs" / "_static" / "memory_accuracy_tp.json"
 
 
 def _small_llama():
@@ -296,6 +306,126 @@ def derive_constants(scratch: str, repeat: int = 5) -> dict[str, float]:
     return found
 
 
+TP_MODELS = (
+    "gpt2_dynamo", "llama_gqa_dynamo", "bert_dynamo", "vit_dynamo", "whisper_encoder_dynamo"
+)  # fmt: skip
+"""Corpus transformers the tensor-parallel rows are measured on (those not in the corpus
+are skipped)."""
+
+
+def tp_llama_models(scratch: str):
+    """testing/llama.py's decoders for the tensor-parallel rows: TINY and a mid-size one."""
+    from onnx_ir_multidevice.testing import llama
+
+    configs = {
+        "llama_tiny": (llama.TINY, {"batch": 1, "seq": 16}),
+        "llama_mid": (_small_llama(), {"batch": 1, "seq": 128}),
+    }
+    for name, (config, dims) in configs.items():
+        no_cache = dataclasses.replace(config, kv_cache=False)
+        path = llama.write_llama(Path(scratch) / f"{name}.onnx", no_cache)
+        yield name, path, dims
+
+
+def _rank_envs(split, inputs, folder: Path):
+    """Run the split in this process (onnxruntime): every value each rank's segments read."""
+    import onnxruntime as ort
+
+    paths = [
+        [folder / f"rank{k}_seg{s}.onnx" for s in range(split.num_segments)]
+        for k in range(split.degree)
+    ]
+    for k, segments in enumerate(split.segments):
+        for s, segment in enumerate(segments):
+            ir.save(segment, paths[k][s], external_data=f"rank{k}_seg{s}.onnx.data",
+                    size_threshold_bytes=1024)  # fmt: skip
+    envs = [dict(inputs) for _ in range(split.degree)]
+    for s in range(split.num_segments):
+        for k in range(split.degree):
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            session = ort.InferenceSession(str(paths[k][s]), options,
+                                           providers=["CPUExecutionProvider"])  # fmt: skip
+            names = [i.name for i in session.get_inputs()]
+            outs = session.run(None, {n: envs[k][n] for n in names})
+            envs[k].update(zip([o.name for o in session.get_outputs()], outs, strict=True))
+        for collective in split.steps[s]:
+            whole = collective.combine([env[collective.partial] for env in envs])
+            for env in envs:
+                env[collective.value] = whole
+    return paths, envs
+
+
+def measure_tensor_parallel(name, path, dims, degrees, scratch, log):
+    """Rows of every rank of the degree-``d`` split of one model (one stage), and the skips."""
+    from onnx_ir_multidevice._split.tensor_parallel import split_tensor_parallel
+    from onnx_ir_multidevice.planner.tensor_parallel import rank_resident_bytes
+    from onnx_ir_multidevice.runtime.measure import measure_sessions
+
+    rows, skipped = [], []
+    model = load(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = plan_model(model, shards=[2], dims=dims, assign_names=True)
+    memory = result.memory
+    whole = memory.whole()
+    sizes = memory.sizes
+    inputs = make_inputs(model, dims=dims)
+    for degree in degrees:
+        try:
+            split = split_tensor_parallel(model, degree, dims=dims)
+        except Exception as error:
+            skipped.append({"model": name, "degree": degree, "step": "split",
+                            "reason": _short(error)})  # fmt: skip
+            continue
+        if split.degree == 1:
+            skipped.append({"model": name, "degree": degree, "step": "regions",
+                            "reason": _short(ValueError(split.reason))})  # fmt: skip
+            continue
+        folder = Path(scratch) / f"{name}-tp{degree}"
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            paths, envs = _rank_envs(split, inputs, folder)
+            segments = [[n.op_type for n in segment.graph] for segment in split.segments[0]]
+            nodes = list(model.graph)
+            predicted = rank_resident_bytes(
+                whole, degree, split.regions, sizes, nodes=nodes, segments=segments
+            )
+            naive = rank_resident_bytes(whole, degree, split.regions, sizes)
+            for k in range(degree):
+                archive = folder / f"env{k}.npz"
+                np.savez(archive, **envs[k])
+                on = measure_sessions(paths[k], archive, arena=True)
+                off = measure_sessions(paths[k], archive, arena=False)
+                row = {
+                    "model": name, "degree": degree, "rank": k, "dims": dims,
+                    "segments": split.num_segments, "regions": len(split.regions),
+                    "predicted_bytes": predicted,
+                    "sliced_only_bytes": naive,
+                    "whole_predicted_bytes": whole.resident_bytes,
+                    "measured_bytes": on.peak_bytes,
+                    "measured_no_arena_bytes": off.peak_bytes,
+                    "session_bytes": on.session_bytes,
+                    "steady_bytes": on.steady_bytes,
+                    "input_bytes": on.input_bytes,
+                }  # fmt: skip
+                rows.append(row)
+                log(
+                    f"{name:24} degree {degree} rank {k} ({split.num_segments} segments): "
+                    f"predicted {row['predicted_bytes'] / MIB:8.1f} MiB, measured "
+                    f"{row['measured_bytes'] / MIB:8.1f} MiB (arena off "
+                    f"{row['measured_no_arena_bytes'] / MIB:8.1f}), ratio "
+                    f"{row['predicted_bytes'] / max(row['measured_bytes'], 1):.2f}"
+                )
+        except Exception as error:
+            traceback.print_exc(limit=3, file=sys.stderr)
+            skipped.append({"model": name, "degree": degree, "step": "measure",
+                            "reason": _short(error)})  # fmt: skip
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return rows, skipped
+
+
 def summary(rows) -> list[str]:
     lines = []
     if not rows:
@@ -317,6 +447,62 @@ def summary(rows) -> list[str]:
     return lines
 
 
+def tp_summary(rows) -> list[str]:
+    """The worst ratios of the tensor-parallel rows against the goal."""
+    if not rows:
+        return ["no rank measured"]
+    ratios = [r["predicted_bytes"] / r["measured_bytes"] for r in rows]
+    within = sum(0.9 <= q <= 1.2 for q in ratios)
+    lo, hi = rows[ratios.index(min(ratios))], rows[ratios.index(max(ratios))]
+    line = (
+        f"tensor parallel: {len(rows)} ranks, {within} within -10 %/+20 % of measured; "
+        f"predicted/measured from {min(ratios):.2f} ({lo['model']} degree {lo['degree']} "
+        f"rank {lo['rank']}) to {max(ratios):.2f} ({hi['model']} degree {hi['degree']} "
+        f"rank {hi['rank']})"
+    )
+    return [line]
+
+
+def main_tensor_parallel(args, scratch: str) -> None:
+    """``--tensor-parallel``: the rows of every rank, written to ``--out``."""
+    import onnxruntime
+
+    degrees = [int(d) for d in args.tensor_parallel.split(",")]
+    names = set(args.models.split(",")) if args.models else set(TP_MODELS)
+    models = [] if args.no_corpus else list(corpus_models(names))
+    models += [m for m in tp_llama_models(scratch) if not args.models or m[0] in names]
+    if args.llm:
+        models.append((Path(args.llm).stem, Path(args.llm), {"batch": 1, "seq": 128}))
+    rows, skipped = [], []
+    start = time.perf_counter()
+    for name, path, dims in models:
+        found, missed = measure_tensor_parallel(name, path, dims, degrees, scratch, print)
+        rows += found
+        skipped += missed
+        for miss in missed:
+            print(f"{name:24} degree {miss['degree']}: skipped at {miss['step']}: "
+                  f"{miss['reason'][:120]}")  # fmt: skip
+    document = {
+        "command": " ".join(["python", "benchmarks/memory_accuracy.py", *sys.argv[1:]]),
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "onnxruntime": onnxruntime.__version__,
+        "measure": "peak resident growth of one fresh child process holding all the sessions "
+        "of one rank (one per segment), each run once in order at the planning dims "
+        "(runtime.measure.measure_sessions); arena on (measured_bytes) and off",
+        "predicted": "planner.tensor_parallel.rank_resident_bytes (predicted_bytes); "
+        "sliced_only_bytes: the whole stage's resident bytes with only the sliced weights "
+        "divided",
+        "seconds": round(time.perf_counter() - start, 1),
+        "rows": rows,
+        "skipped": skipped,
+    }
+    Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
+    for line in tp_summary(rows):
+        print(line)
+    print(f"{len(skipped)} split(s) skipped; wrote {args.out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", help="comma-separated corpus model names (default: all)")
@@ -325,7 +511,12 @@ def main() -> None:
     parser.add_argument("--no-corpus", action="store_true")
     parser.add_argument("--zoo", action="store_true", help="also generated zoo and Llama models")
     parser.add_argument("--scratch", help="folder for stage files (default: a temporary one)")
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--out", help=f"results file (default {OUT.name}, {TP_OUT.name})")
+    parser.add_argument(
+        "--tensor-parallel",
+        help="comma-separated degrees: measure every rank of the tensor-parallel splits of "
+        "the corpus transformers and the built Llama decoders instead (e.g. 2,4)",
+    )
     parser.add_argument("--derive", action="store_true", help="re-derive the runtime constants")
     parser.add_argument(
         "--repredict",
@@ -333,8 +524,12 @@ def main() -> None:
         help="keep the measurements of --out, recompute the predictions (after a model change)",
     )
     args = parser.parse_args()
+    args.out = args.out or str(TP_OUT if args.tensor_parallel else OUT)
     scratch = tempfile.mkdtemp(prefix="omny-accuracy-", dir=args.scratch)
     try:
+        if args.tensor_parallel:
+            main_tensor_parallel(args, scratch)
+            return
         if args.derive:
             print(json.dumps(derive_constants(scratch), indent=2))
             return

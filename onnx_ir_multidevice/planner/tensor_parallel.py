@@ -26,11 +26,14 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_COLLECTIVE_FLOPS_PER_BYTE",
+    "EXTRA_SESSION_BYTES",
+    "SEGMENT_OP_TYPE_BYTES",
     "StageParallelism",
     "TensorParallelPlan",
     "choose_degrees",
     "flops_by_node",
     "plan_tensor_parallel",
+    "rank_resident_bytes",
     "stage_parallelism",
 ]
 
@@ -45,7 +48,12 @@ from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import assign_stages
 from onnx_ir_multidevice.analysis.tensor_parallel import Region, find_regions
 from onnx_ir_multidevice.planner.flops import nodes_flops
-from onnx_ir_multidevice.planner.memory import MemoryModel
+from onnx_ir_multidevice.planner.memory import (
+    PREPACKED_WEIGHT_INPUTS,
+    RUNTIME_NODE_BYTES,
+    MemoryModel,
+    StageMemory,
+)
 from onnx_ir_multidevice.planner.partition import DEFAULT_FLOPS_PER_BYTE, Partition, partition
 
 DEFAULT_COLLECTIVE_FLOPS_PER_BYTE = 64.0
@@ -339,3 +347,90 @@ def plan_tensor_parallel(
             )
         plan = dataclasses.replace(plan, reason=reason)
     return cut, plan
+
+
+EXTRA_SESSION_BYTES = 192 * 1024
+"""Resident memory each further onnxruntime CPU session adds to a process that already holds
+one: a tensor-parallel rank holds one session per segment, and the code pages and most of
+:data:`~onnx_ir_multidevice.planner.memory.RUNTIME_OVERHEAD_BYTES` are shared between them.
+Measured with onnxruntime 1.32 on Linux x86-64 (``measure_sessions`` of 1 to 17 one-``Add``
+sessions in one child, median of 3): 165 KiB per session with the CPU arena on, 120 KiB with
+it off; rounded up."""
+
+SEGMENT_OP_TYPE_BYTES = 32 * 1024
+"""Resident memory each op type of a further segment's session adds (its kernels'
+registration and per-session data; their code is shared): half of
+:data:`~onnx_ir_multidevice.planner.memory.RUNTIME_OP_TYPE_BYTES`, fitted on the ranks of
+``benchmarks/memory_accuracy.py --tensor-parallel`` (the full per-op-type cost over-predicted
+the 2-layer Llama by 21 %, none under-predicted GPT-2 by 10 %)."""
+
+
+def rank_resident_bytes(
+    stage: StageMemory,
+    degree: int,
+    regions: Sequence[Region],
+    sizes: ValueSizes,
+    *,
+    nodes: Sequence[ir.Node] = (),
+    segments: Sequence[Sequence[str]] = (),
+    node_bytes: int = RUNTIME_NODE_BYTES,
+    op_type_bytes: int = SEGMENT_OP_TYPE_BYTES,
+    session_bytes: int = EXTRA_SESSION_BYTES,
+) -> int:
+    """Predicted resident memory of one rank of a tensor-parallel stage, on onnxruntime's CPU.
+
+    Starting from the whole stage's :attr:`~StageMemory.resident_bytes` (one session):
+
+    * **sliced weights**: the weights the regions slice count ``1 / degree`` of their bytes;
+    * **pre-packing**: the largest weight a kernel pre-packs (held twice while the session is
+      created) is taken among the rank's weights, the sliced ones at ``1 / degree`` (a sliced
+      vocabulary head is no longer the largest copy);
+    * **one session per segment**: each segment beyond the first adds
+      :data:`EXTRA_SESSION_BYTES`, and :data:`SEGMENT_OP_TYPE_BYTES` per op type beyond the
+      stage's own (an op type found in three segments counts three times) and its cost per
+      node (the nodes of every segment: the split adds
+      a few, the rewritten shapes).
+
+    Activations and buffers stay whole (an upper bound: a split value is ``1 / degree`` on
+    each rank).
+
+    Args:
+        stage: The whole stage's memory.
+        degree: The degree.
+        regions: The stage's regions at ``degree``.
+        sizes: The sizes at the planning dims.
+        nodes: The stage's nodes (for the pre-packed weights; none: the stage's figure).
+        segments: The op type of each node of each segment of one rank
+            (:attr:`~onnx_ir_multidevice._split.tensor_parallel.TensorParallelSplit.segments`;
+            none, or no ``nodes``: one session).
+        node_bytes: onnxruntime's cost per node.
+        op_type_bytes: The cost of an op type in one more segment.
+        session_bytes: The cost of each further session.
+    """
+    if degree == 1 or not regions:
+        return stage.resident_bytes
+    sliced: dict[ir.Value, int] = {}
+    for region in regions:
+        for piece in region.weight_slices:
+            sliced.setdefault(piece.value, _weight_bytes(piece.value, sizes))
+    whole = sum(sliced.values())
+    resident = stage.resident_bytes - whole + math.ceil(whole / degree)
+    if nodes:
+        prepack = 0
+        for node in nodes:
+            for index in PREPACKED_WEIGHT_INPUTS.get(node.op_type, ()):
+                value = node.inputs[index] if index < len(node.inputs) else None
+                if value is None or (value.const_value is None and not value.is_initializer()):
+                    continue  # an activation or a graph input
+                n = _weight_bytes(value, sizes)
+                prepack = max(prepack, math.ceil(n / degree) if value in sliced else n)
+        held = stage.activations_bytes + stage.io_bytes
+        before = max(stage.workspace_bytes, stage.prepack_bytes - held)
+        resident += max(stage.workspace_bytes, prepack - held) - before
+    if segments and nodes:
+        stage_nodes = len(nodes)
+        stage_types = len({n.op_type for n in nodes})
+        resident += (len(segments) - 1) * session_bytes
+        resident += (sum(len(set(s)) for s in segments) - stage_types) * op_type_bytes
+        resident += (sum(len(s) for s in segments) - stage_nodes) * node_bytes
+    return resident

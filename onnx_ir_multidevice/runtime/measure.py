@@ -27,7 +27,7 @@ only (``/proc``).
 
 from __future__ import annotations
 
-__all__ = ["MemoryMeasurement", "measure_memory", "measure_stages"]
+__all__ = ["MemoryMeasurement", "measure_memory", "measure_sessions", "measure_stages"]
 
 import dataclasses
 import json
@@ -35,7 +35,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +129,49 @@ def measure_memory(
         VerifyError: The child failed (onnxruntime cannot load or run the model, an input is
             missing); the message holds its error output.
     """
+    return _probe({"model": os.fspath(model)}, inputs, arena, threads, save_outputs, timeout)
+
+
+def measure_sessions(
+    models: Sequence[str | os.PathLike],
+    inputs: Mapping[str, np.ndarray] | str | os.PathLike,
+    *,
+    arena: bool = True,
+    threads: int | None = None,
+    timeout: float | None = 600,
+) -> MemoryMeasurement:
+    """Measure several sessions held at once in one process: a tensor-parallel rank's segments.
+
+    Every session is created first, then each runs once in order on the arrays of ``inputs``
+    its inputs name (the previous session's outputs are dropped before the next runs). The
+    figures are as :func:`measure_memory`'s, over all the sessions together.
+
+    Args:
+        models: Paths of the ``.onnx`` files, in the order they run.
+        inputs: Arrays by name, or a ``.npz`` file: every input of every session.
+        arena: onnxruntime's ``enable_cpu_mem_arena``.
+        threads: ``intra_op_num_threads`` (``None``: onnxruntime's default).
+        timeout: Seconds the child may take.
+
+    Raises:
+        VerifyError: The child failed (see :func:`measure_memory`).
+
+    .. versionadded:: 0.1
+    """
+    paths = [os.fspath(m) for m in models]
+    found = _probe({"models": paths}, inputs, arena, threads, None, timeout)
+    return dataclasses.replace(found, model=os.pathsep.join(paths))
+
+
+def _probe(
+    request: dict,
+    inputs: Mapping[str, np.ndarray] | str | os.PathLike | None,
+    arena: bool,
+    threads: int | None,
+    save_outputs: str | os.PathLike | None,
+    timeout: float | None,
+) -> MemoryMeasurement:
+    what = request.get("model") or ", ".join(request["models"])
     with tempfile.TemporaryDirectory(prefix="omny-measure-") as folder:
         if inputs is None or isinstance(inputs, Mapping):
             archive = os.path.join(folder, "inputs.npz")
@@ -136,7 +179,7 @@ def measure_memory(
         else:
             archive = os.fspath(inputs)
         request = {
-            "model": os.fspath(model),
+            **request,
             "inputs": archive,
             "arena": bool(arena),
             "threads": threads,
@@ -151,9 +194,9 @@ def measure_memory(
         )
     if done.returncode != 0:
         tail = " ".join(done.stderr.strip().splitlines()[-3:])
-        raise VerifyError(f"measuring {os.fspath(model)} failed (exit {done.returncode}): {tail}")
+        raise VerifyError(f"measuring {what} failed (exit {done.returncode}): {tail}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    return MemoryMeasurement(model=os.fspath(model), arena=bool(arena), **report)
+    return MemoryMeasurement(model=what, arena=bool(arena), **report)
 
 
 def measure_stages(
