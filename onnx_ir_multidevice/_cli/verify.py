@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _verify_folder(args: argparse.Namespace, model: ir.Model, progress: Any) -> int:
     """``--split DIR``: run the folder's stages against the whole model."""
+    # lazy: `omny --help` imports no runtime
     from onnx_ir_multidevice.runtime.tensor_parallel import verify_folder
 
     progress(f"running the stages of {args.split} against the whole model")

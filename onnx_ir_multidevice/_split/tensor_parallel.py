@@ -55,6 +55,7 @@ from onnx_ir_multidevice._util import require_model
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.sharding import Replicated, Split, WeightSlice, constant_array
 from onnx_ir_multidevice.analysis.tensor_parallel import Region, find_regions
+from onnx_ir_multidevice.binding.naming import configuration_name
 from onnx_ir_multidevice.graph.index import holds_subgraphs
 from onnx_ir_multidevice.omny.tensor_parallel_record import (
     TENSOR_PARALLEL_KEY,
@@ -207,8 +208,9 @@ def tensor_parallel_configuration(
 
     Args:
         model: The planned model.
-        shards: The pipeline stage count of the split: the configuration with that
-            ``num_shards`` is taken (``None``: the first one).
+        shards: The pipeline stage count of the split: the record's entry for the
+            ``.omny`` configuration a split of that many stages uses (the first with that
+            count, named ``omny/<n>-shards``); ``None``: the record's first entry.
         configuration: The configuration's name (``omny/<n>-shards``), instead of ``shards``.
 
     Returns:
@@ -230,11 +232,12 @@ def tensor_parallel_configuration(
         ) from error
     if record is None:
         return None
+    if configuration is None and shards is not None:
+        # The split of `shards` stages uses the first .omny configuration with that count
+        # (Sharding.configuration_index), which annotate names omny/<n>-shards.
+        configuration = configuration_name(shards)
     for entry in record.configurations:
-        if configuration is not None:
-            if entry.name == configuration:
-                return entry
-        elif shards is None or entry.num_shards == shards:
+        if configuration is None or entry.name == configuration:
             return entry
     return None
 

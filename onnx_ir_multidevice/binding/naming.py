@@ -12,12 +12,23 @@ the strip pass removes it, and the checker compares it with the plan.
 
 from __future__ import annotations
 
-__all__ = ["OMNY_CONFIGURATION_PREFIX", "configuration_names"]
+__all__ = ["OMNY_CONFIGURATION_PREFIX", "configuration_name", "configuration_names"]
 
 from collections.abc import Iterable
 
 #: Name prefix of the configurations this package creates (and the strip pass removes).
 OMNY_CONFIGURATION_PREFIX = "omny/"
+
+
+def configuration_name(num_shards: int, repeat: int = 0) -> str:
+    """The IR configuration name of an ``.omny`` configuration with ``num_shards`` shards.
+
+    ``omny/<n>-shards`` for the first one (``repeat=0``, the one
+    ``Sharding.configuration_index(n)`` chooses), ``omny/<n>-shards#<m>`` for the ``m``-th
+    further one.
+    """
+    base = f"{OMNY_CONFIGURATION_PREFIX}{num_shards}-shards"
+    return base if repeat == 0 else f"{base}#{repeat}"
 
 
 def configuration_names(configurations: Iterable[object]) -> list[str]:
@@ -35,6 +46,5 @@ def configuration_names(configurations: Iterable[object]) -> list[str]:
         n = configuration.num_shards  # type: ignore[attr-defined]  # any object with num_shards (documented)
         count = seen.get(n, 0)
         seen[n] = count + 1
-        base = f"{OMNY_CONFIGURATION_PREFIX}{n}-shards"
-        names.append(base if count == 0 else f"{base}#{count}")
+        names.append(configuration_name(n, count))
     return names

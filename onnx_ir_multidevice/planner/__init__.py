@@ -47,6 +47,7 @@ __all__ = [
     "plan_model",
     "plan_summary",
     "plan_tensor_parallel",
+    "rank_resident_bytes",
     "stage_parallelism",
 ]
 
@@ -83,6 +84,7 @@ from onnx_ir_multidevice.planner.tensor_parallel import (
     TensorParallelPlan,
     choose_degrees,
     plan_tensor_parallel,
+    rank_resident_bytes,
     stage_parallelism,
 )
 

@@ -34,7 +34,7 @@ import dataclasses
 import os
 import pathlib
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -300,6 +300,20 @@ def _agrees(file: pathlib.Path, entry: ManifestStage, stage: StageModel) -> None
         )
 
 
+_TENSOR_PARALLEL_LOADER: Callable[[ManifestStage], Any] | None = None
+
+
+def register_tensor_parallel_loader(loader: Callable[[ManifestStage], Any]) -> None:
+    """Set the loader of a split folder's tensor-parallel stages.
+
+    :mod:`~onnx_ir_multidevice.runtime.tensor_parallel`, which builds on this module, registers
+    its ``stage_from_manifest`` when the runtime package is imported (a registration instead
+    of an import keeps the layers one way).
+    """
+    global _TENSOR_PARALLEL_LOADER  # noqa: PLW0603 (the one registration point)
+    _TENSOR_PARALLEL_LOADER = loader
+
+
 def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -> StageChain:
     try:
         manifest = read_manifest(folder)
@@ -308,10 +322,12 @@ def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -
     stages = []
     for entry in manifest.stages:
         if entry.tensor_parallel is not None:
-            # lazy: the tensor-parallel runtime builds on this module
-            from onnx_ir_multidevice.runtime.tensor_parallel import stage_from_manifest
-
-            stages.append(stage_from_manifest(entry))
+            if _TENSOR_PARALLEL_LOADER is None:  # pragma: no cover (the package registers it)
+                raise PipelineError(
+                    f"stage {entry.index} of {folder} is tensor-parallel; import "
+                    "onnx_ir_multidevice.runtime to run it"
+                )
+            stages.append(_TENSOR_PARALLEL_LOADER(entry))
         else:
             stages.append(_stage_from_path(entry.index, manifest.stage_path(entry.index)))
     for entry, (stage, _, _) in zip(manifest.stages, stages, strict=True):

@@ -52,6 +52,7 @@ from onnx_ir_multidevice._split.tensor_parallel import (
     tensor_parallel_degrees,
 )
 from onnx_ir_multidevice._util import require_model
+from onnx_ir_multidevice.runtime import stages as _stages
 from onnx_ir_multidevice.runtime import verification
 from onnx_ir_multidevice.runtime.devices import Device, parse_device
 from onnx_ir_multidevice.runtime.inputs import TensorSpec, input_specs
@@ -532,3 +533,8 @@ def verify_folder(
         feeds.update({k: np.asarray(v) for k, v in inputs.items()})
     chain = load_stages(folder)
     return _verify_chain(model, chain, feeds, rtol, atol, threads)
+
+
+# Lower runtime modules run tensor-parallel stages and checks through these registrations.
+_stages.register_tensor_parallel_loader(stage_from_manifest)
+verification.register_tensor_parallel_verify(verify_tensor_parallel)

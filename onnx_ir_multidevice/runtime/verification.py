@@ -30,7 +30,7 @@ __all__ = [
 import dataclasses
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import VerifyError
 from onnx_ir_multidevice._split import split
+from onnx_ir_multidevice._split.tensor_parallel import tensor_parallel_configuration
 from onnx_ir_multidevice._util import plural, require_model
 from onnx_ir_multidevice.analysis.precision import default_tolerance
 from onnx_ir_multidevice.omny.planning_dims import read_planning_dims
@@ -439,6 +440,20 @@ def _needed_after(stages: Sequence[ir.Model], graph_outputs: set[str]) -> list[s
     return result
 
 
+_TENSOR_PARALLEL_VERIFY: Callable[..., Any] | None = None
+
+
+def register_tensor_parallel_verify(check: Callable[..., Any]) -> None:
+    """Set what :func:`verify` runs for a model whose record splits stages over devices.
+
+    :mod:`~onnx_ir_multidevice.runtime.tensor_parallel`, which builds on this module, registers
+    its ``verify_tensor_parallel`` when the runtime package is imported (a registration
+    instead of an import keeps the layers one way).
+    """
+    global _TENSOR_PARALLEL_VERIFY  # noqa: PLW0603 (the one registration point)
+    _TENSOR_PARALLEL_VERIFY = check
+
+
 def verify(
     model: ir.Model | str | os.PathLike,
     shards: int,
@@ -502,14 +517,10 @@ def verify(
     require_model(model, "verify")
     rtol, atol = _tolerances(model, rtol, atol)
     _checked_dims(dims)
-    if configuration is None and metadata is None:
-        # lazy: the tensor-parallel runtime builds on this module
-        from onnx_ir_multidevice._split.tensor_parallel import tensor_parallel_configuration
-        from onnx_ir_multidevice.runtime.tensor_parallel import verify_tensor_parallel
-
+    if configuration is None and metadata is None and _TENSOR_PARALLEL_VERIFY is not None:
         parallel = tensor_parallel_configuration(model, shards)
         if parallel is not None and parallel.parallel:  # the split `omny split` writes
-            report: VerifyReport = verify_tensor_parallel(
+            report: VerifyReport = _TENSOR_PARALLEL_VERIFY(
                 model, None, inputs, shards=shards, rtol=rtol, atol=atol, seed=seed,
                 input_dims=dims,
             )  # fmt: skip
