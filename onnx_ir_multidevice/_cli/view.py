@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
                 config.add_node_data_from_path(str(item.path), model_name=overlay.model_path.name)
         if args.json:
             print_json(_document(overlays))
-        print(f"Model Explorer: http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
+        address = f"http://{args.host}:{args.port}/?data={config.to_url_param_value()}"
+        print(f"Model Explorer: {address} (Ctrl-C to stop)", flush=True)
         model_explorer.visualize_from_config(
             config=config,
             host=args.host,

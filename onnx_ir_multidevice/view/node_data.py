@@ -178,7 +178,9 @@ def node_data(
             if not 0 <= position < len(configurations):
                 raise ViewError(
                     f"Configuration {position} does not exist: the model has "
-                    f"{len(configurations)} ({', '.join(f'{i}: {n}' for i, n in enumerate(names))})."
+                    f"{len(configurations)} ("
+                    + ", ".join(f"{i}: {n}" for i, n in enumerate(names))
+                    + ")."
                 )
             configurations = [configurations[position]]
     ids = node_ids(model)
@@ -199,7 +201,7 @@ def _one(
     memory_mb: tuple[int, ...] | None,
     record: Any,
 ) -> NodeDataFile:
-    entries: dict[ir.Node, ir.NodeDeviceConfiguration] = {}
+    entries: dict[ir.Node, Any] = {}
     for node in nodes:
         for entry in node.device_configurations:
             if entry.configuration is configuration and entry.pipeline_stage is not None:
@@ -210,10 +212,10 @@ def _one(
     weights = [0] * num_stages
     counted: set[tuple[int, ir.Value]] = set()
     for node, node_flops in zip(nodes, flops, strict=True):
-        entry = entries.get(node)
-        if entry is None:
+        found = entries.get(node)
+        if found is None:
             continue
-        stage = entry.pipeline_stage or 0
+        stage = found.pipeline_stage or 0
         stage_flops[stage] += node_flops
         for value in node.inputs:
             if value is not None and value.is_initializer() and (stage, value) not in counted:

@@ -51,7 +51,7 @@ def _without_weights(model: ir.Model, path: Path) -> None:
             offset=0,
             length=tensor.nbytes,
             dtype=tensor.dtype,
-            shape=tensor.shape,
+            shape=ir.Shape(list(tensor.shape)),  # type: ignore[arg-type]
             name=tensor.name or value.name or "",
             base_dir=str(path.parent),
         )
