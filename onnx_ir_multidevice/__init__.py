@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, for type checkers and I
         PlanningDimsError,
         SplitError,
         VerifyError,
+        ViewError,
     )
     from onnx_ir_multidevice._proto import (
         ContainerConversion,
@@ -173,6 +174,7 @@ __all__ = [
     "PlanningDimsError",
     "SplitError",
     "VerifyError",
+    "ViewError",
 ]
 
 _P = "onnx_ir_multidevice"
@@ -233,6 +235,7 @@ _HOMES: dict[str, str] = {
             "PlanningDimsError",
             "SplitError",
             "VerifyError",
+            "ViewError",
         ),
         f"{_P}._errors",
     ),

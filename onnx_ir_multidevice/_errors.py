@@ -22,6 +22,7 @@ __all__ = [
     "PlanningDimsError",
     "SplitError",
     "VerifyError",
+    "ViewError",
 ]
 
 import dataclasses
@@ -171,6 +172,10 @@ class PlanError(OmnyError, ValueError):
 
 class SplitError(OmnyError, ValueError):
     """A model cannot be split into stages as requested."""
+
+
+class ViewError(OmnyError, ValueError):
+    """A model has no plan to draw, or the configuration asked for does not exist."""
 
 
 class ExportError(OmnyError, ValueError):

@@ -112,6 +112,7 @@ _SUBCOMMANDS: tuple[str, ...] = (
     "oaax-convert",
     "verify",
     "run",
+    "view",
     "demo",
 )
 """Subcommands, in ``--help`` order; each is a module of this package (``-`` spelt ``_``)."""
