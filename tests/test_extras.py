@@ -16,6 +16,10 @@ TESTS = REPO / "tests"
 NOT_INSTALLED_HERE = {"tvm": "apache-tvm"}
 """Distributions of modules that some test environments lack (the tests skip without them)."""
 
+SKIPPING_EXTRAS = ("browser",)
+"""Extras kept out of ``test`` (CI time) whose tests skip with a reason without them: the
+browser test of ``omny view`` also needs a Chromium, which CI machines lack."""
+
 
 def _requirement_names(requirements: list[str]) -> set[str]:
     return {
@@ -29,7 +33,10 @@ def _declared() -> set[str]:
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
         tomllib = pytest.importorskip("tomli")
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return _requirement_names(project["dependencies"] + project["optional-dependencies"]["test"])
+    extras = project["optional-dependencies"]
+    return _requirement_names(
+        project["dependencies"] + extras["test"] + [r for e in SKIPPING_EXTRAS for r in extras[e]]
+    )
 
 
 def imported_top_level_modules(source: str) -> set[str]:
