@@ -42,6 +42,7 @@ PUBLIC_PATHS = (
             "oaax",
             "oaax.runtime",
             "cli",
+            "view",
         )
     ),
 )
@@ -58,6 +59,7 @@ SET_MODULE = (
     "graph",
     "exporters",
     "oaax",
+    "view",
 )
 """Public subpackages whose classes and functions show the public module path."""
 

@@ -11,6 +11,7 @@ only viewing it does (the ``view`` extra, ``omny view``).
 
 from __future__ import annotations
 
+from onnx_ir_multidevice._util import set_public_module
 from onnx_ir_multidevice.view.node_data import (
     NodeDataFile,
     graph_id,
@@ -29,3 +30,5 @@ __all__ = [
     "prepare",
     "write_node_data",
 ]
+
+set_public_module(globals())

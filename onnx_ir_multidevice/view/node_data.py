@@ -30,6 +30,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from onnx_ir_multidevice._errors import ViewError
+from onnx_ir_multidevice._proto.atomic import write_bytes_atomic
 from onnx_ir_multidevice._util import require_model
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.omny import read as read_omny
@@ -277,12 +278,16 @@ def _one(
 def write_node_data(
     files: Sequence[NodeDataFile], directory: str | os.PathLike
 ) -> list[NodeDataFile]:
-    """Write each file into ``directory`` (created if absent); return them with their paths."""
+    """Write each file into ``directory`` (created if absent); return them with their paths.
+
+    Each file is written atomically (a temporary file renamed into place): a reader never sees
+    half a file, and an existing file is replaced whole.
+    """
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for item in files:
         path = folder / item.file_name
-        path.write_text(json.dumps(item.data, separators=(",", ":")), encoding="utf-8")
+        write_bytes_atomic(path, json.dumps(item.data, separators=(",", ":")).encode("utf-8"))
         written.append(dataclasses.replace(item, path=path))
     return written
