@@ -452,6 +452,9 @@ class _FakeRay:
     def cluster_resources(self):
         return {"CPU": self.cpus}
 
+    def nodes(self):  # one node holding every CPU
+        return [{"NodeID": "f" * 56, "Alive": True, "Resources": {"CPU": self.cpus}}]
+
     def available_resources(self):
         return {"CPU": self.cpus}
 

@@ -133,7 +133,8 @@ def test_dead_actor_fails_every_pending_and_later_request(stage):
             with pytest.raises(PipelineError) as info:
                 pipe.receive_output(timeout=60)
             assert info.value.stage == stage
-            assert "failed on cpu: the stage's Ray actor died" in str(info.value)
+            assert "failed on cpu: the stage's Ray actor on node " in str(info.value)
+            assert ") died (" in str(info.value)
         assert refused.value.stage == stage
         assert f"stage {stage} on cpu can run no more requests" in str(refused.value)
         with pytest.raises(PipelineError, match="broken"):

@@ -107,6 +107,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="engine running the stages: thread, ray, or a registered one (default: thread)",
     )
     parser.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="with --backend ray: the running Ray cluster to use (HOST:PORT as `ray start "
+        "--head` prints it, or auto); default: a local Ray instance",
+    )
+    parser.add_argument(
+        "--placement",
+        metavar="WHERE",
+        help="with --backend ray: pack, spread, strict_pack or strict_spread (a placement "
+        "group), or one node per stage, comma-separated: a node id, IP address or custom "
+        "resource name (ray start --resources)",
+    )
+    parser.add_argument(
         "--max-in-flight", type=int, metavar="M", help="requests inside the stages at once"
     )
     parser.add_argument(
@@ -143,6 +156,20 @@ def run(args: argparse.Namespace) -> int:
     except PipelineError as exc:
         error(str(exc))
         return EXIT_USAGE
+    ray_options: dict[str, Any] = {}
+    if args.address is not None or args.placement is not None:
+        if args.backend != "ray":
+            error("--address and --placement need --backend ray")
+            return EXIT_USAGE
+        if args.address is not None:
+            ray_options["address"] = args.address
+        if args.placement is not None:
+            placement = args.placement.strip()
+            ray_options["placement"] = (
+                placement.lower()
+                if placement.lower() in ("pack", "spread", "strict_pack", "strict_spread")
+                else [part.strip() or None for part in placement.split(",")]
+            )
     dims = dict(args.dim)
     progress = progress_reporter(args, "run")
     progress(f"loading {args.input} and starting the stage sessions")
@@ -154,10 +181,12 @@ def run(args: argparse.Namespace) -> int:
             intra_op_num_threads=args.threads,
             backend=args.backend,
             max_in_flight=args.max_in_flight,
+            **ray_options,
         )
     except SplitError as exc:
         error(f"{args.input}: {in_cli_words(str(exc))}")
         return EXIT_FINDINGS
+
     with pipeline:
         problem = check_dim_names(args.input, dims, dim_names(pipeline.inputs))
         if problem is not None:
@@ -206,6 +235,9 @@ def run(args: argparse.Namespace) -> int:
         f"{', '.join(str(d) for d in pipeline.devices)}; inputs {shapes}"
     )
     print(stats.format())
+    if any(stage.node_id for stage in stats.stages):
+        for stage in stats.stages:
+            print(f"stage {stage.index} ran on node {stage.node_id} ({stage.node_address})")
     if baseline is not None:
         speedup = stats.throughput / baseline["throughput"] if baseline["throughput"] else 0.0
         print(

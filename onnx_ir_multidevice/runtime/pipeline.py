@@ -448,6 +448,13 @@ class Pipeline:
             and ``num_gpus`` (1 on a GPU device, else 0). Passed to the engine as its
             ``actor_options``.
         engine_options: Further keyword arguments of the engine's factory.
+        address: Ray only: the running Ray cluster to connect to (``"auto"``, ``"HOST:PORT"``,
+            ``"ray://HOST:PORT"``) when Ray is not initialized yet; ``None`` starts a local
+            instance. Passed to the engine as its ``address``.
+        placement: Ray only: where the stages go: a placement-group strategy (``"pack"``,
+            ``"spread"``, ``"strict_pack"``, ``"strict_spread"``) or one node per stage (node
+            id, IP address or custom resource name; ``None`` for any). See
+            :mod:`~onnx_ir_multidevice.runtime.engines.ray`. Passed as its ``placement``.
 
     Raises:
         PipelineError: The stages do not chain, a manifest is malformed, an argument does not
@@ -471,11 +478,17 @@ class Pipeline:
         spinning: bool = False,
         ray_actor_options: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         engine_options: Mapping[str, Any] | None = None,
+        address: str | None = None,
+        placement: str | Sequence[str | None] | None = None,
     ) -> None:
         factory = get_engine(backend)
         options = dict(engine_options or {})
         if ray_actor_options is not None:
             options.setdefault("actor_options", ray_actor_options)
+        if address is not None:
+            options.setdefault("address", address)
+        if placement is not None:
+            options.setdefault("placement", placement)
         _check_engine_options(backend, factory, options)
         self._chain = load_stages(source, shards, outputs=outputs)
         n = self._chain.num_stages

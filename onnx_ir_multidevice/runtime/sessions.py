@@ -199,6 +199,22 @@ def session_source(model: ModelSource) -> bytes | str | ir.Model:
     )
 
 
+def save_for_session(model: ir.Model, folder: str) -> str:
+    """Save ``model`` into ``folder`` as onnxruntime gets it from a file; return the path.
+
+    The weights go to one data file next to the model (external tensor attributes embedded),
+    and an annotated model loses its multi-device fields (see the module docstring).
+    """
+    path = os.path.join(folder, _MODEL_FILE)
+    with external_attributes_embedded(model):
+        ir.save(model, path, external_data=f"{_MODEL_FILE}.data")
+    if model.ir_version >= MULTI_DEVICE_IR_VERSION:
+        proto = onnx.load_model(path, load_external_data=False)  # no weights
+        if _single_device(proto, model):
+            onnx.save_model(proto, path)
+    return path
+
+
 class ModelSession:
     """An onnxruntime :class:`~onnxruntime.InferenceSession` and the files it was made from.
 
@@ -237,14 +253,7 @@ class ModelSession:
                 self._folder = tempfile.TemporaryDirectory(
                     prefix="omny-session-", ignore_cleanup_errors=True
                 )
-                path = os.path.join(self._folder.name, _MODEL_FILE)
-                with external_attributes_embedded(source):
-                    ir.save(source, path, external_data=f"{_MODEL_FILE}.data")
-                if source.ir_version >= MULTI_DEVICE_IR_VERSION:
-                    proto = onnx.load_model(path, load_external_data=False)  # no weights
-                    if _single_device(proto, source):
-                        onnx.save_model(proto, path)
-                source = path
+                source = save_for_session(source, self._folder.name)
             self.session = ort.InferenceSession(
                 source,
                 options if options is not None else session_options(),

@@ -86,6 +86,12 @@ class StageStats:
     periods: tuple[BusyPeriod, ...] = dataclasses.field(repr=False)
     """The busy periods, oldest first."""
 
+    node_id: str | None = None
+    """Id of the node the stage runs on, for an engine that spans nodes (Ray); else ``None``."""
+
+    node_address: str | None = None
+    """IP address of that node (``None`` like :attr:`node_id`)."""
+
     def to_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dictionary (periods left out)."""
         data = dataclasses.asdict(self)
@@ -144,10 +150,14 @@ class PipelineStats:
                 f"{'p90 ms':>9} {'busy s':>8} {'util':>6}"
             ),
         ]
+        nodes = any(s.node_id for s in self.stages)
+        if nodes:
+            lines[-1] += "  node"
         for s in self.stages:
             lines.append(
                 f"{s.index:>5}  {s.device:<10} {s.requests:>8} {s.mean_ms:>9.2f} "
                 f"{s.p50_ms:>9.2f} {s.p90_ms:>9.2f} {s.busy_s:>8.3f} {s.utilisation:>6.1%}"
+                + (f"  {(s.node_id or '?')[:8]} ({s.node_address or '?'})" if nodes else "")
             )
         return "\n".join(lines)
 
@@ -209,10 +219,17 @@ class StatsRecorder:
         self._lock = threading.Lock()
         self.reset()
 
+    def place(self, stage: int, node_id: str, address: str) -> None:
+        """Record the node ``stage`` runs on (kept across :meth:`reset`)."""
+        with self._lock:
+            self._nodes[stage] = (node_id, address)
+
     def reset(self) -> None:
         """Forget everything measured so far."""
         with self._lock:
             n = len(self._devices)
+            if not hasattr(self, "_nodes"):
+                self._nodes: dict[int, tuple[str, str]] = {}
             self._t0: float | None = None
             self._t_last = 0.0
             self._sent: dict[int, float] = {}
@@ -279,6 +296,8 @@ class StatsRecorder:
                         p50_ms=_ms(durations, 50),
                         p90_ms=_ms(durations, 90),
                         periods=periods,
+                        node_id=self._nodes.get(i, (None, None))[0],
+                        node_address=self._nodes.get(i, (None, None))[1],
                     )
                 )
             latencies = list(self._latencies)

@@ -16,10 +16,43 @@ the later stages pass on unchanged; the driver raises it as a
 :class:`~onnx_ir_multidevice.PipelineError` in the request's turn. GPU stages use device index
 0 inside their actor (Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPU it assigned).
 
-If Ray is not initialized, the backend calls ``ray.init()`` (a local instance); it never
-shuts Ray down. :meth:`Pipeline.close` kills the stage actors (first letting the stages that
-hold a model over the protobuf limit remove their temporary files, for up to the close's
-timeout).
+If Ray is not initialized, the backend calls ``ray.init(address=address)``: a local instance
+when ``address`` is ``None``, else the running cluster at ``address`` (``"auto"``,
+``"10.0.0.1:6379"``, ``"ray://..."``); it never shuts Ray down.
+
+**Placement** (``placement``): ``None`` lets Ray's scheduler place each actor by its resource
+request; a strategy name (``"pack"``, ``"spread"``, ``"strict_pack"``, ``"strict_spread"``)
+reserves one placement group with one bundle per stage (the stage's request) and puts stage
+``i`` in bundle ``i``; a sequence gives each stage a node: a node id (hex), a node's IP
+address, or the name of a custom resource that node was started with (``ray start
+--resources '{"gpu-box": 1}'``), ``None`` for a stage Ray may place anywhere. Before creating
+any actor the engine checks that every stage fits some alive node (and, for the strict
+strategies, that the stages fit together), so a stage no node can host is refused at once,
+not left pending. :attr:`RayEngine.placements` and the pipeline's stats name the node id and
+address each stage's actor runs on.
+
+**Stage files** (``ship_files``): a stage made from a path (a split directory) or from an IR
+model with external data would be read from the driver's file system. When the cluster has
+more than one node (or ``ship_files=True``), the driver instead reads each stage's model
+file and its external data files and puts each file into Ray's object store (one object per
+file: a file over 2 GiB is one object, which the object store holds and spills like any
+other); the actor writes them to a private temporary folder on its node, makes its session
+from there, and removes the folder when the pipeline closes. No shared file system is needed.
+
+**Faults**: a stage actor that dies (killed, crashed, or its node removed) fails every
+request that still needs it with a fatal :class:`~onnx_ir_multidevice.PipelineError` naming
+the stage and its node, as soon as Ray reports the death: at once for a killed actor, within
+Ray's node health check (``health_check_period_ms`` x ``health_check_failure_threshold``, 3 s
+x 5 by default) for a lost node; the pipeline then refuses new requests. A new pipeline
+places its stages on the nodes left.
+
+:meth:`Pipeline.close` kills the stage actors (first letting the stages that hold temporary
+files remove them, for up to the close's timeout) and removes the placement group.
+
+Tensor-parallel stages are refused: a stage's shard group would need one actor per rank and
+collectives through Ray objects (the seam: :class:`RayEngine` would create the ranks of a
+:class:`~onnx_ir_multidevice.runtime.tensor_parallel.TensorParallelStage` as a group of actors
+in one placement group); use the thread engine for them.
 
 Importing this module registers the engine as ``"ray"`` without importing Ray: Ray is
 imported when a Ray pipeline starts.
@@ -29,17 +62,24 @@ from __future__ import annotations
 
 __all__ = ["RayEngine"]
 
+import dataclasses
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import onnx
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import PipelineError
+from onnx_ir_multidevice._proto.external import proto_tensors
 from onnx_ir_multidevice.runtime.devices import Device
 from onnx_ir_multidevice.runtime.engines.protocol import OnDone
 from onnx_ir_multidevice.runtime.engines.registry import register_engine
 from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failure_message
+from onnx_ir_multidevice.runtime.sessions import save_for_session
 from onnx_ir_multidevice.runtime.stages import StageChain, StageModel
 from onnx_ir_multidevice.runtime.stats import StatsRecorder
 from onnx_ir_multidevice.runtime.tensor_parallel import TensorParallelStage
@@ -81,6 +121,86 @@ def _actor_options(options: Any, n: int) -> list[dict[str, Any]]:
     return [dict(o) for o in options]
 
 
+STRATEGIES = ("pack", "spread", "strict_pack", "strict_spread")
+"""The placement-group strategies ``placement`` may name (case-insensitive)."""
+
+_LABEL_AMOUNT = 0.001
+"""How much of a node's custom resource a stage placed by that label asks for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shipped:
+    """A stage's files in Ray's object store: the model file's name and one ref per file."""
+
+    model: str
+    files: Mapping[str, Any]
+    nbytes: int
+
+
+def _external_files(path: str) -> list[str]:
+    """The external data files a model file names, relative to its folder."""
+    proto = onnx.load_model(path, load_external_data=False)
+    names = []
+    for _, name, tensor in proto_tensors(proto):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+        if not location:
+            raise PipelineError(f"{path}: external tensor {name!r} names no data file")
+        if os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
+            raise PipelineError(
+                f"{path}: external tensor {name!r} reads {location!r}, outside the model's "
+                "folder: the Ray engine ships only the files next to the model"
+            )
+        if location not in names:
+            names.append(location)
+    return names
+
+
+def _ship(ray: Any, source: bytes | str | ir.Model) -> bytes | _Shipped:
+    """Put a stage's files into the object store (bytes need nothing: they travel as they are)."""
+    if isinstance(source, bytes):
+        return source
+    folder = None
+    try:
+        if isinstance(source, ir.Model):
+            folder = tempfile.mkdtemp(prefix="omny-ship-")
+            source = save_for_session(source, folder)
+        base = os.path.dirname(source)
+        names = [os.path.basename(source), *_external_files(source)]
+        files = {}
+        total = 0
+        for name in names:
+            with open(os.path.join(base, name), "rb") as f:
+                data = f.read()
+            total += len(data)
+            files[name] = ray.put(data)
+            del data
+        return _Shipped(names[0], files, total)
+    except OSError as exc:
+        raise PipelineError(
+            f"cannot read the stage's files to send them to its node: {exc}"
+        ) from exc
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _unship(ray: Any, shipped: _Shipped) -> tuple[str, str]:
+    """Write shipped files into a new temporary folder; return (folder, model path)."""
+    folder = tempfile.mkdtemp(prefix="omny-stage-")
+    try:
+        for name, ref in shipped.files.items():
+            path = os.path.join(folder, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(ray.get(ref))
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder, os.path.join(folder, shipped.model)
+
+
 class _StageActor:
     """Holds one stage's session; :meth:`run` takes and returns ``(env | failure, periods)``."""
 
@@ -93,20 +213,39 @@ class _StageActor:
         keep: frozenset[str],
         final_outputs: tuple[str, ...] | None,
     ) -> None:
+        ray = _ray()
         index = device.index
-        if device.is_gpu and _ray().get_gpu_ids():
+        if device.is_gpu and ray.get_gpu_ids():
             index = 0  # Ray narrowed CUDA_VISIBLE_DEVICES to the GPU it assigned
         self._index = stage.index
-        self._runner = StageRunner(stage, device, threads, device_index=index, spinning=spinning)
+        self._folder: str | None = None
+        if isinstance(stage.source, _Shipped):
+            self._folder, path = _unship(ray, stage.source)
+            stage = dataclasses.replace(stage, source=path)
+        try:
+            self._runner = StageRunner(
+                stage, device, threads, device_index=index, spinning=spinning
+            )
+        except BaseException:
+            self._remove_folder()
+            raise
         self._keep = keep
         self._final = final_outputs
         self._dead: StageFailure | None = None
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> tuple[str, str]:
+        """The id and IP address of the node this actor runs on."""
+        ray = _ray()
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+    def _remove_folder(self) -> None:
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
     def close(self) -> None:
         self._runner.close()
+        self._remove_folder()
 
     def run(
         self, request: int, payload: tuple[dict[str, Any] | StageFailure, Periods]
@@ -139,6 +278,152 @@ class _StageActor:
         return {k: v for k, v in merged.items() if k in self._keep}, periods
 
 
+def _placement(value: Any, n: int) -> tuple[str | None, list[str | None]]:
+    """``(strategy, per-stage node labels)`` from the ``placement`` option."""
+    if value is None:
+        return None, [None] * n
+    if isinstance(value, str):
+        if value.lower() not in STRATEGIES:
+            raise PipelineError(
+                f"placement {value!r} is not a strategy ({', '.join(STRATEGIES)}); give one of "
+                "those, or one node (id, IP address or custom resource) per stage"
+            )
+        return value.lower(), [None] * n
+    labels = list(value)
+    if len(labels) != n or not all(x is None or isinstance(x, str) for x in labels):
+        raise PipelineError(
+            f"placement gives {labels!r} for {n} stages; give one node (id, IP address or "
+            "custom resource name, or None) per stage"
+        )
+    return None, labels
+
+
+def _demand(options: Mapping[str, Any]) -> dict[str, float]:
+    """The resources an actor with these options asks for, by Ray's resource names."""
+    demand = {
+        "CPU": float(options.get("num_cpus") or 0),
+        "GPU": float(options.get("num_gpus") or 0),
+    }
+    for key, amount in (options.get("resources") or {}).items():
+        demand[key] = float(amount)
+    return demand
+
+
+def _node_name(node: Mapping[str, Any]) -> str:
+    return f"{node['NodeID'][:8]} ({node.get('NodeManagerAddress', '?')})"
+
+
+def _resources(node: Mapping[str, Any]) -> str:
+    shown = {k: v for k, v in node.get("Resources", {}).items() if not k.startswith("node:")}
+    shown.pop("object_store_memory", None)
+    shown.pop("memory", None)
+    return f"node {_node_name(node)}: {shown}"
+
+
+def _fits(node: Mapping[str, Any], demand: Mapping[str, float]) -> bool:
+    have = node.get("Resources", {})
+    return all(have.get(k, 0.0) >= v for k, v in demand.items() if v)
+
+
+def _place_on(
+    ray: Any,
+    nodes: Sequence[Mapping[str, Any]],
+    label: str,
+    stage: int,
+    options: dict[str, Any],
+    demand: dict[str, float],
+) -> None:
+    """Pin a stage's actor to the node ``label`` names (id, IP address or custom resource)."""
+    by_id = [node for node in nodes if node["NodeID"] == label]
+    if by_id:
+        options["scheduling_strategy"] = (
+            ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(label, soft=False)
+        )
+        demand["node:" + by_id[0]["NodeID"]] = 0.0  # the check below looks at this node only
+        _require(nodes, by_id, demand, stage, f"node {label[:8]}")
+        return
+    resource = (
+        f"node:{label}" if any(node.get("NodeManagerAddress") == label for node in nodes) else label
+    )
+    options["resources"] = {**(options.get("resources") or {}), resource: _LABEL_AMOUNT}
+    demand[resource] = _LABEL_AMOUNT
+    holders = [node for node in nodes if resource in node.get("Resources", {})]
+    if not holders:
+        raise PipelineError(
+            f"stage {stage} is placed on {label!r}, but no alive node of the Ray cluster has "
+            f"that id, address or resource; the nodes: "
+            + "; ".join(_resources(node) for node in nodes),
+            stage=stage,
+        )
+    _require(nodes, holders, demand, stage, repr(label))
+
+
+def _require(
+    nodes: Sequence[Mapping[str, Any]],
+    candidates: Sequence[Mapping[str, Any]],
+    demand: Mapping[str, float],
+    stage: int,
+    what: str,
+) -> None:
+    if not any(_fits(node, demand) for node in candidates):
+        asked = {k: v for k, v in demand.items() if v}
+        raise PipelineError(
+            f"stage {stage} is placed on {what}, which cannot host it: it asks for {asked}; "
+            + "; ".join(_resources(node) for node in candidates)
+            + f"; {_FEWER_RESOURCES}",
+            stage=stage,
+        )
+
+
+def _check_fits(
+    nodes: Sequence[Mapping[str, Any]], demands: Sequence[Mapping[str, float]], strategy: str | None
+) -> None:
+    """Refuse up front a stage that no node can host, or stages a strict strategy cannot place."""
+    listing = "; ".join(_resources(node) for node in nodes)
+    for i, demand in enumerate(demands):
+        if not any(_fits(node, demand) for node in nodes):
+            asked = {k: v for k, v in demand.items() if v}
+            raise PipelineError(
+                f"no node of the Ray cluster can host stage {i}: it asks for {asked}; "
+                f"{listing}; {_FEWER_RESOURCES}",
+                stage=i,
+            )
+    if strategy == "strict_pack":
+        total: dict[str, float] = {}
+        for demand in demands:
+            for k, v in demand.items():
+                total[k] = total.get(k, 0.0) + v
+        if not any(_fits(node, total) for node in nodes):
+            raise PipelineError(
+                f"placement 'strict_pack' needs one node with {total} for the "
+                f"{len(demands)} stages; {listing}"
+            )
+    if strategy == "strict_spread" and not _distinct_nodes(nodes, demands):
+        raise PipelineError(
+            f"placement 'strict_spread' needs {len(demands)} distinct nodes, one per stage, "
+            f"each fitting its stage ({[dict(d) for d in demands]}); {listing}"
+        )
+
+
+def _distinct_nodes(
+    nodes: Sequence[Mapping[str, Any]], demands: Sequence[Mapping[str, float]]
+) -> bool:
+    """Whether every stage can have a node of its own that fits it (bipartite matching)."""
+    owner: dict[int, int] = {}  # node -> stage
+
+    def assign(stage: int, seen: set[int]) -> bool:
+        for k, node in enumerate(nodes):
+            if k in seen or not _fits(node, demands[stage]):
+                continue
+            seen.add(k)
+            if k not in owner or assign(owner[k], seen):
+                owner[k] = stage
+                return True
+        return False
+
+    return all(assign(stage, set()) for stage in range(len(demands)))
+
+
 class RayEngine:
     """Pipeline engine with one Ray actor per stage (see the module docstring).
 
@@ -153,10 +438,16 @@ class RayEngine:
             stages or one per stage (``Pipeline(ray_actor_options=...)``).
         start_timeout: Seconds to wait for every actor to start (Ray waits forever for
             resources the cluster does not have).
+        address: The Ray cluster to connect to when Ray is not initialized yet (``None``: a
+            local instance; ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"``).
+        placement: Where the stages go (see the module docstring): ``None``, a strategy of
+            :data:`STRATEGIES`, or one node (id, IP address or custom resource) per stage.
+        ship_files: Send the stages' model and data files through the object store
+            (``None``: when the cluster has more than one node).
 
     Raises:
-        PipelineError: Ray is not installed, an actor cannot be placed in time, or its
-            session fails to load.
+        PipelineError: Ray is not installed, a stage cannot be placed (checked before any
+            actor starts, then by ``start_timeout``), or its session fails to load.
     """
 
     name = "ray"
@@ -173,6 +464,9 @@ class RayEngine:
         spinning: bool,
         actor_options: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         start_timeout: float = 60.0,
+        address: str | None = None,
+        placement: str | Sequence[str | None] | None = None,
+        ship_files: bool | None = None,
     ) -> None:
         for stage in chain.stages:
             if isinstance(stage, TensorParallelStage):
@@ -185,34 +479,84 @@ class RayEngine:
                     stage=stage.index,
                 )
         ray = _ray()
-        actor_options = _actor_options(actor_options, chain.num_stages)
+        n = chain.num_stages
+        actor_options = _actor_options(actor_options, n)
+        strategy, labels = _placement(placement, n)
         if not ray.is_initialized():
-            ray.init(include_dashboard=False)
+            try:
+                ray.init(address=address, include_dashboard=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise PipelineError(
+                    f"cannot connect to the Ray cluster at {address!r}: {exc}; start it with "
+                    "`ray start --head` and give the address it prints"
+                ) from exc
         self._recorder = recorder
         self._on_done = on_done
         self._devices = tuple(devices)
         self._closed = False
-        # Sessions of IR-model stages save the model to a temporary folder: let them remove it.
-        self._files = any(isinstance(stage.source, ir.Model) for stage in chain.stages)
-        actor_cls = ray.remote(_StageActor)
-        last = chain.num_stages - 1
-        self._actors = []
+        self._actors: list[Any] = []
+        self._group: Any = None
+        self._files = False
+        self.placements: list[tuple[str, str]] = []
+        """``(node id, node IP address)`` of each stage's actor."""
+        nodes = [node for node in ray.nodes() if node.get("Alive")]
+        if ship_files is None:
+            ship_files = len(nodes) > 1
         requested = []
-        for i, stage in enumerate(chain.stages):
-            options = {
+        for i in range(n):
+            options: dict[str, Any] = {
                 "num_cpus": threads[i] or 1,
                 "num_gpus": 1 if devices[i].is_gpu else 0,
                 "max_concurrency": 1,
             }
             options.update(actor_options[i])
             requested.append(options)
-            final = chain.graph_outputs if i == last else None
-            self._actors.append(
-                actor_cls.options(**options).remote(
-                    stage, devices[i], threads[i], spinning, chain.keep_after[i], final
-                )
-            )
+        demands = [_demand(options) for options in requested]
+        for i, label in enumerate(labels):
+            if label is not None:
+                _place_on(ray, nodes, label, i, requested[i], demands[i])
         self._check_resources(requested)
+        _check_fits(nodes, demands, strategy)
+        if strategy is not None:
+            util = ray.util
+            self._group = util.placement_group(
+                [{k: v for k, v in d.items() if v} or {"CPU": 0.001} for d in demands],
+                strategy=strategy.upper(),
+            )
+            done, _ = ray.wait([self._group.ready()], timeout=start_timeout)
+            if not done:
+                self.close(0)
+                raise PipelineError(
+                    f"the placement group ({strategy.upper()}, bundles {demands}) was not "
+                    f"ready within {start_timeout} s; the cluster has "
+                    f"{ray.available_resources()} free; {_FEWER_RESOURCES}"
+                )
+            for i, options in enumerate(requested):
+                options["scheduling_strategy"] = (
+                    util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+                        placement_group=self._group, placement_group_bundle_index=i
+                    )
+                )
+        # Sessions of IR-model stages save the model to a temporary folder: let them remove it.
+        self._files = ship_files or any(isinstance(st.source, ir.Model) for st in chain.stages)
+        actor_cls = ray.remote(_StageActor)
+        last = n - 1
+        try:
+            for i, original in enumerate(chain.stages):
+                stage = original
+                if ship_files:
+                    # the actor gets _Shipped in place of the source and writes the files out
+                    shipped: Any = _ship(ray, original.source)
+                    stage = dataclasses.replace(original, source=shipped)
+                final = chain.graph_outputs if i == last else None
+                self._actors.append(
+                    actor_cls.options(**requested[i]).remote(
+                        stage, devices[i], threads[i], spinning, chain.keep_after[i], final
+                    )
+                )
+        except BaseException:
+            self.close(0)
+            raise
         ready = [actor.ready.remote() for actor in self._actors]
         done, _ = ray.wait(ready, num_returns=len(ready), timeout=start_timeout)
         if len(done) < len(ready):
@@ -226,13 +570,15 @@ class RayEngine:
             )
         for i, ref in enumerate(ready):
             try:
-                ray.get(ref)
+                self.placements.append(tuple(ray.get(ref)))
             except ray.exceptions.RayError as exc:
                 self.close(0)
                 cause = getattr(exc, "cause", None) or exc
                 raise PipelineError(
                     f"the stage's Ray actor failed to start: {cause}", stage=i
                 ) from exc
+        for i, (node, ip) in enumerate(self.placements):
+            recorder.place(i, node, ip)
 
     def _check_resources(self, requested: Sequence[Mapping[str, Any]]) -> None:
         """Fail at once when the actors ask for more CPUs or GPUs than the cluster has."""
@@ -246,6 +592,13 @@ class RayEngine:
                     f"({[options.get(key) for options in requested]} per stage) but the Ray "
                     f"cluster has {total.get(resource, 0.0):g}; {_FEWER_RESOURCES}"
                 )
+
+    def where(self, stage: int | None) -> str:
+        """``"node 1a2b3c4d (10.0.0.2)"``: where the stage's actor runs, or ``""``."""
+        if stage is None or stage >= len(self.placements):
+            return ""
+        node, ip = self.placements[stage]
+        return f"node {node[:8]} ({ip})"
 
     @property
     def threads(self) -> list[Any]:
@@ -284,7 +637,11 @@ class RayEngine:
         stage = next(
             (i for i, a in enumerate(self._actors) if a._actor_id.hex() == dead.actor_id), None
         )
-        what = "a stage's Ray actor" if stage is None else "the stage's Ray actor"
+        what = (
+            "a stage's Ray actor"
+            if stage is None
+            else f"the stage's Ray actor on {self.where(stage)}"
+        )
         reason = " ".join(str(dead).split())
         return StageFailure(
             stage,
@@ -306,6 +663,9 @@ class RayEngine:
             ray.wait(closing, num_returns=len(closing), timeout=timeout)
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
+        if self._group is not None:
+            ray.util.remove_placement_group(self._group)
+            self._group = None
 
 
 register_engine("ray", RayEngine)

@@ -1,0 +1,181 @@
+"""The Ray backend on a multi-node cluster: three raylets on this machine (``Cluster``), each
+with a custom resource of its own (``box0``, ``box1``, ``box2``) and a small object store."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+ray = pytest.importorskip("ray", reason="the Ray backend needs ray (pip install '.[ray]')")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+from test_pipeline import assert_outputs, mlp_stages, request  # noqa: E402
+
+from onnx_ir_multidevice._errors import PipelineError  # noqa: E402
+from onnx_ir_multidevice.runtime import Pipeline  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+STORE = 100 * 1024 * 1024
+BOXES = ["box0", "box1", "box2"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Three nodes; a lost node is declared dead after about 1.5 s (health checks)."""
+    cluster = cluster_utils.Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "resources": {"box0": 1},
+            "object_store_memory": STORE,
+            "include_dashboard": False,
+            "_system_config": {
+                "health_check_initial_delay_ms": 0,
+                "health_check_period_ms": 500,
+                "health_check_timeout_ms": 500,
+                "health_check_failure_threshold": 3,
+            },
+        },
+    )
+    nodes = [
+        cluster.add_node(num_cpus=1, resources={box: 1}, object_store_memory=STORE)
+        for box in BOXES[1:]
+    ]
+    cluster.wait_for_nodes()
+    yield cluster, nodes
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_stages_on_the_nodes_named_by_resource_with_files_shipped(cluster, tmp_path):
+    """Pipeline(address=...) connects to the cluster; each stage lands on the node with its
+    resource; the stages' files (external data included) travel through the object store."""
+    address = cluster[0].address
+    paths = []
+    for k, model in enumerate(mlp_stages([1, 3])):
+        path = tmp_path / f"stage{k}.onnx"
+        ir.save(model, path, external_data=f"stage{k}.data", size_threshold_bytes=0)
+        paths.append(str(path))
+    assert ray.is_initialized() is False
+    with Pipeline(
+        paths,
+        backend="ray",
+        address=address,
+        placement=BOXES,
+        intra_op_num_threads=1,
+        outputs=["layer.0.out", "y"],
+    ) as pipe:
+        requests = [request(k) for k in range(6)]
+        for out, r in zip(pipe.map(requests), requests, strict=True):
+            assert_outputs(out, r)
+        stats = pipe.stats()
+        folders = [
+            ray.get(actor.__ray_call__.remote(lambda self: self._folder), timeout=60)
+            for actor in pipe._engine._actors
+        ]
+    ids = {box: n["NodeID"] for n in ray.nodes() for box in BOXES if box in n["Resources"]}
+    assert [s.node_id for s in stats.stages] == [ids[box] for box in BOXES]
+    assert len({s.node_id for s in stats.stages}) == 3
+    assert all(s.node_address for s in stats.stages)
+    assert "node" in stats.format().splitlines()[1]
+    for folder in folders:  # the shipped copies, not the driver's files
+        assert folder is not None and str(tmp_path) not in folder
+
+
+def test_strict_spread_and_close_removes_the_placement_group(cluster):
+    with Pipeline(
+        mlp_stages([1, 3]),
+        backend="ray",
+        placement="strict_spread",
+        intra_op_num_threads=1,
+        outputs=["layer.0.out", "y"],
+    ) as pipe:
+        assert_outputs(pipe.run(request(0)), request(0))
+        assert len({s.node_id for s in pipe.stats().stages}) == 3
+        group = pipe._engine._group
+    assert ray.util.placement_group_table(group)["state"] == "REMOVED"
+
+
+@pytest.mark.parametrize(
+    ("placement", "options", "message"),
+    [
+        (["box0", "nowhere"], None, "no alive node of the Ray cluster has"),
+        (None, [{}, {"resources": {"box1": 2}}], "no node of the Ray cluster can host stage 1"),
+        ("strict_spread", {"num_cpus": 0.5}, "'strict_spread' needs 4 distinct nodes"),
+        ("strict_pack", {"num_cpus": 0.5}, "'strict_pack' needs one node"),
+    ],
+)
+def test_a_stage_no_node_can_host_is_refused_up_front(cluster, placement, options, message):
+    stages = mlp_stages([1, 2, 3]) if isinstance(placement, str) else mlp_stages([2])
+    with pytest.raises(PipelineError, match=message) as info:
+        Pipeline(
+            stages,
+            backend="ray",
+            address=cluster[0].address,
+            placement=placement,
+            ray_actor_options=options,
+            engine_options={"start_timeout": 600},  # refused by the check, not by a timeout
+        )
+    assert "did not start" not in str(info.value)
+    assert ray.util.placement_group_table() == {} or all(
+        g["state"] == "REMOVED" for g in ray.util.placement_group_table().values()
+    )
+
+
+def _stream_until_failure(pipe, stage, kill):
+    inputs = {"x": np.ones((400, 400), np.float32), "scale": np.ones(400, np.float32)}
+    for _ in range(6):
+        pipe.send_input(inputs, timeout=60)
+    kill()
+    failures = []
+    for _ in range(6):
+        try:
+            pipe.receive_output(timeout=60)
+        except PipelineError as exc:
+            failures.append(exc)
+    assert failures, "no request failed after the stage's actor went away"
+    for exc in failures:
+        assert exc.stage == stage
+        assert "Ray actor on node" in str(exc) and "died" in str(exc)
+    with pytest.raises(PipelineError, match=r"broken|can run no more"):
+        pipe.run(inputs, timeout=60)
+
+
+def test_actor_killed_mid_stream_then_a_new_pipeline_runs(cluster):
+    pipe = Pipeline(
+        mlp_stages([2], width=400),
+        backend="ray",
+        placement=["box1", "box2"],
+        intra_op_num_threads=1,
+        max_in_flight=6,
+    )
+    with pipe:
+        where = pipe._engine.where(1)
+        _stream_until_failure(pipe, 1, lambda: ray.kill(pipe._engine._actors[1], no_restart=True))
+        assert where.startswith("node ")
+    with Pipeline(mlp_stages([2]), backend="ray", placement=["box1", "box2"]) as again:
+        assert_outputs(again.run(request(1)), request(1))
+
+
+def test_node_removed_mid_stream_fails_in_flight_requests_naming_the_node(cluster):
+    """Last test of the module: it removes the node of ``box2``."""
+    _, nodes = cluster
+    pipe = Pipeline(
+        mlp_stages([2], width=400),
+        backend="ray",
+        placement=["box0", "box2"],
+        intra_op_num_threads=1,
+        max_in_flight=6,
+    )
+    with pipe:
+        node_id = pipe.stats().stages[1].node_id
+        assert node_id == nodes[1].node_id
+        _stream_until_failure(
+            pipe, 1, lambda: cluster[0].remove_node(nodes[1], allow_graceful=False)
+        )
+    with pytest.raises(PipelineError, match="no alive node"):
+        Pipeline(mlp_stages([2]), backend="ray", placement=["box0", "box2"])
+    with Pipeline(mlp_stages([2]), backend="ray", placement=["box0", "box1"]) as again:
+        assert_outputs(again.run(request(2)), request(2))
