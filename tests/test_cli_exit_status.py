@@ -34,6 +34,7 @@ COMMANDS: dict[str, list[str]] = {
     "oaax-convert": ["oaax-convert", "F", "OUT/oaax"],
     "verify": ["verify", "F"],
     "run": ["run", "F", "--shards", "2", "--requests", "1", "--warmup", "0"],
+    "view": ["view", "F", "--write", "OUT/view"],
     "demo": ["demo", "--model", "F", "--only", "load"],
 }
 

@@ -15,8 +15,17 @@ __all__ = ["register", "run"]
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-from onnx_ir_multidevice._cli import EXIT_OK, EXIT_USAGE, error, help_description, print_json
+from onnx_ir_multidevice._cli import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_USAGE,
+    error,
+    help_description,
+    in_cli_words,
+    print_json,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,14 +77,23 @@ def _document(overlays: list) -> dict:
 def run(args: argparse.Namespace) -> int:
     """Write the overlays of ``args.file``; start the viewer unless ``--write``."""
     # lazy: the implementation loads models, which `omny --help` does not need
-    import tempfile
-
-    # lazy: as above
+    from onnx_ir_multidevice._errors import ViewError
     from onnx_ir_multidevice.view.viewer import prepare
 
     if not args.file.exists():
         error(f"{args.file}: no such file or folder")
         return EXIT_USAGE
+    try:
+        return _view(args, prepare)
+    except ViewError as exc:  # no plan, or no such configuration: as the other commands, 1
+        error(in_cli_words(str(exc)))
+        return EXIT_FINDINGS
+
+
+def _view(args: argparse.Namespace, prepare: Any) -> int:
+    # lazy: `omny --help` needs no temporary folder
+    import tempfile
+
     if args.write is not None:
         overlays = prepare(
             args.file, args.write, configuration=args.configuration, write_model=False
