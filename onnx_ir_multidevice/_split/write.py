@@ -25,7 +25,12 @@ from onnx_ir_multidevice._split.build import (
     _plan_stages,
     _StagePlan,
 )
-from onnx_ir_multidevice._split.manifest import SplitManifest, _stage_file, build_manifest
+from onnx_ir_multidevice._split.manifest import (
+    ManifestStage,
+    SplitManifest,
+    _stage_file,
+    build_manifest,
+)
 from onnx_ir_multidevice._split.select import (
     Configuration,
     _build_index,
@@ -41,6 +46,21 @@ from onnx_ir_multidevice.omny.tensor_parallel_record import TensorParallelConfig
 
 _HOLDS = "the split is a directory of stage files"
 """What a split directory is, for the message about an output path that is a file."""
+
+
+def _with_data_file(entry: ManifestStage, folder: Path, data: str | None) -> ManifestStage:
+    """``entry`` listing the stage's data file ``data`` when it was written with content.
+
+    ``ir.save`` creates the data file even when no tensor went into it: an empty one is
+    removed, so the stage lists no data file.
+    """
+    data_files: list[str] = []
+    if data is not None and (folder / data).exists():
+        if (folder / data).stat().st_size == 0:
+            (folder / data).unlink()
+        else:
+            data_files.append(data)
+    return dataclasses.replace(entry, external_data=tuple(data_files))
 
 
 def _has_weights(stage: ir.Model) -> bool:
@@ -287,13 +307,7 @@ def _save_tensor_parallel(
                 )
             else:
                 ir.save(stage, temporary / file)
-            data_files: list[str] = []
-            if data is not None and (temporary / data).exists():
-                if (temporary / data).stat().st_size == 0:
-                    (temporary / data).unlink()
-                else:
-                    data_files.append(data)
-            entries.append(dataclasses.replace(entry, external_data=tuple(data_files)))
+            entries.append(_with_data_file(entry, temporary, data))
         manifest = dataclasses.replace(manifest, stages=tuple(entries))
         manifest.write(temporary)
     return manifest
@@ -355,13 +369,7 @@ def _save_split(
                     )
                 else:
                     ir.save(stage, path)
-            data_files: list[str] = []
-            if data is not None and (temporary / data).exists():
-                if (temporary / data).stat().st_size == 0:
-                    (temporary / data).unlink()
-                else:
-                    data_files.append(data)
-            entries.append(dataclasses.replace(entry, external_data=tuple(data_files)))
+            entries.append(_with_data_file(entry, temporary, data))
         manifest = dataclasses.replace(manifest, stages=tuple(entries))
         manifest.write(temporary)
     return manifest
