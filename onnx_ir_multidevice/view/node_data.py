@@ -193,22 +193,23 @@ def node_data(
     return [_one(model, nodes, ids, flops, c, memory.get(c.name), record) for c in configurations]
 
 
-def _one(
-    model: ir.Model,
-    nodes: list[ir.Node],
-    ids: dict[ir.Node, str],
-    flops: list[int],
-    configuration: ir.ModelConfiguration,
-    memory_mb: tuple[int, ...] | None,
-    record: Any,
-) -> NodeDataFile:
+def _stage_entries(
+    nodes: list[ir.Node], configuration: ir.ModelConfiguration
+) -> dict[ir.Node, Any]:
+    """Each node's device entry for ``configuration`` that names a pipeline stage."""
     entries: dict[ir.Node, Any] = {}
     for node in nodes:
         for entry in node.device_configurations:
             if entry.configuration is configuration and entry.pipeline_stage is not None:
                 entries[node] = entry
                 break
-    num_stages = max((e.pipeline_stage or 0 for e in entries.values()), default=0) + 1
+    return entries
+
+
+def _stage_totals(
+    nodes: list[ir.Node], flops: list[int], entries: dict[ir.Node, Any], num_stages: int
+) -> tuple[list[int], list[int]]:
+    """Per stage: the FLOPs of its nodes and the bytes of the initializers they read (each once)."""
     stage_flops = [0] * num_stages
     weights = [0] * num_stages
     counted: set[tuple[int, ir.Value]] = set()
@@ -219,50 +220,70 @@ def _one(
         stage = found.pipeline_stage or 0
         stage_flops[stage] += node_flops
         for value in node.inputs:
-            if value is not None and value.is_initializer() and (stage, value) not in counted:
-                counted.add((stage, value))
-                tensor = value.const_value
-                weights[stage] += tensor.nbytes if tensor is not None else 0
-    memory_share = _shares(
-        memory_mb if memory_mb is not None and len(memory_mb) == num_stages else weights
-    )
-    compute_share = _shares(stage_flops)
-    devices: dict[int, str] = {}
+            if value is None or not value.is_initializer() or (stage, value) in counted:
+                continue
+            counted.add((stage, value))
+            tensor = value.const_value
+            weights[stage] += tensor.nbytes if tensor is not None else 0
+    return stage_flops, weights
+
+
+def _device_label(names: Sequence[str], indices: tuple[int, ...]) -> str:
+    """``device NAME`` for one device, ``devices A,B`` for several; an unnamed index as itself."""
+
+    def name(i: int) -> str:
+        return names[i] if i < len(names) else str(i)
+
+    if len(indices) > 1:
+        return "devices " + ",".join(name(i) for i in indices)
+    return "device " + name(indices[0])
+
+
+def _stage_devices(
+    configuration: ir.ModelConfiguration, record: Any, num_stages: int
+) -> dict[int, str]:
+    """Each stage's device label: the tensor-parallel record's devices, else the stage's index."""
     tp = record.configuration(configuration.name) if record is not None else None
     names = configuration.device_names
+    devices: dict[int, str] = {}
     for stage in range(num_stages):
         indices: tuple[int, ...] = (stage,)
         if tp is not None:
             indices = next((s.devices for s in tp.stages if s.stage == stage), (stage,))
-        devices[stage] = (
-            "devices " + ",".join(names[i] if i < len(names) else str(i) for i in indices)
-            if len(indices) > 1
-            else "device " + (names[indices[0]] if indices[0] < len(names) else str(indices[0]))
-        )
-    prefixes = [
-        f"stage {s} | {devices[s]} | memory {memory_share[s]:.0f}% | compute "
-        f"{compute_share[s]:.0f}%"
-        for s in range(num_stages)
-    ]
-    results: dict[str, dict[str, Any]] = {}
-    for node, entry in entries.items():
-        stage = entry.pipeline_stage or 0
-        label = prefixes[stage]
-        later = -1
-        for value in node.outputs:
-            for user, _ in value.uses():
-                other = entries.get(user)
-                if other is not None and (other.pipeline_stage or 0) > stage:
-                    later = max(later, other.pipeline_stage or 0)
-        split = _weight_split(entry)
-        if split is not None:
-            label += f" | {split}"
-        result: dict[str, Any] = {"value": label, "bgColor": STAGE_COLOURS[stage % 12]}
-        if later >= 0:
-            result["value"] = label + f" | cut -> stage {later}"
-            result["textColor"] = CUT_TEXT_COLOUR
-        results[ids[node]] = result
-    graph_data = {
+        devices[stage] = _device_label(names, indices)
+    return devices
+
+
+def _latest_consumer_stage(node: ir.Node, entries: dict[ir.Node, Any], stage: int) -> int:
+    """The latest stage after ``stage`` that reads one of ``node``'s outputs; -1 if none."""
+    later = -1
+    for value in node.outputs:
+        for user, _ in value.uses():
+            other = entries.get(user)
+            if other is not None and (other.pipeline_stage or 0) > stage:
+                later = max(later, other.pipeline_stage or 0)
+    return later
+
+
+def _node_result(
+    node: ir.Node, entry: Any, prefixes: list[str], entries: dict[ir.Node, Any]
+) -> dict[str, Any]:
+    """One node's label and colours: its stage's prefix, its weight split, a cut it feeds."""
+    stage = entry.pipeline_stage or 0
+    label = prefixes[stage]
+    split = _weight_split(entry)
+    if split is not None:
+        label += f" | {split}"
+    result: dict[str, Any] = {"value": label, "bgColor": STAGE_COLOURS[stage % 12]}
+    later = _latest_consumer_stage(node, entries, stage)
+    if later >= 0:
+        result["value"] = label + f" | cut -> stage {later}"
+        result["textColor"] = CUT_TEXT_COLOUR
+    return result
+
+
+def _graph_data(configuration: ir.ModelConfiguration, results: dict[str, Any]) -> dict[str, Any]:
+    return {
         "name": f"omny plan: {configuration.name}",
         "results": results,
         "thresholds": [],
@@ -272,6 +293,34 @@ def _one(
         "showExpandedSummaryOnGroupNode": True,
         "showLabelCountColumnsInChildrenStatsTable": True,
     }
+
+
+def _one(
+    model: ir.Model,
+    nodes: list[ir.Node],
+    ids: dict[ir.Node, str],
+    flops: list[int],
+    configuration: ir.ModelConfiguration,
+    memory_mb: tuple[int, ...] | None,
+    record: Any,
+) -> NodeDataFile:
+    entries = _stage_entries(nodes, configuration)
+    num_stages = max((e.pipeline_stage or 0 for e in entries.values()), default=0) + 1
+    stage_flops, weights = _stage_totals(nodes, flops, entries, num_stages)
+    memory_share = _shares(
+        memory_mb if memory_mb is not None and len(memory_mb) == num_stages else weights
+    )
+    compute_share = _shares(stage_flops)
+    devices = _stage_devices(configuration, record, num_stages)
+    prefixes = [
+        f"stage {s} | {devices[s]} | memory {memory_share[s]:.0f}% | compute "
+        f"{compute_share[s]:.0f}%"
+        for s in range(num_stages)
+    ]
+    results = {
+        ids[node]: _node_result(node, entry, prefixes, entries) for node, entry in entries.items()
+    }
+    graph_data = _graph_data(configuration, results)
     return NodeDataFile(configuration.name, num_stages, {graph_id(model): graph_data})
 
 
