@@ -424,6 +424,49 @@ def _distinct_nodes(
     return all(assign(stage, set()) for stage in range(len(demands)))
 
 
+def _refuse_tensor_parallel(chain: StageChain) -> None:
+    """The Ray engine has no collectives between actors: refuse a tensor-parallel stage."""
+    for stage in chain.stages:
+        if isinstance(stage, TensorParallelStage):
+            raise PipelineError(
+                f"stage {stage.index} is tensor-parallel ({stage.degree} ranks): the Ray "
+                "engine runs one actor per stage and has no collectives between actors; run "
+                "it with the thread engine (Pipeline(..., backend='thread'), `omny run` "
+                "without --backend ray), or split the model without its tensor-parallel "
+                "record",
+                stage=stage.index,
+            )
+
+
+def _connect(ray: Any, address: str | None) -> None:
+    """Start or join a Ray cluster unless Ray is initialized already."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, include_dashboard=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise PipelineError(
+            f"cannot connect to the Ray cluster at {address!r}: {exc}; start it with "
+            "`ray start --head` and give the address it prints"
+        ) from exc
+
+
+def _requested_options(
+    devices: Sequence[Device], threads: Sequence[int | None], per_stage: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each stage actor's options: its threads, a GPU if its device is one, the caller's over."""
+    requested = []
+    for i, extra in enumerate(per_stage):
+        options: dict[str, Any] = {
+            "num_cpus": threads[i] or 1,
+            "num_gpus": 1 if devices[i].is_gpu else 0,
+            "max_concurrency": 1,
+        }
+        options.update(extra)
+        requested.append(options)
+    return requested
+
+
 class RayEngine:
     """Pipeline engine with one Ray actor per stage (see the module docstring).
 
@@ -468,28 +511,12 @@ class RayEngine:
         placement: str | Sequence[str | None] | None = None,
         ship_files: bool | None = None,
     ) -> None:
-        for stage in chain.stages:
-            if isinstance(stage, TensorParallelStage):
-                raise PipelineError(
-                    f"stage {stage.index} is tensor-parallel ({stage.degree} ranks): the Ray "
-                    "engine runs one actor per stage and has no collectives between actors; run "
-                    "it with the thread engine (Pipeline(..., backend='thread'), `omny run` "
-                    "without --backend ray), or split the model without its tensor-parallel "
-                    "record",
-                    stage=stage.index,
-                )
+        _refuse_tensor_parallel(chain)
         ray = _ray()
         n = chain.num_stages
-        actor_options = _actor_options(actor_options, n)
+        per_stage = _actor_options(actor_options, n)
         strategy, labels = _placement(placement, n)
-        if not ray.is_initialized():
-            try:
-                ray.init(address=address, include_dashboard=False)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise PipelineError(
-                    f"cannot connect to the Ray cluster at {address!r}: {exc}; start it with "
-                    "`ray start --head` and give the address it prints"
-                ) from exc
+        _connect(ray, address)
         self._recorder = recorder
         self._on_done = on_done
         self._devices = tuple(devices)
@@ -502,15 +529,7 @@ class RayEngine:
         nodes = [node for node in ray.nodes() if node.get("Alive")]
         if ship_files is None:
             ship_files = len(nodes) > 1
-        requested = []
-        for i in range(n):
-            options: dict[str, Any] = {
-                "num_cpus": threads[i] or 1,
-                "num_gpus": 1 if devices[i].is_gpu else 0,
-                "max_concurrency": 1,
-            }
-            options.update(actor_options[i])
-            requested.append(options)
+        requested = _requested_options(devices, threads, per_stage)
         demands = [_demand(options) for options in requested]
         for i, label in enumerate(labels):
             if label is not None:
@@ -518,29 +537,56 @@ class RayEngine:
         self._check_resources(requested)
         _check_fits(nodes, demands, strategy)
         if strategy is not None:
-            util = ray.util
-            self._group = util.placement_group(
-                [{k: v for k, v in d.items() if v} or {"CPU": 0.001} for d in demands],
-                strategy=strategy.upper(),
-            )
-            done, _ = ray.wait([self._group.ready()], timeout=start_timeout)
-            if not done:
-                self.close(0)
-                raise PipelineError(
-                    f"the placement group ({strategy.upper()}, bundles {demands}) was not "
-                    f"ready within {start_timeout} s; the cluster has "
-                    f"{ray.available_resources()} free; {_FEWER_RESOURCES}"
-                )
-            for i, options in enumerate(requested):
-                options["scheduling_strategy"] = (
-                    util.scheduling_strategies.PlacementGroupSchedulingStrategy(
-                        placement_group=self._group, placement_group_bundle_index=i
-                    )
-                )
+            self._pin_to_group(ray, strategy, requested, demands, start_timeout)
         # Sessions of IR-model stages save the model to a temporary folder: let them remove it.
         self._files = ship_files or any(isinstance(st.source, ir.Model) for st in chain.stages)
+        self._start_actors(ray, chain, devices, threads, spinning, requested, ship_files)
+        self._await_actors(ray, requested, start_timeout)
+        for i, (node, ip) in enumerate(self.placements):
+            recorder.place(i, node, ip)
+
+    def _pin_to_group(
+        self,
+        ray: Any,
+        strategy: str,
+        requested: list[dict[str, Any]],
+        demands: list[dict[str, float]],
+        start_timeout: float,
+    ) -> None:
+        """Reserve a placement group of one bundle per stage and schedule each actor in its own."""
+        util = ray.util
+        self._group = util.placement_group(
+            [{k: v for k, v in d.items() if v} or {"CPU": 0.001} for d in demands],
+            strategy=strategy.upper(),
+        )
+        done, _ = ray.wait([self._group.ready()], timeout=start_timeout)
+        if not done:
+            self.close(0)
+            raise PipelineError(
+                f"the placement group ({strategy.upper()}, bundles {demands}) was not "
+                f"ready within {start_timeout} s; the cluster has "
+                f"{ray.available_resources()} free; {_FEWER_RESOURCES}"
+            )
+        for i, options in enumerate(requested):
+            options["scheduling_strategy"] = (
+                util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+                    placement_group=self._group, placement_group_bundle_index=i
+                )
+            )
+
+    def _start_actors(
+        self,
+        ray: Any,
+        chain: StageChain,
+        devices: Sequence[Device],
+        threads: Sequence[int | None],
+        spinning: bool,
+        requested: list[dict[str, Any]],
+        ship_files: bool,
+    ) -> None:
+        """Create one actor per stage (closing those created if one fails)."""
         actor_cls = ray.remote(_StageActor)
-        last = n - 1
+        last = chain.num_stages - 1
         try:
             for i, original in enumerate(chain.stages):
                 stage = original
@@ -557,6 +603,11 @@ class RayEngine:
         except BaseException:
             self.close(0)
             raise
+
+    def _await_actors(
+        self, ray: Any, requested: list[dict[str, Any]], start_timeout: float
+    ) -> None:
+        """Wait for every actor to load its stage; record where each runs."""
         ready = [actor.ready.remote() for actor in self._actors]
         done, _ = ray.wait(ready, num_returns=len(ready), timeout=start_timeout)
         if len(done) < len(ready):
@@ -577,8 +628,6 @@ class RayEngine:
                 raise PipelineError(
                     f"the stage's Ray actor failed to start: {cause}", stage=i
                 ) from exc
-        for i, (node, ip) in enumerate(self.placements):
-            recorder.place(i, node, ip)
 
     def _check_resources(self, requested: Sequence[Mapping[str, Any]]) -> None:
         """Fail at once when the actors ask for more CPUs or GPUs than the cluster has."""
