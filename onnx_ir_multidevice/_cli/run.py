@@ -134,42 +134,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``args.input`` as a pipeline and print its timing."""
-    from onnx_ir_multidevice._util import plural  # lazy: `omny --help` stays fast
-    from onnx_ir_multidevice.runtime.engines import get_engine  # lazy: `omny --help` stays fast
     from onnx_ir_multidevice.runtime.inputs import (  # lazy: `omny --help` stays fast
         dim_names,
         generated_at,
     )
     from onnx_ir_multidevice.runtime.pipeline import Pipeline  # lazy: `omny --help` stays fast
 
-    if args.requests < 1 or args.warmup < 0:
-        error("--requests must be at least 1 and --warmup at least 0")
+    problem = _usage_problem(args)
+    if problem is not None:
+        error(problem)
         return EXIT_USAGE
-    if not args.input.exists():
-        error(f"{args.input}: no such model file or split directory")
-        return EXIT_USAGE
-    if not args.input.is_dir() and args.shards is None:
-        error(f"{args.input}: --shards N is required for a model file")
-        return EXIT_USAGE
-    try:
-        get_engine(args.backend)
-    except PipelineError as exc:
-        error(str(exc))
-        return EXIT_USAGE
-    ray_options: dict[str, Any] = {}
-    if args.address is not None or args.placement is not None:
-        if args.backend != "ray":
-            error("--address and --placement need --backend ray")
-            return EXIT_USAGE
-        if args.address is not None:
-            ray_options["address"] = args.address
-        if args.placement is not None:
-            placement = args.placement.strip()
-            ray_options["placement"] = (
-                placement.lower()
-                if placement.lower() in ("pack", "spread", "strict_pack", "strict_spread")
-                else [part.strip() or None for part in placement.split(",")]
-            )
     dims = dict(args.dim)
     progress = progress_reporter(args, "run")
     progress(f"loading {args.input} and starting the stage sessions")
@@ -181,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             intra_op_num_threads=args.threads,
             backend=args.backend,
             max_in_flight=args.max_in_flight,
-            **ray_options,
+            **_ray_options(args),
         )
     except SplitError as exc:
         error(f"{args.input}: {in_cli_words(str(exc))}")
@@ -194,14 +168,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         inputs = pipeline.example_inputs(dims, seed=args.seed)
         try:
-            progress(f"{plural(args.warmup, 'warm-up request')}")
-            for _ in pipeline.map(itertools.repeat(inputs, args.warmup)):
-                pass
-            pipeline.reset_stats()
-            progress(f"timing {plural(args.requests, 'request')}")
-            for done, _ in enumerate(pipeline.map(itertools.repeat(inputs, args.requests)), 1):
-                if done % _PROGRESS_EVERY == 0:
-                    progress(f"{done}/{args.requests} requests")
+            _time_requests(args, pipeline, inputs, progress)
         except PipelineError as exc:
             # The requests are generated: name the dims they took (a model that runs at some
             # sizes only fails inside onnxruntime with a message about a node, not the sizes).
@@ -214,21 +181,87 @@ def run(args: argparse.Namespace) -> int:
             progress("timing the baseline")
             baseline = _baseline(args, pipeline, inputs)
     if args.json:
-        print_json(
-            {
-                "input": str(args.input),
-                "num_stages": pipeline.num_stages,
-                "providers": [str(d) for d in pipeline.devices],
-                "backend": pipeline.backend,
-                "warmup": args.warmup,
-                "seed": args.seed,
-                "dims": dims,
-                "input_shapes": {name: list(a.shape) for name, a in inputs.items()},
-                **stats.to_dict(),
-                "baseline": baseline,
-            }
+        _print_json(args, pipeline, dims, inputs, stats, baseline)
+    else:
+        _print_text(args, pipeline, inputs, stats, baseline)
+    return EXIT_OK
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line (checked before anything loads), or ``None``."""
+    from onnx_ir_multidevice.runtime.engines import get_engine  # lazy: `omny --help` stays fast
+
+    if args.requests < 1 or args.warmup < 0:
+        return "--requests must be at least 1 and --warmup at least 0"
+    if not args.input.exists():
+        return f"{args.input}: no such model file or split directory"
+    if not args.input.is_dir() and args.shards is None:
+        return f"{args.input}: --shards N is required for a model file"
+    try:
+        get_engine(args.backend)
+    except PipelineError as exc:
+        return str(exc)
+    if (args.address is not None or args.placement is not None) and args.backend != "ray":
+        return "--address and --placement need --backend ray"
+    return None
+
+
+_RAY_STRATEGIES = ("pack", "spread", "strict_pack", "strict_spread")
+
+
+def _ray_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The Ray engine's ``address`` and ``placement`` from ``--address`` and ``--placement``.
+
+    ``--placement`` is a strategy name, or one node per stage, comma-separated (an empty one:
+    ``None``, anywhere).
+    """
+    ray_options: dict[str, Any] = {}
+    if args.address is not None:
+        ray_options["address"] = args.address
+    if args.placement is not None:
+        placement = args.placement.strip()
+        ray_options["placement"] = (
+            placement.lower()
+            if placement.lower() in _RAY_STRATEGIES
+            else [part.strip() or None for part in placement.split(",")]
         )
-        return EXIT_OK
+    return ray_options
+
+
+def _time_requests(args: argparse.Namespace, pipeline, inputs, progress) -> None:  # type: ignore[no-untyped-def]
+    """Run the warm-up requests, reset the statistics, then run the timed requests."""
+    from onnx_ir_multidevice._util import plural  # lazy: `omny --help` stays fast
+
+    progress(f"{plural(args.warmup, 'warm-up request')}")
+    for _ in pipeline.map(itertools.repeat(inputs, args.warmup)):
+        pass
+    pipeline.reset_stats()
+    progress(f"timing {plural(args.requests, 'request')}")
+    for done, _ in enumerate(pipeline.map(itertools.repeat(inputs, args.requests)), 1):
+        if done % _PROGRESS_EVERY == 0:
+            progress(f"{done}/{args.requests} requests")
+
+
+def _print_json(args: argparse.Namespace, pipeline, dims, inputs, stats, baseline) -> None:  # type: ignore[no-untyped-def]
+    print_json(
+        {
+            "input": str(args.input),
+            "num_stages": pipeline.num_stages,
+            "providers": [str(d) for d in pipeline.devices],
+            "backend": pipeline.backend,
+            "warmup": args.warmup,
+            "seed": args.seed,
+            "dims": dims,
+            "input_shapes": {name: list(a.shape) for name, a in inputs.items()},
+            **stats.to_dict(),
+            "baseline": baseline,
+        }
+    )
+
+
+def _print_text(args: argparse.Namespace, pipeline, inputs, stats, baseline) -> None:  # type: ignore[no-untyped-def]
+    from onnx_ir_multidevice._util import plural  # lazy: `omny --help` stays fast
+
     shapes = ", ".join(f"{name}{list(a.shape)}" for name, a in inputs.items())
     print(
         f"{args.input}: {pipeline.num_stages} stage{'s' if pipeline.num_stages != 1 else ''} on "
@@ -247,7 +280,6 @@ def run(args: argparse.Namespace) -> int:
             f"{speedup:.2f}x that"
         )
     sys.stdout.flush()
-    return EXIT_OK
 
 
 def _baseline(args: argparse.Namespace, pipeline, inputs) -> dict[str, Any]:  # type: ignore[no-untyped-def]
