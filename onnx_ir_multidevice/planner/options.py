@@ -148,76 +148,42 @@ class PlanOptions:
                 f"{shards[-1]} shards need {shards[-1]} devices but only {len(devices)} "
                 "device sizes were given"
             )
-        limit = self.max_shard_size_mb
-        if limit is not None and (
-            not isinstance(limit, numbers.Integral) or isinstance(limit, bool) or limit < 1
-        ):
-            raise PlanError(f"max_shard_size_mb must be a positive number of MiB, got {limit}")
-        if self.dims is not None and not isinstance(self.dims, Mapping):
-            raise PlanError(
-                f"dims must map dim names to sizes (e.g. {{'seq': 512}}), got {self.dims!r}"
-            )
-        try:
-            dims = types.MappingProxyType(check_dims(self.dims))
-        except ValueError as exc:
-            raise PlanError(str(exc)) from exc
+        limit = _max_shard_size(self.max_shard_size_mb)
+        dims = _checked_dims(self.dims)
         if not _is_fraction(self.headroom):
             raise PlanError(f"headroom must be in [0, 1), got {self.headroom!r}")
         side = self.side_limit_bytes
-        if not isinstance(side, numbers.Integral) or isinstance(side, bool) or side < 0:
+        if not _is_count(side, minimum=0):
             raise PlanError(f"side_limit_bytes must be a byte count of at least 0, got {side!r}")
         if self.balance not in BALANCES:
             raise PlanError(
                 f"balance must be one of {', '.join(map(repr, BALANCES))}, got {self.balance!r}"
             )
-        price = self.flops_per_byte
-        if (
-            not isinstance(price, numbers.Real)
-            or isinstance(price, bool)
-            or not 0 <= float(price) < float("inf")
-        ):
-            raise PlanError(
-                f"flops_per_byte must be a number of FLOPs of at least 0, got {price!r}"
-            )
-        parallel = self.tensor_parallel
-        if parallel is not None and parallel != "auto":
-            if (
-                not isinstance(parallel, numbers.Integral)
-                or isinstance(parallel, bool)
-                or (parallel < 1)
-            ):
-                raise PlanError(
-                    f"tensor_parallel must be a degree of at least 1 or 'auto', got {parallel!r}"
-                )
-            parallel = int(parallel)
+        price = _flops_price("flops_per_byte", self.flops_per_byte)
+        parallel = _degree(self.tensor_parallel)
         if parallel is not None and devices is None and shards is None:
             raise PlanError(
                 "tensor_parallel needs the devices: give devices (their sizes) or shards "
                 "(the largest is the device count)"
             )
-        collective = self.collective_flops_per_byte
-        if (
-            not isinstance(collective, numbers.Real)
-            or isinstance(collective, bool)
-            or not 0 <= float(collective) < float("inf")
-        ):
-            raise PlanError(
-                "collective_flops_per_byte must be a number of FLOPs of at least 0, got "
-                f"{collective!r}"
-            )
-        object.__setattr__(self, "tensor_parallel", parallel)
-        object.__setattr__(self, "collective_flops_per_byte", float(collective))
+        collective = _flops_price("collective_flops_per_byte", self.collective_flops_per_byte)
         if self.name is not None and not isinstance(self.name, str):
             raise PlanError(f"name must be a string, got {self.name!r}")
-        object.__setattr__(self, "devices", devices)
-        object.__setattr__(self, "shards", shards)
-        object.__setattr__(self, "max_shard_size_mb", None if limit is None else int(limit))
-        object.__setattr__(self, "dims", dims)
-        object.__setattr__(self, "side_limit_bytes", int(side))
-        object.__setattr__(self, "flops_per_byte", float(price))
-        object.__setattr__(self, "relaxed", bool(self.relaxed))
-        object.__setattr__(self, "assign_names", bool(self.assign_names))
-        object.__setattr__(self, "static", bool(self.static))
+        normalised = {
+            "devices": devices,
+            "shards": shards,
+            "max_shard_size_mb": limit,
+            "dims": dims,
+            "side_limit_bytes": int(side),
+            "flops_per_byte": price,
+            "tensor_parallel": parallel,
+            "collective_flops_per_byte": collective,
+            "relaxed": bool(self.relaxed),
+            "assign_names": bool(self.assign_names),
+            "static": bool(self.static),
+        }
+        for field, value in normalised.items():
+            object.__setattr__(self, field, value)
 
     @property
     def shard_counts(self) -> tuple[int, ...]:
@@ -297,9 +263,50 @@ def _is_fraction(x: object) -> bool:
         return False
 
 
-def _is_count(n: object) -> bool:
-    """Whether ``n`` is an integer (Python or NumPy, not a bool) of at least 1."""
-    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and int(n) >= 1
+def _is_count(n: object, minimum: int = 1) -> bool:
+    """Whether ``n`` is an integer (Python or NumPy, not a bool) of at least ``minimum``."""
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and int(n) >= minimum
+
+
+def _max_shard_size(limit: object) -> int | None:
+    """``max_shard_size_mb`` as an ``int`` (``None`` stays ``None``)."""
+    if limit is None:
+        return None
+    if not _is_count(limit):
+        raise PlanError(f"max_shard_size_mb must be a positive number of MiB, got {limit}")
+    return int(limit)  # type: ignore[call-overload]  # _is_count: an integer
+
+
+def _checked_dims(dims: object) -> Mapping[str, int]:
+    """``dims`` checked and frozen (a read-only mapping; ``None`` gives an empty one)."""
+    if dims is not None and not isinstance(dims, Mapping):
+        raise PlanError(f"dims must map dim names to sizes (e.g. {{'seq': 512}}), got {dims!r}")
+    try:
+        return types.MappingProxyType(check_dims(dims))
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
+
+
+def _flops_price(field: str, price: object) -> float:
+    """A price in FLOPs per byte: a finite real number (not a bool) of at least 0."""
+    if (
+        not isinstance(price, numbers.Real)
+        or isinstance(price, bool)
+        or not 0 <= float(price) < float("inf")
+    ):
+        raise PlanError(f"{field} must be a number of FLOPs of at least 0, got {price!r}")
+    return float(price)
+
+
+def _degree(parallel: object) -> int | str | None:
+    """``tensor_parallel``: ``None``, ``"auto"`` or a degree of at least 1 (as an ``int``)."""
+    if parallel is None or parallel == "auto":
+        return parallel
+    if not _is_count(parallel):
+        raise PlanError(
+            f"tensor_parallel must be a degree of at least 1 or 'auto', got {parallel!r}"
+        )
+    return int(parallel)  # type: ignore[call-overload]  # _is_count: an integer
 
 
 def _shard_counts(shards: int | Iterable[int] | None) -> tuple[int, ...] | None:
