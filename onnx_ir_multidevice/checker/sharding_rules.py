@@ -236,37 +236,68 @@ def _check_partials(
     for position, node in enumerate(nodes):
         if node not in sharded_nodes and not any(v in states for v in node.inputs):
             continue
-        inputs: list[ShardState] = []
-        for value in node.inputs:
-            spec = specs.get((node, value)) if value is not None else None
-            if spec is not None and context.constant(value) is None:
-                inputs.append(_state(spec) or REPLICATED)
-            elif spec is not None:
-                inputs.append(REPLICATED)  # a sliced weight: the rule slices it
-            else:
-                inputs.append(states.get(value, REPLICATED) if value is not None else REPLICATED)
+        inputs = _input_states(node, specs, context, states)
         if all(isinstance(s, Replicated) for s in inputs):
             continue
         result = propagate(context, node, inputs)
         if result is None and _product_of_partial(node, inputs):
             states.update((v, PARTIAL) for v in node.outputs[:1] if (node, v) not in specs)
-            continue
-        if result is None:
-            for value, state in zip(node.inputs, inputs, strict=True):
-                if isinstance(state, Partial) and (node, value) not in specs:
-                    diagnostics.append(
-                        make(
-                            "OMNY224",
-                            f"value {value.name!r} is a partial sum (a row-parallel product "  # type: ignore[union-attr]
-                            f"not yet reduced) but {node.op_type} is not linear in it; shard "
-                            "its producer's output as replicated (an AllReduce) or annotate "
-                            "this node to read it whole",
-                            node_location(node, position),
-                        )
-                    )
-            continue
-        for value, state in zip(node.outputs, result.outputs, strict=True):
-            spec = specs.get((node, value)) if value is not None else None
-            written = state if spec is None else _state(spec) or REPLICATED  # a spec: made so
-            if value is not None and not isinstance(written, Replicated):
-                states[value] = written
+        elif result is None:
+            _report_unreduced(node, position, inputs, specs, diagnostics)
+        else:
+            _record_outputs(node, result.outputs, specs, states)
+
+
+def _input_states(
+    node: ir.Node,
+    specs: dict[tuple[ir.Node, ir.Value], ir.ShardingSpec],
+    context: ShardingContext,
+    states: dict[ir.Value, ShardState],
+) -> list[ShardState]:
+    """The state of each input of ``node``: its spec's, else the state its producer left."""
+    inputs: list[ShardState] = []
+    for value in node.inputs:
+        spec = specs.get((node, value)) if value is not None else None
+        if spec is not None and context.constant(value) is None:
+            inputs.append(_state(spec) or REPLICATED)
+        elif spec is not None:
+            inputs.append(REPLICATED)  # a sliced weight: the rule slices it
+        else:
+            inputs.append(states.get(value, REPLICATED) if value is not None else REPLICATED)
+    return inputs
+
+
+def _report_unreduced(
+    node: ir.Node,
+    position: int,
+    inputs: list[ShardState],
+    specs: dict[tuple[ir.Node, ir.Value], ir.ShardingSpec],
+    diagnostics: list[Diagnostic],
+) -> None:
+    """OMNY224 for each unannotated partial-sum input of a node that is not linear in it."""
+    for value, state in zip(node.inputs, inputs, strict=True):
+        if isinstance(state, Partial) and (node, value) not in specs:
+            diagnostics.append(
+                make(
+                    "OMNY224",
+                    f"value {value.name!r} is a partial sum (a row-parallel product "  # type: ignore[union-attr]
+                    f"not yet reduced) but {node.op_type} is not linear in it; shard "
+                    "its producer's output as replicated (an AllReduce) or annotate "
+                    "this node to read it whole",
+                    node_location(node, position),
+                )
+            )
+
+
+def _record_outputs(
+    node: ir.Node,
+    outputs: Sequence[ShardState],
+    specs: dict[tuple[ir.Node, ir.Value], ir.ShardingSpec],
+    states: dict[ir.Value, ShardState],
+) -> None:
+    """Keep the state of each output that is not replicated (a spec on it decides it)."""
+    for value, state in zip(node.outputs, outputs, strict=True):
+        spec = specs.get((node, value)) if value is not None else None
+        written = state if spec is None else _state(spec) or REPLICATED  # a spec: made so
+        if value is not None and not isinstance(written, Replicated):
+            states[value] = written
