@@ -183,37 +183,18 @@ def find_regions(
     position = {node: i for i, node in enumerate(order)}
     outputs = set(graph.outputs)
 
-    groups: dict[ir.Value, list[ir.Node]] = {}
-    for node in order:
-        if node.inputs and node.inputs[0] is not None and SEED_RULES.get(node.domain, node.op_type):
-            groups.setdefault(node.inputs[0], []).append(node)
-
     taken: set[ir.Node] = set()
     regions: list[Region] = []
     output_gathers = 0
-    for readers in groups.values():
+    for readers in _seed_groups(order).values():
         seeds = [s for s in readers if s not in taken]
         if not seeds:
             continue
-        blocks = 1
-        attempt = None
-        context.shape_data = True
-        for _ in range(4):
-            context.split_hints.clear()
-            attempt = _attempt(context, seeds, blocks, taken, position, order, outputs)
-            if attempt is None and context.shape_data:
-                context.shape_data = False  # per-device shape data no rule consumed: as before
-                continue
-            hints = [h for h in context.split_hints if h > blocks]
-            if attempt is not None and attempt.gathers and hints:
-                blocks = hints[0]
-                continue
-            break
+        attempt = _best_attempt(context, seeds, taken, position, order, outputs)
         if attempt is None:
             continue
         if attempt.gathers and not allow_gather:
-            gathered = [c.value for c in attempt.collectives if c.kind == "AllGather"]
-            if not (gather_outputs and all(v in outputs for v in gathered)):
+            if not (gather_outputs and _gathers_outputs_only(attempt, outputs)):
                 continue
             output_gathers += 1
         taken.update(attempt.nodes)
@@ -222,6 +203,51 @@ def find_regions(
         return []
     regions.sort(key=lambda r: position[r.nodes[0]])
     return regions
+
+
+def _seed_groups(order: list[ir.Node]) -> dict[ir.Value, list[ir.Node]]:
+    """The nodes a seed rule applies to, grouped by their first input (in graph order)."""
+    groups: dict[ir.Value, list[ir.Node]] = {}
+    for node in order:
+        if node.inputs and node.inputs[0] is not None and SEED_RULES.get(node.domain, node.op_type):
+            groups.setdefault(node.inputs[0], []).append(node)
+    return groups
+
+
+def _best_attempt(
+    context: ShardingContext,
+    seeds: list[ir.Node],
+    taken: set[ir.Node],
+    position: Mapping[ir.Node, int],
+    order: list[ir.Node],
+    outputs: set[ir.Value],
+) -> _Attempt | None:
+    """Grow a region from ``seeds`` (up to 4 tries).
+
+    A try that fails is retried without per-device shape data; a region that ends in a
+    gather is retried split into the blocks a rule hinted at.
+    """
+    blocks = 1
+    attempt = None
+    context.shape_data = True
+    for _ in range(4):
+        context.split_hints.clear()
+        attempt = _attempt(context, seeds, blocks, taken, position, order, outputs)
+        if attempt is None and context.shape_data:
+            context.shape_data = False  # per-device shape data no rule consumed: as before
+            continue
+        hints = [h for h in context.split_hints if h > blocks]
+        if attempt is not None and attempt.gathers and hints:
+            blocks = hints[0]
+            continue
+        break
+    return attempt
+
+
+def _gathers_outputs_only(attempt: _Attempt, outputs: set[ir.Value]) -> bool:
+    """Whether every ``AllGather`` of the attempt makes a graph output whole."""
+    gathered = [c.value for c in attempt.collectives if c.kind == "AllGather"]
+    return all(v in outputs for v in gathered)
 
 
 def _attempt(
