@@ -179,6 +179,39 @@ def test_slices_are_written_from_the_memory_map(tmp_path):
     assert verify_folder(loaded, tmp_path / "out", dims={"batch": 1, "seq": 16}).ok
 
 
+def _mapped_resident_bytes(path: pathlib.Path) -> int:
+    """The resident bytes of this process's memory maps of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps", encoding="utf-8", errors="replace") as smaps:
+        for line in smaps:
+            first = line.split(maxsplit=1)[0]
+            if "-" in first and not first.endswith(":"):  # a mapping's header line
+                inside = line.rstrip("\n").endswith(str(path))
+            elif inside and first == "Rss:":
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/smaps").exists(), reason="needs Linux smaps")
+def test_slices_leave_no_resident_pages_of_the_source(tmp_path):
+    """The source's mapped pages are released once written: RSS does not grow by the weights."""
+    model = synthetic_transformer(1, hidden=256, heads=4, vocab=8192, max_positions=64)
+    _record(model, [2], {"seq": 16})
+    ir.save(model, tmp_path / "big.onnx", external_data="big.onnx.data")
+    data = (tmp_path / "big.onnx.data").resolve()
+    loaded = ir.load(tmp_path / "big.onnx")
+    save_split(loaded, tmp_path / "out", 1)
+    mapped = [
+        v.const_value
+        for v in loaded.graph.initializers.values()
+        if isinstance(v.const_value, ir.ExternalTensor) and v.const_value.raw is not None
+    ]
+    assert mapped  # the weights were read through memory maps, which are still open
+    assert _mapped_resident_bytes(data) < 1 << 20, _mapped_resident_bytes(data)
+    # the maps still work: the whole model reads its weights again through them
+    assert verify_folder(loaded, tmp_path / "out", dims={"batch": 1, "seq": 16}).ok
+
+
 def test_corpus_gpt2_with_a_hand_written_record(tmp_path):
     model = load(CORPUS / "gpt2_dynamo.onnx")
     _record(model, [2])
