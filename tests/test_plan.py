@@ -211,6 +211,24 @@ def test_unnamed_nodes_are_refused_unless_names_are_assigned():
     assert all(c.after_node in names for c in meta.cut_points)
 
 
+@pytest.mark.parametrize(
+    ("name", "architecture"),
+    [
+        ("gpt2_kv_dynamo", "transformer_decoder"),  # 4-D past keys in: not an image
+        ("llama_kv_optimum", "transformer_decoder"),
+        ("gpt2_merged_optimum", "transformer_decoder"),  # the attention is inside an If
+        ("whisper_encoder_dynamo", "transformer_encoder"),  # 1-D convolutions over audio
+        ("vit_dynamo", "vision_transformer"),
+        ("bert_dynamo", "transformer_encoder"),
+        ("resnet_int8_qoperator", "cnn"),  # QLinearConv
+        ("lstm_gru_torchscript", "rnn"),
+    ],
+)
+def test_guess_architecture_on_real_exports(name, architecture):
+    model = ir.load(Path(__file__).parent / "corpus" / f"{name}.onnx")
+    assert guess_architecture(model.graph) == architecture
+
+
 def test_guess_architecture_on_a_plain_graph():
     assert guess_architecture(ir.Graph([], [], nodes=[])) == "unknown"
 

@@ -147,31 +147,77 @@ def weights(graph: ir.Graph, sizes: ValueSizes) -> tuple[int, int]:
     return nbytes, count
 
 
-def guess_architecture(graph: ir.Graph) -> str:
-    """Guess the ``.omny`` ``architecture`` from the op types of the main graph.
+_CONV_OPS = frozenset({"Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "NhwcConv"})
+"""Convolutions, float and quantized (``QLinearConv`` of a QOperator export)."""
 
-    Returns ``"cnn"`` (convolutions, no attention), ``"vision_transformer"`` (a convolution or
-    image input and attention), ``"transformer_decoder"`` (attention with a causal mask:
-    ``Trilu`` or a ``Less``/``LessOrEqual`` comparison), ``"transformer_encoder"`` (other
-    attention), ``"mlp"`` (matrix products only) or ``"unknown"``. Attention is a ``Softmax``
-    between two ``MatMul`` s or a fused attention op
-    (:data:`~onnx_ir_multidevice.analysis.ops.ATTENTION_OPS`).
+_RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
+
+_CAUSAL_OPS = frozenset({"Trilu", "Less", "LessOrEqual"})
+
+
+def _op_counts(graph: ir.Graph) -> Counter[str]:
+    """Op types of ``graph`` and of every subgraph in it (an ``If`` of a merged decoder)."""
+    ops: Counter[str] = Counter(map(OP_TYPE_OF, graph))
+    for node in nodes_with_subgraphs(list(graph)):
+        for body in node_subgraphs(node):
+            ops.update(_op_counts(body))
+    return ops
+
+
+def _conv2d(graph: ir.Graph) -> bool:
+    """Whether a convolution reads a 4-D input (an image; a 1-D convolution reads 3-D audio)."""
+    for node in graph:
+        if node.op_type in _CONV_OPS and node.inputs and node.inputs[0] is not None:
+            shape = node.inputs[0].shape
+            if shape is not None and len(shape) == 4:
+                return True
+    return False
+
+
+def _has_kv_cache(graph: ir.Graph) -> bool:
+    """Whether the graph carries a KV cache: integer ids in, 4-D float past states in or out."""
+    ids = any(v.dtype is not None and v.dtype.is_integer() for v in graph.inputs)
+    states = [*graph.inputs, *graph.outputs]
+    return ids and any(
+        v.dtype is not None and v.dtype.is_floating_point() and len(v.shape or ()) == 4
+        for v in states
+    )
+
+
+def guess_architecture(graph: ir.Graph) -> str:
+    """Guess the ``.omny`` ``architecture`` from the op types of the graph and its subgraphs.
+
+    Returns ``"cnn"`` (convolutions, no attention), ``"vision_transformer"`` (attention and
+    an image: a convolution over a 4-D input, or a 4-D float input and no integer input),
+    ``"transformer_decoder"`` (attention with a KV cache — integer ids in and 4-D float past
+    states in or out — or with a causal mask: ``Trilu`` or a ``Less``/``LessOrEqual``
+    comparison), ``"transformer_encoder"`` (other attention, an audio encoder's 1-D
+    convolutions included), ``"rnn"`` (``LSTM``/``GRU``/``RNN``), ``"mlp"`` (matrix products
+    only) or ``"unknown"``. Attention is a ``Softmax`` between two ``MatMul`` s or a fused
+    attention op (:data:`~onnx_ir_multidevice.analysis.ops.ATTENTION_OPS`). Quantized
+    convolutions count as convolutions.
 
     .. versionadded:: 0.1
     """
-    ops = Counter(map(OP_TYPE_OF, graph))
+    ops = _op_counts(graph)
     attention = (ops["Softmax"] > 0 and ops["MatMul"] >= 2) or any(
         op in ops for op in ATTENTION_OPS
     )
-    conv = ops["Conv"] > 0
+    conv = any(op in ops for op in _CONV_OPS)
     if conv and not attention:
         return "cnn"
-    if attention and (conv or any(len(v.shape or ()) == 4 for v in graph.inputs)):
-        return "vision_transformer"
     if attention:
-        causal = any(op in ops for op in ("Trilu", "Less", "LessOrEqual"))
+        kv_cache = _has_kv_cache(graph)
+        image_input = not any(
+            v.dtype is not None and v.dtype.is_integer() for v in graph.inputs
+        ) and any(len(v.shape or ()) == 4 for v in graph.inputs)
+        if not kv_cache and (_conv2d(graph) or image_input):
+            return "vision_transformer"
+        causal = kv_cache or any(op in ops for op in _CAUSAL_OPS)
         return "transformer_decoder" if causal else "transformer_encoder"
-    if ops["MatMul"] or ops["Gemm"]:
+    if any(op in ops for op in _RECURRENT_OPS):
+        return "rnn"
+    if ops["MatMul"] or ops["Gemm"] or ops["MatMulInteger"] or ops["QLinearMatMul"]:
         return "mlp"
     return "unknown"
 
