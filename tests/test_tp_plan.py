@@ -17,6 +17,7 @@ from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice.omny import TENSOR_PARALLEL_KEY, read_tensor_parallel
 from onnx_ir_multidevice.passes.reverse import StagesToOmnyPass
 from onnx_ir_multidevice.planner.options import PlanOptions
+from onnx_ir_multidevice.planner.partition import partition_at
 from onnx_ir_multidevice.planner.planning import describe, plan_model
 from onnx_ir_multidevice.planner.tensor_parallel import choose_degrees, joint_stages
 from onnx_ir_multidevice.testing import llama
@@ -148,6 +149,7 @@ def test_cli_tensor_parallel(tmp_path):
     done = omny_cli("plan", source, "-o", str(out), "--shards", "4", "--tensor-parallel", "auto")
     assert done.returncode == 0, done.stderr
     assert "tensor parallelism" in done.stdout
+    assert "memory per device" in done.stdout and "resident" in done.stdout
     done = omny_cli(
         "plan", source, "-o", str(out), "--shards", "4", "--tensor-parallel", "2", "--json",
         "--force",
@@ -155,6 +157,10 @@ def test_cli_tensor_parallel(tmp_path):
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)["result"]["plan"]["tensor_parallel"]
     assert summary["num_devices"] == 4 and max(summary["degrees"]) <= 2
+    for stage in summary["stages"]:  # the rank's memory: shard, with headroom, resident
+        assert 0 < stage["memory_bytes"] < stage["required_bytes"]
+        assert stage["resident_bytes"] > 0
+    assert summary["step_flops"] == min(c["step_flops"] for c in summary["considered"])
     assert (read_tensor_parallel(load(out)) is not None) == (max(summary["degrees"]) > 1)
     done = omny_cli("plan", source, "-o", str(out), "--tensor-parallel", "x", "--force")
     assert done.returncode == 2 and "--tensor-parallel" in done.stderr
@@ -261,3 +267,16 @@ def test_joint_plan_gives_the_parallel_stage_more_layers():
     assert max(times) == parallel.step_time
     text = describe(result)
     assert "tensor parallelism on 3 devices: degrees 2x1" in text
+
+
+def test_partition_at_gives_the_figures_of_partition():
+    model = llama.build_llama(llama.TINY)
+    result = plan_model(model, shards=[2], dims={"batch": 1, "seq": 16})
+    found = result.partitions[0]
+    ends = [i for i, _ in found.segments] + [found.segments[-1][1]]
+    again = partition_at(result.memory, ends)
+    assert again.segments == found.segments and again.cuts == found.cuts
+    assert again.memory == found.memory and again.flops == found.flops
+    assert again.bound is not None and again.bound.time_flops == found.bound.time_flops
+    with pytest.raises(PlanError, match="stage boundaries"):
+        partition_at(result.memory, [0, ends[-1], ends[-1]])
