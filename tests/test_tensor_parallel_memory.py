@@ -16,12 +16,15 @@ import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 
+from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._split.tensor_parallel import split_tensor_parallel
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.planner.tensor_parallel import (
     EXTRA_SESSION_BYTES,
     SEGMENT_OP_TYPE_BYTES,
+    rank_memory,
     rank_resident_bytes,
+    rank_segments,
 )
 from onnx_ir_multidevice.runtime.measure import measure_sessions
 from onnx_ir_multidevice.runtime.verification import make_inputs
@@ -109,13 +112,20 @@ def test_rank_prediction_within_band_of_measured(tmp_path):
     predicted = rank_resident_bytes(
         memory.whole(), 2, split.regions, memory.sizes, nodes=nodes, segments=segments
     )
-    envs = [dict(make_inputs(model, dims=dims)) for _ in range(2)]
-    paths = [[tmp_path / f"r{k}s{s}.onnx" for s in range(split.num_segments)] for k in range(2)]
-    for k in range(2):
+    for k, measured in enumerate(_measure_ranks(model, split, dims, tmp_path)):
+        assert 0.9 <= predicted / measured <= 1.2, (k, predicted, measured)
+
+
+def _measure_ranks(model, split, dims, folder, ranks=None):
+    """The peak resident memory of each rank's sessions, run in a child by the probe."""
+    degree = split.degree
+    envs = [dict(make_inputs(model, dims=dims)) for _ in range(degree)]
+    paths = [[folder / f"r{k}s{s}.onnx" for s in range(split.num_segments)] for k in range(degree)]
+    for k in range(degree):
         for s, segment in enumerate(split.segments[k]):
             ir.save(segment, paths[k][s])
     for s in range(split.num_segments):
-        for k in range(2):
+        for k in range(degree):
             session = ort.InferenceSession(str(paths[k][s]), providers=["CPUExecutionProvider"])
             feeds = {i.name: envs[k][i.name] for i in session.get_inputs()}
             outputs = session.run(None, feeds)
@@ -124,8 +134,80 @@ def test_rank_prediction_within_band_of_measured(tmp_path):
             value = collective.combine([env[collective.partial] for env in envs])
             for env in envs:
                 env[collective.value] = value
-    for k in range(2):
-        archive = tmp_path / f"env{k}.npz"
+    measured = []
+    for k in range(degree) if ranks is None else ranks:
+        archive = folder / f"env{k}.npz"
         np.savez(archive, **envs[k])
-        measured = measure_sessions(paths[k], archive).peak_bytes
-        assert 0.9 <= predicted / measured <= 1.2, (k, predicted, measured)
+        measured.append(measure_sessions(paths[k], archive).peak_bytes)
+    return measured
+
+
+def test_rank_segments_are_those_of_the_split():
+    """From the graph and the regions alone: the same segments' costs as the split's."""
+    model, memory, split = _planned(llama.TINY)
+    nodes = list(memory.analysis.order)
+    found = rank_segments(nodes, split.regions)
+    real = [[n.op_type for n in s.graph] for s in split.segments[0]]
+    assert len(found) == len(real) == split.num_segments
+    # The split also recomputes the mask arithmetic (Range, Where...) the planning order
+    # leaves out as replicable, in the one segment that reads it: the same cost either way.
+    assert all(set(f) <= set(r) for f, r in zip(found, real, strict=True))
+    whole = memory.whole()
+    split_figure = rank_resident_bytes(
+        whole, 2, split.regions, memory.sizes, nodes=list(model.graph), segments=real
+    )
+    graph_figure = rank_resident_bytes(
+        whole, 2, split.regions, memory.sizes, nodes=nodes, segments=found
+    )
+    assert graph_figure == split_figure
+    rank = rank_memory(whole, 2, split.regions, memory.sizes, nodes=nodes, segments=found)
+    assert rank.resident_bytes == split_figure
+    assert rank.activations_bytes == whole.activations_bytes  # kept whole: an upper bound
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the probe reads /proc")
+def test_plan_fits_a_rank_by_its_resident_memory(tmp_path):
+    """The planner's fit test and figures are the rank's (``rank_memory``), not an upper
+    bound of the shard memory alone.
+
+    A vocabulary of 8192 (a 2 MiB head, pre-packed): at degree 2 a rank's shard memory is
+    about 4 MiB, but its sessions hold about 19 MiB. The former planner compared the shard
+    memory with the device and took a degree-2 stage on 9 MiB devices; the probe measures
+    each rank above 9 MiB.
+    """
+    dims = {"batch": 1, "seq": 16}
+    config = dataclasses.replace(llama.TINY, vocab=8192)
+    model = llama.build_llama(config)
+    split = split_tensor_parallel(model, 2, dims=dims)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = plan_model(model.clone(), shards=[2], dims=dims, assign_names=True)
+    segments = [[n.op_type for n in s.graph] for s in split.segments[0]]
+    predicted = rank_resident_bytes(
+        base.memory.whole(), 2, split.regions, base.memory.sizes, nodes=list(model.graph),
+        segments=segments,
+    )  # fmt: skip
+    measured = _measure_ranks(model, split, dims, tmp_path, ranks=[0])[0]
+    assert 0.9 <= predicted / measured <= 1.2
+    small = 9 * 1024 * 1024
+    assert measured > small
+
+    def plan(capacity):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return plan_model(
+                model.clone(), devices=[capacity] * 2, tensor_parallel=2, dims=dims,
+                flops_per_byte=1e9, collective_flops_per_byte=0.0, assign_names=True,
+            ).tensor_parallel  # fmt: skip
+
+    # Links cost a lot and collectives nothing: one stage at degree 2 is the fastest plan.
+    chosen = plan(predicted)
+    assert chosen.degrees == (2,)
+    (stage,) = chosen.stages
+    assert stage.resident_bytes == predicted  # the split's own figure
+    assert stage.memory_bytes < small < stage.resident_bytes
+    assert stage.required_bytes < stage.resident_bytes
+    # One byte less: the degree-2 stage no longer fits (nor does the whole model at degree 1).
+    assert plan(predicted - 1).degrees == (1, 1)
+    with pytest.raises(PlanError, match="does not fit"):
+        plan(small)

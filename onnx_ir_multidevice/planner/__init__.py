@@ -46,8 +46,11 @@ __all__ = [
     "plan",
     "plan_model",
     "plan_summary",
+    "joint_stages",
     "plan_tensor_parallel",
+    "rank_memory",
     "rank_resident_bytes",
+    "rank_segments",
     "stage_parallelism",
 ]
 
@@ -83,8 +86,11 @@ from onnx_ir_multidevice.planner.tensor_parallel import (
     StageParallelism,
     TensorParallelPlan,
     choose_degrees,
+    joint_stages,
     plan_tensor_parallel,
+    rank_memory,
     rank_resident_bytes,
+    rank_segments,
     stage_parallelism,
 )
 

@@ -862,6 +862,14 @@ class MemoryModel:
         """The memory of the whole model run as one stage."""
         return self.stage(0, self.num_segments)
 
+    def segment_of(self, node: ir.Node) -> int | None:
+        """The segment holding ``node``.
+
+        ``None`` for a replicable node (which no segment owns) or a node of another graph.
+        """
+        position = self._position.get(node)
+        return None if position is None else int(self._segment_of[position])
+
 
 _REORDERED_CONV_OPS = frozenset({"Conv", "FusedConv"})
 """Convolutions whose constant weight onnxruntime's NCHWc optimizer rewrites (float only)."""

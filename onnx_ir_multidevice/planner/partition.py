@@ -65,7 +65,7 @@ not fit, its device and by how much, for the partition that overflows least.
 
 from __future__ import annotations
 
-__all__ = ["BALANCES", "DEFAULT_FLOPS_PER_BYTE", "Bound", "Partition", "partition"]
+__all__ = ["BALANCES", "DEFAULT_FLOPS_PER_BYTE", "Bound", "Partition", "partition", "partition_at"]
 
 import dataclasses
 import itertools
@@ -544,6 +544,44 @@ def partition(
     found = _make(model, chain, ends)
     bound = _bound(search, found, link, memory_bound)
     return dataclasses.replace(found, bound=bound)
+
+
+def partition_at(
+    model: MemoryModel, ends: Sequence[int], *, flops_per_byte: float = DEFAULT_FLOPS_PER_BYTE
+) -> Partition:
+    """The partition whose stages end at the given segment boundaries, with what bounds it.
+
+    For a planner that chose the cuts itself (the tensor-parallel one, whose stages' times
+    depend on their degrees): the figures are those :func:`partition` gives its own choice.
+
+    Args:
+        model: The memory model.
+        ends: ``0``, the boundary of each cut, ``model.num_segments``: increasing, each cut
+            one :func:`partition` may choose.
+        flops_per_byte: The price of a byte sent between stages (for the bound).
+
+    Raises:
+        PlanError: ``ends`` is not such a list.
+
+    .. versionadded:: 0.1
+    """
+    chain = model.analysis.chain
+    search = _Search(model, chain)
+    ends = [int(b) for b in ends]
+    if (
+        len(ends) < 2
+        or ends[0] != 0
+        or ends[-1] != search.size
+        or any(a >= b for a, b in itertools.pairwise(ends))
+        or not all(search.usable[b] for b in ends[1:-1])
+    ):
+        raise PlanError(
+            f"stage boundaries {ends} are not 0, usable cuts in increasing order, {search.size}"
+        )
+    found = _make(model, chain, ends)
+    return dataclasses.replace(
+        found, bound=_bound(search, found, search.link_costs(flops_per_byte), ())
+    )
 
 
 def _is_price(x: object) -> bool:

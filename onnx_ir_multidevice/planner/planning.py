@@ -275,14 +275,14 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
     parallel: TensorParallelPlan | None = None
     if options.tensor_parallel is not None:
         report("choosing pipeline stages and tensor-parallel degrees")
-        limits = [c for c in (*(capacities or ()), max_stage) if c is not None]
         found, parallel = plan_tensor_parallel(
             model,
             memory,
             sizes,
             options.num_devices,  # type: ignore[arg-type]  # set with tensor_parallel
             max_degree=options.max_degree,  # type: ignore[arg-type]
-            capacity=min(limits) if limits else None,
+            capacity=min(capacities) if capacities else None,
+            max_stage_bytes=max_stage,
             balance=options.balance,
             flops_per_byte=options.flops_per_byte,
             collective_flops_per_byte=options.collective_flops_per_byte,
@@ -552,9 +552,11 @@ def tensor_parallel_summary(result: PlanResult) -> dict[str, Any] | None:
 
     ``num_devices``, ``degrees`` (per stage), ``step_flops`` (the slowest stage or link, in
     FLOPs), ``reason`` (why no stage is tensor-parallel, or ``None``), ``stages`` (per stage:
-    ``degree``, ``regions``, ``weights_bytes`` and ``memory_bytes`` per device,
-    ``sliced_weights_bytes``, ``flops`` per device, ``allreduce_bytes`` per device and
-    request) and ``considered`` (the best degrees of each stage count tried).
+    ``degree``, ``regions``, ``weights_bytes``, ``memory_bytes`` (shard memory),
+    ``required_bytes`` (with headroom) and ``resident_bytes`` (predicted resident memory on
+    onnxruntime's CPU) per device, ``sliced_weights_bytes``, ``flops`` per device,
+    ``allreduce_bytes`` per device and request) and ``considered`` (the best degrees of each
+    stage count tried, then the joint search's choice of cuts and degrees).
 
     .. versionadded:: 0.1
     """
@@ -574,6 +576,8 @@ def tensor_parallel_summary(result: PlanResult) -> dict[str, Any] | None:
                 "weights_bytes": s.weights_bytes,
                 "sliced_weights_bytes": s.sliced_weights_bytes,
                 "memory_bytes": s.memory_bytes,
+                "required_bytes": s.required_bytes,
+                "resident_bytes": s.resident_bytes,
                 "flops": s.flops,
                 "allreduce_bytes": s.allreduce_bytes,
             }
@@ -601,7 +605,9 @@ def _describe_parallel(parallel: TensorParallelPlan | None) -> list[str]:
         )
         lines.append(
             f"  stage {s.stage}: degree {s.degree}, {plural(s.regions, 'region')}, weights per "
-            f"device {format_bytes(s.weights_bytes)}{sliced}, AllReduce "
+            f"device {format_bytes(s.weights_bytes)}{sliced}, memory per device "
+            f"{format_bytes(s.memory_bytes)} (needs {format_bytes(s.required_bytes)}, resident "
+            f"{format_bytes(s.resident_bytes)}), AllReduce "
             f"{format_bytes(s.allreduce_bytes)} per device per request"
         )
     return lines
