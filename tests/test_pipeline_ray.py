@@ -12,6 +12,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs ray (pip install 
 
 from test_pipeline import OUTPUTS, WIDTH, assert_outputs, mlp_stages, request  # noqa: E402
 
+from onnx_ir_multidevice import save_split  # noqa: E402
 from onnx_ir_multidevice._errors import PipelineError  # noqa: E402
 from onnx_ir_multidevice.runtime import Pipeline  # noqa: E402
 
@@ -166,3 +167,27 @@ def test_base_exception_in_a_stage_actor_is_fatal_for_the_requests_that_need_it(
         assert failure.fatal and "SystemExit: 2" in failure.message
     finally:
         actor.close()
+
+
+def test_tensor_parallel_stages_ask_for_a_cpu_per_rank_and_match_the_thread_engine(tmp_path):
+    """One actor per tensor-parallel stage holds its ranks (here without shipping files: one
+    node); it asks for threads x degree CPUs, so 2 stages of degree 2 do not fit 2 CPUs."""
+    from test_tensor_parallel_folder import _planned_transformer  # the same fixture model
+
+    model, _ = _planned_transformer(tmp_path)
+    save_split(model, tmp_path / "out", 2)
+    with pytest.raises(PipelineError, match=r"ask for 4 CPU in all \(\[2, 2\] per stage\)"):
+        Pipeline(tmp_path / "out", backend="ray", intra_op_num_threads=1)
+    with Pipeline(tmp_path / "out", backend="thread", intra_op_num_threads=1) as local:
+        requests = [local.example_inputs(dims={"batch": 1, "seq": 16}, seed=k) for k in range(3)]
+        expected = list(local.map(requests))
+    with Pipeline(
+        tmp_path / "out",
+        backend="ray",
+        intra_op_num_threads=1,
+        ray_actor_options={"num_cpus": 1},
+    ) as pipe:
+        for out, want in zip(pipe.map(requests), expected, strict=True):
+            for name in want:
+                np.testing.assert_allclose(out[name], want[name], rtol=1e-5, atol=1e-6)
+        assert pipe._engine._files is False  # nothing shipped on one node

@@ -12,6 +12,7 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 from test_pipeline import assert_outputs, mlp_stages, request  # noqa: E402
 
+from onnx_ir_multidevice import save_split  # noqa: E402
 from onnx_ir_multidevice._errors import PipelineError  # noqa: E402
 from onnx_ir_multidevice.runtime import Pipeline  # noqa: E402
 
@@ -134,6 +135,53 @@ def test_a_stage_no_node_can_host_is_refused_up_front(cluster, placement, option
     assert ray.util.placement_group_table() == {} or all(
         g["state"] == "REMOVED" for g in ray.util.placement_group_table().values()
     )
+
+
+def test_tensor_parallel_stages_run_on_their_nodes_with_files_shipped_once(cluster, tmp_path):
+    """A split folder whose two stages are tensor-parallel (degree 2): each stage is one actor
+    on its node holding both ranks; every file of a stage travels once (a rank's segments
+    share its data file); the outputs equal the thread engine's on the same folder."""
+    from test_tensor_parallel_folder import _planned_transformer  # the same fixture model
+
+    def listing(actor):  # nested: Ray pickles it by value (this module is not on the nodes)
+        import os  # runs in the actor's process
+
+        return sorted(
+            os.path.relpath(os.path.join(root, name), actor._folder)
+            for root, _, names in os.walk(actor._folder)
+            for name in names
+        )
+
+    model, _ = _planned_transformer(tmp_path)
+    manifest = save_split(model, tmp_path / "out", 2)
+    assert [s.tensor_parallel.degree for s in manifest.stages] == [2, 2]
+    with Pipeline(tmp_path / "out", backend="thread", intra_op_num_threads=1) as local:
+        requests = [local.example_inputs(dims={"batch": 1, "seq": 16}, seed=k) for k in range(3)]
+        expected = list(local.map(requests))
+    with Pipeline(
+        tmp_path / "out",
+        backend="ray",
+        address=cluster[0].address,
+        placement=["box1", "box2"],
+        intra_op_num_threads=1,
+        ray_actor_options={"num_cpus": 0.5},  # a 1-CPU node hosts both ranks of a stage
+    ) as pipe:
+        got = list(pipe.map(requests))
+        stats = pipe.stats()
+        folders = [
+            ray.get(actor.__ray_call__.remote(listing), timeout=60)
+            for actor in pipe._engine._actors
+        ]
+    for out, want in zip(got, expected, strict=True):
+        assert out.keys() == want.keys()
+        for name in want:
+            np.testing.assert_allclose(out[name], want[name], rtol=1e-5, atol=1e-6)
+    ids = {box: n["NodeID"] for n in ray.nodes() for box in BOXES if box in n["Resources"]}
+    assert [s.node_id for s in stats.stages] == [ids["box1"], ids["box2"]]
+    for entry, files in zip(manifest.stages, folders, strict=True):
+        ranks = entry.tensor_parallel.ranks
+        wanted = sorted(f for rank in ranks for f in (*rank.segments, *rank.external_data))
+        assert files == wanted  # each file once, no second copy in a subfolder
 
 
 def _stream_until_failure(pipe, stage, kill):

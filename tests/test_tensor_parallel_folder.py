@@ -10,7 +10,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import OmnyFormatError, PipelineError, _cli, load, save_split
+from onnx_ir_multidevice import OmnyFormatError, _cli, load, save_split
 from onnx_ir_multidevice._split.manifest import SplitManifest
 from onnx_ir_multidevice.omny import (
     TENSOR_PARALLEL_KEY,
@@ -152,13 +152,6 @@ def test_broken_record_is_refused_with_its_located_error(tmp_path):
             attempt()
         assert info.value.path.startswith(f"metadata_props[{TENSOR_PARALLEL_KEY}]")
     assert not (tmp_path / "out").exists()
-
-
-def test_ray_engine_refuses_tensor_parallel_stages(tmp_path):
-    model, _ = _planned_transformer(tmp_path)
-    save_split(model, tmp_path / "out", 2)
-    with pytest.raises(PipelineError, match=r"stage 0 is tensor-parallel.*thread engine"):
-        Pipeline(tmp_path / "out", backend="ray")
 
 
 def test_slices_are_written_from_the_memory_map(tmp_path):

@@ -49,10 +49,15 @@ places its stages on the nodes left.
 :meth:`Pipeline.close` kills the stage actors (first letting the stages that hold temporary
 files remove them, for up to the close's timeout) and removes the placement group.
 
-Tensor-parallel stages are refused: a stage's shard group would need one actor per rank and
-collectives through Ray objects (the seam: :class:`RayEngine` would create the ranks of a
-:class:`~onnx_ir_multidevice.runtime.tensor_parallel.TensorParallelStage` as a group of actors
-in one placement group); use the thread engine for them.
+**Tensor-parallel stages** run in one actor each: the actor holds every rank's segment
+sessions and runs them as the thread engine does
+(:class:`~onnx_ir_multidevice.runtime.tensor_parallel.TensorParallelRunner`: the ranks in
+threads, the collectives in the actor's process), so a shard group stays on one node, as
+tensor parallelism needs a fast link; the pipeline's stages spread over the nodes. The actor
+asks for ``degree x threads`` CPUs. Shipped, a stage's files go once each (every segment of a
+rank reads one data file). Spanning one group over several actors or nodes, with the
+collectives through Ray objects, is not built: :class:`TensorParallelRunner`'s collectives are
+the seam.
 
 Importing this module registers the engine as ``"ray"`` without importing Ray: Ray is
 imported when a Ray pipeline starts.
@@ -82,7 +87,7 @@ from onnx_ir_multidevice.runtime.runner import StageFailure, StageRunner, failur
 from onnx_ir_multidevice.runtime.sessions import save_for_session
 from onnx_ir_multidevice.runtime.stages import StageChain, StageModel
 from onnx_ir_multidevice.runtime.stats import StatsRecorder
-from onnx_ir_multidevice.runtime.tensor_parallel import TensorParallelStage
+from onnx_ir_multidevice.runtime.tensor_parallel import TensorParallelRunner, TensorParallelStage
 
 Periods = list[tuple[int, float, float]]
 """(stage, start, end) of each stage a request went through, on ``time.time``."""
@@ -157,10 +162,17 @@ def _external_files(path: str) -> list[str]:
     return names
 
 
-def _ship(ray: Any, source: bytes | str | ir.Model) -> bytes | _Shipped:
-    """Put a stage's files into the object store (bytes need nothing: they travel as they are)."""
+def _ship(
+    ray: Any, source: bytes | str | ir.Model, sent: dict[str, Any] | None = None
+) -> bytes | _Shipped:
+    """Put a stage's files into the object store (bytes need nothing: they travel as they are).
+
+    ``sent`` maps the real path of each file put so far to its ref: a file two sources read
+    (the data file of a tensor-parallel rank, read by all its segments) is put once.
+    """
     if isinstance(source, bytes):
         return source
+    sent = {} if sent is None else sent
     folder = None
     try:
         if isinstance(source, ir.Model):
@@ -171,11 +183,14 @@ def _ship(ray: Any, source: bytes | str | ir.Model) -> bytes | _Shipped:
         files = {}
         total = 0
         for name in names:
-            with open(os.path.join(base, name), "rb") as f:
-                data = f.read()
-            total += len(data)
-            files[name] = ray.put(data)
-            del data
+            path = os.path.realpath(os.path.join(base, name))
+            if path not in sent or folder is not None:
+                with open(path, "rb") as f:
+                    data = f.read()
+                sent[path] = ray.put(data)
+                del data
+            total += os.path.getsize(path)
+            files[name] = sent[path]
         return _Shipped(names[0], files, total)
     except OSError as exc:
         raise PipelineError(
@@ -186,19 +201,72 @@ def _ship(ray: Any, source: bytes | str | ir.Model) -> bytes | _Shipped:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _unship(ray: Any, shipped: _Shipped) -> tuple[str, str]:
-    """Write shipped files into a new temporary folder; return (folder, model path)."""
+def _ship_stage(ray: Any, stage: StageModel) -> StageModel:
+    """``stage`` with :class:`_Shipped` sources, each file put into the object store once.
+
+    A tensor-parallel stage's every segment of every rank is shipped.
+    """
+    sent: dict[str, Any] = {}
+    if isinstance(stage, TensorParallelStage):
+        ranks = tuple(
+            tuple(
+                dataclasses.replace(segment, source=_ship(ray, segment.source, sent))  # type: ignore[arg-type]  # _Shipped: unpacked by the actor
+                for segment in segments
+            )
+            for segments in stage.ranks
+        )
+        return dataclasses.replace(stage, source=ranks[0][0].source, ranks=ranks)
+    return dataclasses.replace(stage, source=_ship(ray, stage.source, sent))  # type: ignore[arg-type]  # as above
+
+
+def _unship(ray: Any, shipped: _Shipped, folder: str, written: dict[str, Any] | None = None) -> str:
+    """Write shipped files into ``folder``; return the model's path.
+
+    ``written`` maps each file name written to ``folder`` so far to its ref: a file shipped
+    again (the same ref) is not written twice; a different file of the same name goes to a
+    new subfolder with the rest of its model's files.
+    """
+    written = {} if written is None else written
+    clash = any(written.get(name, ref) != ref for name, ref in shipped.files.items())
+    if clash:
+        folder = tempfile.mkdtemp(prefix="model-", dir=folder)
+    for name, ref in shipped.files.items():
+        if not clash and name in written:
+            continue
+        path = os.path.join(folder, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(ray.get(ref))
+        if not clash:
+            written[name] = ref
+    return os.path.join(folder, shipped.model)
+
+
+def _unship_stage(ray: Any, stage: StageModel) -> tuple[str | None, StageModel]:
+    """Write a stage's shipped files into a new temporary folder.
+
+    Returns ``(folder, stage)``, the stage's sources paths in it (``(None, stage)`` when
+    nothing was shipped).
+    """
+    if not isinstance(stage.source, _Shipped):
+        return None, stage
     folder = tempfile.mkdtemp(prefix="omny-stage-")
+    written: dict[str, Any] = {}
+
+    def local(segment: StageModel) -> StageModel:
+        source = segment.source
+        if isinstance(source, _Shipped):
+            return dataclasses.replace(segment, source=_unship(ray, source, folder, written))
+        return segment
+
     try:
-        for name, ref in shipped.files.items():
-            path = os.path.join(folder, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(ray.get(ref))
+        if isinstance(stage, TensorParallelStage):
+            ranks = tuple(tuple(local(s) for s in segments) for segments in stage.ranks)
+            return folder, dataclasses.replace(stage, source=ranks[0][0].source, ranks=ranks)
+        return folder, local(stage)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    return folder, os.path.join(folder, shipped.model)
 
 
 class _StageActor:
@@ -219,13 +287,17 @@ class _StageActor:
             index = 0  # Ray narrowed CUDA_VISIBLE_DEVICES to the GPU it assigned
         self._index = stage.index
         self._folder: str | None = None
-        if isinstance(stage.source, _Shipped):
-            self._folder, path = _unship(ray, stage.source)
-            stage = dataclasses.replace(stage, source=path)
+        self._folder, stage = _unship_stage(ray, stage)
         try:
-            self._runner = StageRunner(
-                stage, device, threads, device_index=index, spinning=spinning
-            )
+            self._runner: StageRunner | TensorParallelRunner
+            if isinstance(stage, TensorParallelStage):  # every rank in this actor
+                if index != device.index:
+                    device = dataclasses.replace(device, index=index)
+                self._runner = TensorParallelRunner(stage, device, threads, spinning=spinning)
+            else:
+                self._runner = StageRunner(
+                    stage, device, threads, device_index=index, spinning=spinning
+                )
         except BaseException:
             self._remove_folder()
             raise
@@ -424,20 +496,6 @@ def _distinct_nodes(
     return all(assign(stage, set()) for stage in range(len(demands)))
 
 
-def _refuse_tensor_parallel(chain: StageChain) -> None:
-    """The Ray engine has no collectives between actors: refuse a tensor-parallel stage."""
-    for stage in chain.stages:
-        if isinstance(stage, TensorParallelStage):
-            raise PipelineError(
-                f"stage {stage.index} is tensor-parallel ({stage.degree} ranks): the Ray "
-                "engine runs one actor per stage and has no collectives between actors; run "
-                "it with the thread engine (Pipeline(..., backend='thread'), `omny run` "
-                "without --backend ray), or split the model without its tensor-parallel "
-                "record",
-                stage=stage.index,
-            )
-
-
 def _connect(ray: Any, address: str | None) -> None:
     """Start or join a Ray cluster unless Ray is initialized already."""
     if ray.is_initialized():
@@ -452,13 +510,19 @@ def _connect(ray: Any, address: str | None) -> None:
 
 
 def _requested_options(
-    devices: Sequence[Device], threads: Sequence[int | None], per_stage: list[dict[str, Any]]
+    devices: Sequence[Device],
+    threads: Sequence[int | None],
+    per_stage: list[dict[str, Any]],
+    degrees: Sequence[int],
 ) -> list[dict[str, Any]]:
-    """Each stage actor's options: its threads, a GPU if its device is one, the caller's over."""
+    """Each stage actor's options: its threads, a GPU if its device is one, the caller's over.
+
+    A tensor-parallel stage's actor asks for its threads times its degree (one per rank).
+    """
     requested = []
     for i, extra in enumerate(per_stage):
         options: dict[str, Any] = {
-            "num_cpus": threads[i] or 1,
+            "num_cpus": (threads[i] or 1) * degrees[i],
             "num_gpus": 1 if devices[i].is_gpu else 0,
             "max_concurrency": 1,
         }
@@ -511,7 +575,6 @@ class RayEngine:
         placement: str | Sequence[str | None] | None = None,
         ship_files: bool | None = None,
     ) -> None:
-        _refuse_tensor_parallel(chain)
         ray = _ray()
         n = chain.num_stages
         per_stage = _actor_options(actor_options, n)
@@ -529,7 +592,8 @@ class RayEngine:
         nodes = [node for node in ray.nodes() if node.get("Alive")]
         if ship_files is None:
             ship_files = len(nodes) > 1
-        requested = _requested_options(devices, threads, per_stage)
+        degrees = [st.degree if isinstance(st, TensorParallelStage) else 1 for st in chain.stages]
+        requested = _requested_options(devices, threads, per_stage, degrees)
         demands = [_demand(options) for options in requested]
         for i, label in enumerate(labels):
             if label is not None:
@@ -591,9 +655,8 @@ class RayEngine:
             for i, original in enumerate(chain.stages):
                 stage = original
                 if ship_files:
-                    # the actor gets _Shipped in place of the source and writes the files out
-                    shipped: Any = _ship(ray, original.source)
-                    stage = dataclasses.replace(original, source=shipped)
+                    # the actor gets _Shipped in place of the sources and writes the files out
+                    stage = _ship_stage(ray, original)
                 final = chain.graph_outputs if i == last else None
                 self._actors.append(
                     actor_cls.options(**requested[i]).remote(
