@@ -472,7 +472,8 @@ def main_tensor_parallel(args, scratch: str) -> None:
     models = [] if args.no_corpus else list(corpus_models(names))
     models += [m for m in tp_llama_models(scratch) if not args.models or m[0] in names]
     if args.llm:
-        models.append((Path(args.llm).stem, Path(args.llm), {"batch": 1, "seq": 128}))
+        dims = {"batch": 1, "seq": 128, "past_seq": 1, "total_seq": 129}  # as llm.py
+        models.append((Path(args.llm).stem, Path(args.llm), dims))
     rows, skipped = [], []
     start = time.perf_counter()
     for name, path, dims in models:

@@ -19,7 +19,18 @@ cache (``kv_cache=True``) and one decode step is timed: one new token (seq 1) af
 ``--out FILE`` appends the printed lines to ``FILE`` (``benchmarks/results/tensor_parallel.txt``).
 
 Without ``--model`` a mid-size decoder of ``onnx_ir_multidevice.testing.llama`` is built in
-memory (the 1.1B decoder of ``benchmarks/llm.py`` is accepted by path). No timing is asserted.
+memory. With ``--split DIR`` (a folder written by ``omny split`` from a plan with a degree-2
+stage) the pipeline runs that folder and the whole model is ``--model``'s file, loaded by
+path: the form for the 1.1B decoder of ``benchmarks/llm.py``, whose weights are over
+protobuf's 2 GiB::
+
+    omny plan tinyllama-1.1b-kv.onnx -o tl.omny --devices 4GiB,4GiB --tensor-parallel 2 \
+        --dim seq=128 --dim past_seq=1 --dim total_seq=129
+    omny split tl.omny split --shards 1
+    PYTHONPATH=$PWD python benchmarks/tensor_parallel.py --model tinyllama-1.1b-kv.onnx \
+        --split split [--decode]
+
+No timing is asserted.
 """
 
 from __future__ import annotations
@@ -27,9 +38,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
+import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 import onnx_ir as ir
 import onnxruntime as ort
@@ -53,23 +66,10 @@ def _timed(run, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="a decoder .onnx (default: a mid-size built decoder)")
-    parser.add_argument("--seq", type=int, default=128)
-    parser.add_argument("--count", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--decode", action="store_true", help="one KV-cache decode step")
-    parser.add_argument("--past", type=int, default=127, help="cached positions (--decode)")
-    parser.add_argument("--out", help="append the results to this file")
-    args = parser.parse_args()
-    if args.decode:
-        args.seq = 1
+def _built(args, dims):
+    """The mid-size decoder (or ``--model``) and its degree-2 chain, built in memory."""
     config = dataclasses.replace(MID, kv_cache=args.decode)
     model = ir.load(args.model) if args.model else build_llama(config)
-    dims = {"batch": 1, "seq": args.seq, "past_seq": args.past, "total_seq": args.seq + args.past}
-    if not args.decode:
-        dims = {"batch": 1, "seq": args.seq}
     chain = tensor_parallel_chain(model, 1, 2, dims=dims)
     stage = chain.stages[0]
     assert isinstance(stage, TensorParallelStage), "no tensor-parallel region found"
@@ -85,10 +85,57 @@ def main() -> None:
             rank_bytes += sum(
                 v.const_value.nbytes for v in source.graph.initializers.values() if v.const_value
             )
+    stats = {
+        "segments": stage.num_segments,
+        "collectives": sum(len(step) for step in stage.steps),
+        "whole_bytes": whole_bytes,
+        "rank_bytes": rank_bytes,
+    }
+    return model, chain, stats
+
+
+def _from_folder(model_path: str, folder: str):
+    """The whole model's path and a split folder whose first stage is tensor-parallel."""
+    manifest = json.loads((Path(folder) / "manifest.json").read_text(encoding="utf-8"))
+    parallel = manifest["stages"][0].get("tensor_parallel")
+    assert parallel, f"{folder}: stage 0 is not tensor-parallel"
+    rank = parallel["ranks"][0]
+    files = [*rank["segments"], *rank.get("external_data", [])]
+    stats = {
+        "segments": len(rank["segments"]),
+        "collectives": sum(len(step) for step in parallel["steps"]),
+        "whole_bytes": Path(model_path + ".data").stat().st_size,
+        "rank_bytes": sum((Path(folder) / f).stat().st_size for f in files),
+    }
+    return model_path, folder, stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a decoder .onnx (default: a mid-size built decoder)")
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--count", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--decode", action="store_true", help="one KV-cache decode step")
+    parser.add_argument("--past", type=int, default=127, help="cached positions (--decode)")
+    parser.add_argument("--split", help="a split folder with one degree-2 stage (see above)")
+    parser.add_argument("--out", help="append the results to this file")
+    args = parser.parse_args()
+    if args.decode:
+        args.seq = 1
+    dims = {"batch": 1, "seq": args.seq, "past_seq": args.past, "total_seq": args.seq + args.past}
+    if not args.decode:  # a KV-cache model's prefill: after one cached position, as llm.py
+        dims = {"batch": 1, "seq": args.seq, "past_seq": 1, "total_seq": args.seq + 1}
+    if args.split:
+        if not args.model:
+            parser.error("--split needs --model (the whole model's file)")
+        source, chain, stats = _from_folder(args.model, args.split)
+    else:
+        source, chain, stats = _built(args, dims)
     sessions = {}
     for name, threads in (("whole", 1), ("all_cores", 2)):
         options = session_options(intra_op_num_threads=threads, sequential=True, spinning=False)
-        sessions[name] = ModelSession(model, options, ["CPUExecutionProvider"])
+        sessions[name] = ModelSession(source, options, ["CPUExecutionProvider"])
     with Pipeline(chain, intra_op_num_threads=1) as pipe:
         feeds = pipe.example_inputs(dims=dims)
 
@@ -127,10 +174,9 @@ def main() -> None:
         owner.close()
     out = io.StringIO()
     what = f"decode step after {args.past} cached" if args.decode else f"prefill seq {args.seq}"
-    collectives = sum(len(step) for step in stage.steps)
     print(
-        f"onnxruntime {ort.__version__}, {what}, {stage.num_segments} segments/rank, "
-        f"{collectives} collectives, {args.model or 'built mid-size decoder'}",
+        f"onnxruntime {ort.__version__}, {what}, {stats['segments']} segments/rank, "
+        f"{stats['collectives']} collectives, {args.model or 'built mid-size decoder'}",
         file=out,
     )
     for name, seconds in best.items():
@@ -138,8 +184,9 @@ def main() -> None:
     print(f"tp2 vs whole 1 thread : {best['whole'] / best['tp2']:.3f}x", file=out)
     print(f"tp2 vs whole 2 threads: {best['all_cores'] / best['tp2']:.3f}x", file=out)
     print(f"2-thread ceiling      : {best['whole'] / best['two']:.3f}x", file=out)
-    if rank_bytes:
-        print(f"per-rank weights / whole weights: {rank_bytes / whole_bytes:.3f}", file=out)
+    if stats["rank_bytes"]:
+        ratio = stats["rank_bytes"] / stats["whole_bytes"]
+        print(f"per-rank weights / whole weights: {ratio:.3f}", file=out)
     sys.stdout.write(out.getvalue())
     if args.out:
         with open(args.out, "a", encoding="utf-8") as handle:
