@@ -3,6 +3,8 @@ with a custom resource of its own (``box0``, ``box1``, ``box2``) and a small obj
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import onnx_ir as ir
 import pytest
@@ -137,20 +139,29 @@ def test_a_stage_no_node_can_host_is_refused_up_front(cluster, placement, option
     )
 
 
-def test_tensor_parallel_stages_run_on_their_nodes_with_files_shipped_once(cluster, tmp_path):
+def test_tensor_parallel_stages_run_on_their_nodes_with_files_shipped_once(
+    cluster, tmp_path, monkeypatch
+):
     """A split folder whose two stages are tensor-parallel (degree 2): each stage is one actor
     on its node holding both ranks; every file of a stage travels once (a rank's segments
-    share its data file); the outputs equal the thread engine's on the same folder."""
+    share its data file), in chunks (made small here: files of any size travel so); the
+    copies are byte for byte the folder's; the outputs equal the thread engine's."""
+    from onnx_ir_multidevice.runtime.engines import ray as ray_engine
+
+    monkeypatch.setattr(ray_engine, "SHIP_CHUNK_BYTES", 4096)
     from test_tensor_parallel_folder import _planned_transformer  # the same fixture model
 
     def listing(actor):  # nested: Ray pickles it by value (this module is not on the nodes)
-        import os  # runs in the actor's process
+        import hashlib  # runs in the actor's process
+        import os  # as hashlib
 
-        return sorted(
-            os.path.relpath(os.path.join(root, name), actor._folder)
-            for root, _, names in os.walk(actor._folder)
-            for name in names
-        )
+        found = {}
+        for root, _, names in os.walk(actor._folder):
+            for name in names:
+                with open(os.path.join(root, name), "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+                found[os.path.relpath(os.path.join(root, name), actor._folder)] = digest
+        return found
 
     model, _ = _planned_transformer(tmp_path)
     manifest = save_split(model, tmp_path / "out", 2)
@@ -180,8 +191,11 @@ def test_tensor_parallel_stages_run_on_their_nodes_with_files_shipped_once(clust
     assert [s.node_id for s in stats.stages] == [ids["box1"], ids["box2"]]
     for entry, files in zip(manifest.stages, folders, strict=True):
         ranks = entry.tensor_parallel.ranks
-        wanted = sorted(f for rank in ranks for f in (*rank.segments, *rank.external_data))
-        assert files == wanted  # each file once, no second copy in a subfolder
+        wanted = {f for rank in ranks for f in (*rank.segments, *rank.external_data)}
+        assert set(files) == wanted  # each file once, no second copy in a subfolder
+        assert max((tmp_path / "out" / f).stat().st_size for f in wanted) > 4 * 4096
+        for name, digest in files.items():
+            assert digest == hashlib.sha256((tmp_path / "out" / name).read_bytes()).hexdigest()
 
 
 def _stream_until_failure(pipe, stage, kill):

@@ -135,11 +135,30 @@ _LABEL_AMOUNT = 0.001
 
 @dataclasses.dataclass(frozen=True)
 class _Shipped:
-    """A stage's files in Ray's object store: the model file's name and one ref per file."""
+    """A stage's files in Ray's object store.
+
+    The model file's name and, per file, the refs of its chunks (:data:`SHIP_CHUNK_BYTES` each
+    at most).
+    """
 
     model: str
-    files: Mapping[str, Any]
+    files: Mapping[str, tuple[Any, ...]]
     nbytes: int
+
+
+SHIP_CHUNK_BYTES = 256 << 20
+"""The largest object a shipped file is cut into: a file of any size (over 2 GiB) travels
+without the driver or the actor holding more than one chunk of it in memory."""
+
+
+def _put_file(ray: Any, path: str) -> tuple[Any, ...]:
+    """Put the file at ``path`` into the object store, chunk by chunk (one ref per chunk)."""
+    refs = []
+    with open(path, "rb") as f:
+        while chunk := f.read(SHIP_CHUNK_BYTES):
+            refs.append(ray.put(chunk))
+            del chunk  # one chunk in memory at a time
+    return tuple(refs) or (ray.put(b""),)
 
 
 def _external_files(path: str) -> list[str]:
@@ -167,7 +186,7 @@ def _ship(
 ) -> bytes | _Shipped:
     """Put a stage's files into the object store (bytes need nothing: they travel as they are).
 
-    ``sent`` maps the real path of each file put so far to its ref: a file two sources read
+    ``sent`` maps the real path of each file put so far to its refs: a file two sources read
     (the data file of a tensor-parallel rank, read by all its segments) is put once.
     """
     if isinstance(source, bytes):
@@ -185,10 +204,7 @@ def _ship(
         for name in names:
             path = os.path.realpath(os.path.join(base, name))
             if path not in sent or folder is not None:
-                with open(path, "rb") as f:
-                    data = f.read()
-                sent[path] = ray.put(data)
-                del data
+                sent[path] = _put_file(ray, path)
             total += os.path.getsize(path)
             files[name] = sent[path]
         return _Shipped(names[0], files, total)
@@ -222,23 +238,24 @@ def _ship_stage(ray: Any, stage: StageModel) -> StageModel:
 def _unship(ray: Any, shipped: _Shipped, folder: str, written: dict[str, Any] | None = None) -> str:
     """Write shipped files into ``folder``; return the model's path.
 
-    ``written`` maps each file name written to ``folder`` so far to its ref: a file shipped
-    again (the same ref) is not written twice; a different file of the same name goes to a
+    ``written`` maps each file name written to ``folder`` so far to its refs: a file shipped
+    again (the same refs) is not written twice; a different file of the same name goes to a
     new subfolder with the rest of its model's files.
     """
     written = {} if written is None else written
     clash = any(written.get(name, ref) != ref for name, ref in shipped.files.items())
     if clash:
         folder = tempfile.mkdtemp(prefix="model-", dir=folder)
-    for name, ref in shipped.files.items():
+    for name, refs in shipped.files.items():
         if not clash and name in written:
             continue
         path = os.path.join(folder, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
-            f.write(ray.get(ref))
+            for ref in refs:  # one chunk in memory at a time
+                f.write(ray.get(ref))
         if not clash:
-            written[name] = ref
+            written[name] = refs
     return os.path.join(folder, shipped.model)
 
 
