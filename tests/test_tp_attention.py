@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Sequence
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
 from hypothesis import given, settings
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from tp_oracle import check_region, whole_values
 
 from onnx_ir_multidevice import annotate, check, omny
+from onnx_ir_multidevice._split.tensor_parallel import rank_models
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.sharding import (
     REPLICATED,
@@ -64,7 +66,7 @@ def _node(domain: str, op: str, inputs, names: Sequence[str], **attributes) -> i
 
 def _model(inputs, outputs, nodes, initializers, opset: int = 18) -> ir.Model:
     graph = ir.Graph(
-        inputs, outputs, nodes=nodes, initializers=initializers,
+        inputs, outputs, nodes=nodes, initializers=initializers, name="attention",
         opset_imports={"": opset, MS: 1},
     )  # fmt: skip
     return ir.Model(graph, ir_version=10)
@@ -77,6 +79,7 @@ def _close(nodes: list[ir.Node], attended: ir.Value, hidden: int, rng, inits) ->
     project = _node("", "MatMul", [attended, wo], ["projected"])
     relu = _node("", "Relu", [project.outputs[0]], ["y"])
     relu.outputs[0].type = ir.TensorType(F32)
+    relu.outputs[0].shape = ir.Shape([BATCH, None, hidden])
     nodes += [project, relu]
     return relu.outputs[0]
 
@@ -278,6 +281,7 @@ def _past_model(
     y = _close(nodes, attention.outputs[0], hidden, rng, inits)
     for present in attention.outputs[1:]:
         present.type = ir.TensorType(F32)
+        present.shape = ir.Shape([BATCH, kv_heads, PAST + seq, HEAD])
     return _model(graph_inputs, [y, *attention.outputs[1:]], nodes, inits, opset)
 
 
@@ -394,3 +398,23 @@ def test_record_of_fused_attention_is_annotated_and_checked(build):
     (entry,) = attention.device_configurations
     assert any(spec.sharded_dims for spec in entry.sharding_specs)
     assert [str(d) for d in check(model) if d.is_error] == []
+
+
+@pytest.mark.parametrize("degree", [2, 4])
+def test_rank_models_slice_the_past_per_rank(degree: int):
+    model = _past_model("GroupQueryAttention")
+    for rank, ranked in enumerate(rank_models(model, degree, dims={})):
+        onnx.checker.check_model(ir.to_proto(ranked))
+        attention = next(n for n in ranked.graph if n.op_type == "GroupQueryAttention")
+        assert attention.attributes["kv_num_heads"].value == 4 // degree
+        for index in (3, 4):
+            piece = attention.inputs[index]
+            assert piece is not None
+            cut = piece.producer()
+            assert cut is not None and cut.op_type == "Slice"
+            assert cut.inputs[0] in ranked.graph.inputs
+            bounds = [int(v.const_value.numpy()[0]) for v in cut.inputs[1:4]]  # type: ignore[union-attr]
+            step = 4 // degree
+            assert bounds == [rank * step, (rank + 1) * step, 1]  # starts, ends, the heads axis
+        gathers = [n for n in ranked.graph if n.op_type == "AllGather"]
+        assert {n.outputs[0].name for n in gathers} == {"present_key", "present_value"}

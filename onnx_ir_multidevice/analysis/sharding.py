@@ -1159,6 +1159,8 @@ def _contrib_attention(
     """
     if len(node.inputs) < 3 or any(states[i] != Split(-1) for i in range(3)):
         return None
+    if any(context.rank(node.inputs[i]) not in (3, None) for i in range(3)):
+        return None  # keys/values [batch, heads, seq, size]: their last axis is no head axis
     used = {i for i, v in enumerate(node.inputs) if v is not None}
     mha = node.op_type == "MultiHeadAttention"
     past = (6, 7) if mha else (3, 4)
