@@ -99,9 +99,11 @@ def packed_attention(
     unidirectional: int = 0,
     present_output: bool = False,
     past: bool = False,
+    computed_past: bool = False,
     seed: int = 1,
 ) -> ir.Model:
     rng = np.random.default_rng(seed)
+    nodes: list[ir.Node] = []
     x = _input("x", F32, [BATCH, SEQ, hidden])
     width = sum(sizes) if sizes is not None else 3 * hidden
     w = _const("qkv.w", rng.standard_normal((hidden, width)).astype(np.float32) / 4)
@@ -124,6 +126,10 @@ def packed_attention(
             inputs.append(None)
         p = _input("past", F32, [2, BATCH, heads, PAST, hidden // heads])
         graph_inputs.append(p)
+        if computed_past:  # a replicated activation, not a graph input: not sliced
+            negate = _node("", "Neg", [p], ["past.neg"])
+            nodes.append(negate)
+            p = negate.outputs[0]
         inputs.append(p)
     attributes: dict = {"num_heads": heads}
     if sizes is not None:
@@ -132,11 +138,13 @@ def packed_attention(
         attributes["unidirectional"] = 1
     names = ["attended", "present"] if present_output or past else ["attended"]
     attention = _node(MS, "Attention", inputs, names, **attributes)
-    nodes = [attention]
+    nodes.append(attention)
     y = _close(nodes, attention.outputs[0], hidden, rng, inits)
     outputs = [y]
     if present_output:
+        total = SEQ + (PAST if past else 0)
         attention.outputs[1].type = ir.TensorType(F32)
+        attention.outputs[1].shape = ir.Shape([2, BATCH, heads, total, hidden // heads])
         outputs.append(attention.outputs[1])
     return _model(graph_inputs, outputs, nodes, inits)
 
@@ -169,6 +177,8 @@ PACKED_CASES = {
     "equal qkv_hidden_sizes": {"sizes": (16, 16, 16)},
     "2-D key mask": {"mask": "2d"},
     "unidirectional": {"unidirectional": 1},
+    "present output": {"present_output": True, "unidirectional": 1},
+    "past": {"past": True, "present_output": True, "unidirectional": 1},
 }
 
 
@@ -176,14 +186,18 @@ PACKED_CASES = {
 @pytest.mark.parametrize("case", sorted(PACKED_CASES))
 def test_packed_attention_is_split_by_heads(case: str, degree: int):
     model = packed_attention(**PACKED_CASES[case])
-    (region,) = find_regions(model, degree)
+    (region,) = find_regions(model, degree, gather_outputs=True)
     assert [n.op_type for n in region.nodes] == ["Attention", "MatMul"]
-    assert [c.kind for c in region.collectives] == ["AllReduce"]
+    assert [c.kind for c in region.collectives].count("AllReduce") == 1
     sliced = {(p.value.name, p.axis, p.blocks) for p in region.weight_slices}
     expected = {("qkv.w", 1, 3), ("o.w", 0, 1)}
     if PACKED_CASES[case].get("bias", True):
         expected.add(("qkv.b", 0, 3))
+    if PACKED_CASES[case].get("past"):
+        expected.add(("past", 2, 1))  # [2, batch, heads, past, size]: each rank its heads
     assert sliced == expected
+    gathers = [(c.value.name, c.state) for c in region.collectives if c.kind == "AllGather"]
+    assert gathers == ([("present", Split(-3))] if "present_output" in PACKED_CASES[case] else [])
     rewrites = {r.name: (r.old, r.new) for r in region.attribute_rewrites}
     assert rewrites["num_heads"] == (4, 4 // degree)
     if "sizes" in PACKED_CASES[case]:
@@ -196,8 +210,7 @@ def test_packed_attention_is_split_by_heads(case: str, degree: int):
 PACKED_REFUSED = {
     "heads not divisible": ({"heads": 2}, 4),
     "unequal qkv_hidden_sizes": ({"sizes": (8, 8, 16)}, 2),
-    "present read": ({"present_output": True, "unidirectional": 1}, 2),
-    "past": ({"past": True, "unidirectional": 1}, 2),
+    "computed past": ({"past": True, "computed_past": True, "unidirectional": 1}, 2),
 }
 
 
@@ -205,7 +218,7 @@ PACKED_REFUSED = {
 def test_packed_attention_refused_stays_replicated_and_verifies(case: str):
     arguments, degree = PACKED_REFUSED[case]
     model = packed_attention(**arguments)
-    assert find_regions(model, degree) == []
+    assert find_regions(model, degree, gather_outputs=True) == []
     _verify(model, degree)
 
 

@@ -1204,9 +1204,12 @@ def _seed_packed_attention(
     and V, each by heads), the bias ``[3 * hidden]`` likewise, ``num_heads`` divided by the
     degree (and equal ``qkv_hidden_sizes``); the output ``[batch, seq, heads * head_size]``
     is split on its last axis: a column-parallel start that the output projection (a
-    row-parallel ``MatMul``) closes with one ``AllReduce``. Refused (the node runs
+    row-parallel ``MatMul``) closes with one ``AllReduce``. A past
+    ``[2, batch, heads, past_seq, head_size]`` (a graph input or a constant, whole) is sliced
+    per rank on its heads axis; the present is split on it. Refused (the node runs
     replicated): ``num_heads`` not divisible by the degree, unequal ``qkv_hidden_sizes``, a
-    mask with a heads axis, a past, a relative position bias, a used present output.
+    mask with a heads axis, a past computed in the graph, a relative position bias, a past
+    sequence length or a buffer shared by past and present.
     """
     inputs = node.inputs
     if blocks != 1 or len(inputs) < 2 or context.constant(inputs[0]) is not None:
@@ -1228,15 +1231,18 @@ def _seed_packed_attention(
         part = width // context.degree
         rewrites.append(AttributeRewrite(node, "qkv_hidden_sizes", tuple(sizes), (part,) * 3))
     used = {i for i, v in enumerate(inputs) if v is not None}
-    if not used <= {0, 1, 2, 3} or _attr_int(node, "past_present_share_buffer", 0):
-        return None  # a past, a relative position bias, a past sequence length
+    if not used <= {0, 1, 2, 3, 4} or _attr_int(node, "past_present_share_buffer", 0):
+        return None  # a relative position bias, a past sequence length, a shared buffer
     if 3 in used:
         mask_rank = context.rank(inputs[3])
         if mask_rank is None or (mask_rank == 4 and not _broadcasts(context, inputs[3], -3)):
             return None  # a [batch, heads, ...] mask would need slicing
-    if any(_read(o) for o in node.outputs[1:]):
-        return None  # a present output read further: not handled
     slices = [WeightSlice(inputs[1], 1, context.degree, 3)]
+    if 4 in used:  # the past [2, batch, heads, past_seq, head_size]: each rank its heads
+        past = _slice_whole_input(context, inputs[4], _HEAD_AXIS)
+        if past is None or context.rank(inputs[4]) != 5:
+            return None
+        slices.append(past)
     if 2 in used:
         bias = _qkv_bias_slice(context, node, 2)
         if bias is None or context.shape(inputs[2]) != (3 * width,):
