@@ -82,7 +82,7 @@ def _shard_feeds_and_proto(
     for rewrite in region.shape_rewrites:
         rewrites.setdefault((rewrite.node, rewrite.input_index), []).append(rewrite)
     once = {(b.node, b.input_index) for b in region.bias_once}
-    attributes: dict[ir.Node, dict[str, int]] = {}
+    attributes: dict[ir.Node, dict[str, int | tuple[int, ...]]] = {}
     for rewrite in region.attribute_rewrites:
         attributes.setdefault(rewrite.node, {})[rewrite.name] = rewrite.new
     feeds: dict[str, np.ndarray] = {}
@@ -121,7 +121,11 @@ def _shard_feeds_and_proto(
             proto.input.append(name)
         for attribute in proto.attribute:
             if attribute.name in attributes.get(node, {}):
-                attribute.i = attributes[node][attribute.name]
+                changed = attributes[node][attribute.name]
+                if isinstance(changed, int):
+                    attribute.i = changed
+                else:
+                    attribute.ints[:] = changed
         nodes.append(proto)
     outputs = [v.name for node in region.nodes for v in node.outputs if v is not None and v.name]
     inputs = [

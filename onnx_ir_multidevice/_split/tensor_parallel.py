@@ -351,8 +351,10 @@ class _RankBuilder:
                         node.replace_input_with(i, new)
             self._rewrite_shapes(region, suffix)
             for change in region.attribute_rewrites:
-                self.nodes[change.node].attributes[change.name] = ir.AttrInt64(
-                    change.name, change.new
+                self.nodes[change.node].attributes[change.name] = (
+                    ir.AttrInt64(change.name, change.new)
+                    if isinstance(change.new, int)
+                    else ir.AttrInt64s(change.name, list(change.new))
                 )
             if self.rank != 0:
                 for once in region.bias_once:

@@ -17,7 +17,8 @@ attributes, a bias applied by one device only), or ``None`` when it cannot prove
 computation equal to the whole one. ``None`` never gives a wrong result: the caller gathers
 (``AllGather``) or reduces (``AllReduce``) the input first and the node runs replicated.
 :data:`SEED_RULES` hold the column-parallel starts (a ``MatMul`` or ``Gemm`` by a constant
-weight, fed a replicated activation).
+weight, or a ``com.microsoft`` ``Attention`` with a packed QKV weight, fed a replicated
+activation).
 
 Axes of :class:`Split` are counted from the end (``-1`` is the last axis): they stay the same
 under NumPy broadcasting, so elementwise rules need no rank. Shapes come from
@@ -191,7 +192,10 @@ class ShapeRewrite:
 
 @dataclasses.dataclass(frozen=True)
 class AttributeRewrite:
-    """An attribute whose value changes on every device (``num_heads`` of a fused attention)."""
+    """An attribute whose value changes on every device (``num_heads`` of a fused attention).
+
+    An integer attribute, or a list of integers (``qkv_hidden_sizes``: a tuple).
+    """
 
     node: ir.Node
     """The node."""
@@ -199,10 +203,10 @@ class AttributeRewrite:
     name: str
     """The attribute."""
 
-    old: int
+    old: int | tuple[int, ...]
     """Its whole-model value."""
 
-    new: int
+    new: int | tuple[int, ...]
     """Its value on every device."""
 
 
@@ -1094,38 +1098,160 @@ def _heads(context: ShardingContext, node: ir.Node, name: str) -> AttributeRewri
     return AttributeRewrite(node, name, heads, heads // context.degree)
 
 
+def _read(value: ir.Value | None) -> bool:
+    """Whether ``value`` is read by a node or is a graph output."""
+    return value is not None and (bool(value.uses()) or value.is_graph_output())
+
+
+_HEAD_AXIS = Split(-3)
+"""Past and present keys/values ``[batch, kv_heads, seq, head_size]`` are split by heads."""
+
+
+def _past_slices(
+    context: ShardingContext, node: ir.Node, states: Sequence[ShardState], indices: Sequence[int]
+) -> list[WeightSlice] | None:
+    """How each rank reads the past keys/values at ``indices`` (by heads, axis ``-3``).
+
+    A past already split by heads is read as it is; a replicated one (a graph input or a
+    constant, whole) is sliced per rank on its head axis (the splitter inserts a ``Slice``);
+    ``None`` when a past is neither, or its head axis does not divide by the degree.
+    """
+    slices = []
+    for index in indices:
+        if index >= len(node.inputs) or node.inputs[index] is None:
+            continue
+        state = states[index]
+        if state == _HEAD_AXIS:
+            continue
+        if not isinstance(state, Replicated) or context.rank(node.inputs[index]) != 4:
+            return None
+        found = _slice_whole_input(context, node.inputs[index], _HEAD_AXIS)
+        if found is None:
+            return None
+        slices.append(found)
+    return slices
+
+
+def _qkv_bias_slice(context: ShardingContext, node: ir.Node, index: int) -> WeightSlice | None:
+    """A constant ``[3 * hidden]`` bias of Q, K and V, each of its 3 blocks sliced by heads."""
+    value = node.inputs[index]
+    bias = context.constant(value)
+    if value is None or bias is None or bias.ndim != 1 or bias.shape[0] % (3 * context.degree):
+        return None
+    return WeightSlice(value, 0, context.degree, 3)
+
+
 @RULES.register("MultiHeadAttention", "GroupQueryAttention", domain="com.microsoft")
 def _contrib_attention(
     context: ShardingContext, node: ir.Node, states: Sequence[ShardState]
 ) -> RuleResult | None:
     """Separate Q, K and V ``[batch, seq, heads * head_size]`` split on their last axis.
 
+    Past keys/values (``MultiHeadAttention`` inputs 6 and 7, ``GroupQueryAttention`` inputs 3
+    and 4, ``[batch, kv_heads, past_seq, head_size]``) are split by heads: already so, or
+    replicated graph inputs or constants each rank slices; the present ones (outputs 1 and 2)
+    are split by heads. ``GroupQueryAttention``'s ``kv_num_heads`` must divide by the degree
+    as ``num_heads`` does (the query heads of rank ``k`` then share its KV heads only). A
+    ``MultiHeadAttention`` bias ``[3 * hidden]`` (a constant) is sliced in its 3 blocks.
     Every other input (masks, sequence lengths, rotary caches) must be replicated and
-    broadcast over heads; a packed QKV, a bias, past keys/values or a relative position bias
-    are not handled (the node then runs replicated).
+    broadcast over heads; a packed QKV, a relative position bias, a cache indirection or
+    attention sinks are not handled (the node then runs replicated).
     """
     if len(node.inputs) < 3 or any(states[i] != Split(-1) for i in range(3)):
         return None
+    if any(context.rank(node.inputs[i]) not in (3, None) for i in range(3)):
+        return None  # keys/values [batch, heads, seq, size]: their last axis is no head axis
     used = {i for i, v in enumerate(node.inputs) if v is not None}
-    allowed = {0, 1, 2, 4} if node.op_type == "MultiHeadAttention" else {0, 1, 2, 5, 6, 7, 8}
-    if not used <= allowed or any(not isinstance(states[i], Replicated) for i in used - {0, 1, 2}):
+    mha = node.op_type == "MultiHeadAttention"
+    past = (6, 7) if mha else (3, 4)
+    allowed = {0, 1, 2, 3, 4, 6, 7} if mha else {0, 1, 2, 3, 4, 5, 6, 7, 8}
+    whole = used - {0, 1, 2, *past}
+    if not used <= allowed or any(not isinstance(states[i], Replicated) for i in whole):
         return None
-    if (
-        node.op_type == "MultiHeadAttention"
-        and 4 in used
-        and (context.rank(node.inputs[4]) or 0) > 2
-    ):
+    if mha and 4 in used and (context.rank(node.inputs[4]) or 0) > 2:
         return None  # a [batch, heads...] mask would need slicing
+    slices = _past_slices(context, node, states, past)
+    if slices is None:
+        return None
+    if mha and 3 in used:
+        bias = _qkv_bias_slice(context, node, 3)
+        widths = {(context.shape(node.inputs[i]) or (0,))[-1] for i in range(3)}
+        shape = context.shape(node.inputs[3])
+        if bias is None or shape is None or widths != {shape[0] // 3}:
+            return None  # Q, K and V of unequal widths: the bias's blocks are not equal
+        slices.append(bias)
     rewrites = [_heads(context, node, "num_heads")]
     if node.op_type == "GroupQueryAttention":
         rewrites.append(_heads(context, node, "kv_num_heads"))
     if any(r is None or r is True for r in rewrites):
         return None
     outputs: list[ShardState] = [Split(-1)]
-    outputs += [Split(-3)] * (len(node.outputs) - 1)  # present key/value [batch, heads, seq, size]
+    outputs += [_HEAD_AXIS] * (len(node.outputs) - 1)  # present key/value [batch, heads, seq, size]
     return RuleResult(
         tuple(outputs),
+        weight_slices=tuple(slices),
         attribute_rewrites=tuple(r for r in rewrites if isinstance(r, AttributeRewrite)),
+    )
+
+
+@SEED_RULES.register("Attention", domain="com.microsoft")
+def _seed_packed_attention(
+    context: ShardingContext, node: ir.Node, blocks: int
+) -> RuleResult | None:
+    """``com.microsoft`` ``Attention``: a packed QKV projection and attention, split by heads.
+
+    The weights ``[hidden, 3 * hidden]`` are sliced on their output axis in 3 blocks (Q, K
+    and V, each by heads), the bias ``[3 * hidden]`` likewise, ``num_heads`` divided by the
+    degree (and equal ``qkv_hidden_sizes``); the output ``[batch, seq, heads * head_size]``
+    is split on its last axis: a column-parallel start that the output projection (a
+    row-parallel ``MatMul``) closes with one ``AllReduce``. A past
+    ``[2, batch, heads, past_seq, head_size]`` (a graph input or a constant, whole) is sliced
+    per rank on its heads axis; the present is split on it. Refused (the node runs
+    replicated): ``num_heads`` not divisible by the degree, unequal ``qkv_hidden_sizes``, a
+    mask with a heads axis, a past computed in the graph, a relative position bias, a past
+    sequence length or a buffer shared by past and present.
+    """
+    inputs = node.inputs
+    if blocks != 1 or len(inputs) < 2 or context.constant(inputs[0]) is not None:
+        return None
+    weight = context.constant(inputs[1])
+    heads = _heads(context, node, "num_heads")
+    if inputs[1] is None or weight is None or weight.ndim != 2 or weight.shape[1] % 3:
+        return None
+    if not isinstance(heads, AttributeRewrite) or not isinstance(heads.old, int):
+        return None
+    width = weight.shape[1] // 3
+    if width % heads.old:
+        return None  # no whole head size
+    rewrites = [heads]
+    sizes = _attr_ints(node, "qkv_hidden_sizes")
+    if sizes is not None:
+        if sizes != [width] * 3:
+            return None  # unequal Q, K and V widths: the weight's blocks are not equal
+        part = width // context.degree
+        rewrites.append(AttributeRewrite(node, "qkv_hidden_sizes", tuple(sizes), (part,) * 3))
+    used = {i for i, v in enumerate(inputs) if v is not None}
+    if not used <= {0, 1, 2, 3, 4} or _attr_int(node, "past_present_share_buffer", 0):
+        return None  # a relative position bias, a past sequence length, a shared buffer
+    if 3 in used:
+        mask_rank = context.rank(inputs[3])
+        if mask_rank is None or (mask_rank == 4 and not _broadcasts(context, inputs[3], -3)):
+            return None  # a [batch, heads, ...] mask would need slicing
+    slices = [WeightSlice(inputs[1], 1, context.degree, 3)]
+    if 4 in used:  # the past [2, batch, heads, past_seq, head_size]: each rank its heads
+        past = _slice_whole_input(context, inputs[4], _HEAD_AXIS)
+        if past is None or context.rank(inputs[4]) != 5:
+            return None
+        slices.append(past)
+    if 2 in used:
+        bias = _qkv_bias_slice(context, node, 2)
+        if bias is None or context.shape(inputs[2]) != (3 * width,):
+            return None
+        slices.append(bias)
+    return RuleResult(
+        (Split(-1),) + (_HEAD_AXIS,) * (len(node.outputs) - 1),
+        weight_slices=tuple(slices),
+        attribute_rewrites=tuple(rewrites),
     )
 
 
@@ -1137,8 +1263,10 @@ def _onnx_attention(
 
     4-D inputs ``[batch, heads, seq, size]`` split on axis ``-3``; 3-D inputs
     ``[batch, seq, heads * size]`` split on their last axis, with ``q_num_heads`` and
-    ``kv_num_heads`` rewritten. The mask must broadcast over heads; past keys/values are not
-    handled.
+    ``kv_num_heads`` rewritten. The mask must broadcast over heads. Past keys/values (inputs 4
+    and 5, ``[batch, kv_heads, past_seq, size]``) are split by heads: already so, or
+    replicated graph inputs or constants each rank slices; the present ones (outputs 1 and 2)
+    are split by heads. The QK product output (3) is not handled.
     """
     q_rank = context.rank(node.inputs[0])
     if q_rank not in (3, 4) or len(node.inputs) < 3:
@@ -1154,16 +1282,21 @@ def _onnx_attention(
                 return None
             rewrites.append(found)
     used = {i for i, v in enumerate(node.inputs) if v is not None}
-    if not used <= {0, 1, 2, 3}:
+    if not used <= {0, 1, 2, 3, 4, 5}:
         return None
     # The mask is [batch or 1, heads or 1, q_seq, kv_seq] (or shorter): heads are axis -3.
     if 3 in used and (
         not isinstance(states[3], Replicated) or not _broadcasts(context, node.inputs[3], -3)
     ):
         return None
-    if any(o is not None and o.uses() for o in node.outputs[1:]):
-        return None  # present keys/values and attention weights: not handled
+    slices = _past_slices(context, node, states, (4, 5))
+    if slices is None:
+        return None
+    if len(node.outputs) > 3 and _read(node.outputs[3]):
+        return None  # the QK product: not handled
+    outputs: list[ShardState] = [Split(head_axis)]
+    outputs += [_HEAD_AXIS] * min(2, len(node.outputs) - 1)  # present key/value
+    outputs += [REPLICATED] * (len(node.outputs) - len(outputs))
     return RuleResult(
-        (Split(head_axis),) + (REPLICATED,) * (len(node.outputs) - 1),
-        attribute_rewrites=tuple(rewrites),
+        tuple(outputs), weight_slices=tuple(slices), attribute_rewrites=tuple(rewrites)
     )

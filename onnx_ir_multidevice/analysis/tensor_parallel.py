@@ -2,7 +2,8 @@
 
 :func:`find_regions` tries, for every activation read by ``MatMul``/``Gemm`` nodes with
 constant weights (the Q, K and V projections of one attention block read the same normalised
-input; so do an MLP's gate and up projections), the column-parallel split of all of them
+input; so do an MLP's gate and up projections) or by a packed-QKV ``com.microsoft``
+``Attention``, the column-parallel split of all of them
 together, and propagates the :mod:`~onnx_ir_multidevice.analysis.sharding` rules forward in
 topological order. A :class:`~onnx_ir_multidevice.analysis.sharding.Partial` value that meets
 an op not linear in it (a residual ``Add`` of an activation, a normalisation, a non-linear
@@ -165,8 +166,9 @@ def find_regions(
         gather_outputs: Also keep a region whose only ``AllGather`` s make graph outputs
             whole (a column-parallel LM head: each device computes its slice of the
             vocabulary, gathered once at the end), without allowing gathers elsewhere.
-            Such regions are kept only next to a region without gathers (a lone
-            classifier head is not worth a tensor-parallel split).
+            Such regions are kept only next to a region with an ``AllReduce`` (a lone
+            classifier head is not worth a tensor-parallel split; an attention block whose
+            present keys/values are graph outputs has its ``AllReduce``).
 
     Returns:
         The regions, in the order of their first node; no node is in two regions.
@@ -196,7 +198,8 @@ def find_regions(
         if attempt.gathers and not allow_gather:
             if not (gather_outputs and _gathers_outputs_only(attempt, outputs)):
                 continue
-            output_gathers += 1
+            if all(c.kind == "AllGather" for c in attempt.collectives):
+                output_gathers += 1  # gathers only (an LM head); else a block with its reduce
         taken.update(attempt.nodes)
         regions.append(_region(degree, attempt))
     if output_gathers == len(regions):
