@@ -154,6 +154,8 @@ _RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
 
 _CAUSAL_OPS = frozenset({"Trilu", "Less", "LessOrEqual"})
 
+_MATMUL_OPS = frozenset({"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul"})
+
 
 def _op_counts(graph: ir.Graph) -> Counter[str]:
     """Op types of ``graph`` and of every subgraph in it (an ``If`` of a merged decoder)."""
@@ -200,26 +202,28 @@ def guess_architecture(graph: ir.Graph) -> str:
     .. versionadded:: 0.1
     """
     ops = _op_counts(graph)
-    attention = (ops["Softmax"] > 0 and ops["MatMul"] >= 2) or any(
-        op in ops for op in ATTENTION_OPS
-    )
-    conv = any(op in ops for op in _CONV_OPS)
-    if conv and not attention:
-        return "cnn"
+    attention = (ops["Softmax"] > 0 and ops["MatMul"] >= 2) or not ATTENTION_OPS.isdisjoint(ops)
     if attention:
-        kv_cache = _has_kv_cache(graph)
-        image_input = not any(
-            v.dtype is not None and v.dtype.is_integer() for v in graph.inputs
-        ) and any(len(v.shape or ()) == 4 for v in graph.inputs)
-        if not kv_cache and (_conv2d(graph) or image_input):
-            return "vision_transformer"
-        causal = kv_cache or any(op in ops for op in _CAUSAL_OPS)
-        return "transformer_decoder" if causal else "transformer_encoder"
-    if any(op in ops for op in _RECURRENT_OPS):
+        return _transformer_kind(graph, ops)
+    if not _CONV_OPS.isdisjoint(ops):
+        return "cnn"
+    if not _RECURRENT_OPS.isdisjoint(ops):
         return "rnn"
-    if ops["MatMul"] or ops["Gemm"] or ops["MatMulInteger"] or ops["QLinearMatMul"]:
+    if not _MATMUL_OPS.isdisjoint(ops):
         return "mlp"
     return "unknown"
+
+
+def _transformer_kind(graph: ir.Graph, ops: Counter[str]) -> str:
+    """``vision_transformer``, ``transformer_decoder`` or ``transformer_encoder``."""
+    kv_cache = _has_kv_cache(graph)
+    integer_input = any(v.dtype is not None and v.dtype.is_integer() for v in graph.inputs)
+    image_input = not integer_input and any(len(v.shape or ()) == 4 for v in graph.inputs)
+    if not kv_cache and (image_input or _conv2d(graph)):
+        return "vision_transformer"
+    if kv_cache or not _CAUSAL_OPS.isdisjoint(ops):
+        return "transformer_decoder"
+    return "transformer_encoder"
 
 
 def model_info(
