@@ -103,8 +103,9 @@ def test_stages_on_the_nodes_named_by_resource_with_files_shipped(cluster, tmp_p
     assert stats.between_nodes_bytes == sum(sizes) > 0
     assert stats.to_dict()["between_nodes_bytes"] == sum(sizes)
     assert f"activations between nodes: {sum(sizes):,} bytes per request" in stats.format()
-    for folder in folders:  # the shipped copies, not the driver's files
+    for folder in folders:  # the shipped copies, not the driver's files, removed by close()
         assert folder is not None and str(tmp_path) not in folder
+        assert not os.path.exists(os.path.dirname(folder))
 
 
 def test_strict_spread_and_close_removes_the_placement_group(cluster):
@@ -189,8 +190,7 @@ def test_actor_killed_mid_stream_then_a_new_pipeline_runs(cluster, tmp_path):
         assert where.startswith("node ")
     # close() removed the killed actor's files too (a task on its node), and its folder
     for folder in folders:
-        assert not os.path.exists(folder)
-    assert not os.path.exists(os.path.dirname(folders[0]))
+        assert not os.path.exists(folder) and not os.path.exists(os.path.dirname(folder))
     assert pipe._engine.pipeline_id in folders[0]
     with Pipeline(mlp_stages([2]), backend="ray", placement=["box1", "box2"]) as again:
         assert_outputs(again.run(request(1)), request(1))

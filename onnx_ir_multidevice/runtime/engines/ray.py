@@ -206,8 +206,6 @@ def _pipeline_folder(pipeline: str) -> str:
 def _remove_pipeline_files(pipeline: str) -> None:
     """Remove one pipeline's shipped files on this node (a task run after its actors died)."""
     shutil.rmtree(_pipeline_folder(pipeline), ignore_errors=True)
-    with contextlib.suppress(OSError):  # other pipelines' files are there, or it is gone
-        os.rmdir(os.path.dirname(_pipeline_folder(pipeline)))
 
 
 def _unship(ray: Any, shipped: _Shipped, pipeline: str, stage: int) -> tuple[str, str]:
@@ -268,6 +266,10 @@ class _StageActor:
     def _remove_folder(self) -> None:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
+            # and the pipeline's folder, unless other stages' files are there still (the root
+            # stays: another pipeline may be creating its folder in it now)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(self._folder))
             self._folder = None
 
     def close(self) -> None:
