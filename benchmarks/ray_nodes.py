@@ -6,7 +6,11 @@ different nodes (``placement`` puts stage ``i`` on node ``box{i}``). For each ac
 (float32, 1 KB to 64 MB) and 2 and 3 stages it reports the latency of one request alone
 (``Pipeline.run``) and the throughput of ``REQUESTS`` requests streamed with ``map``, on the
 Ray backend and on the thread backend in this process; the per-hop overhead is
-(Ray latency - thread latency) / (stages + 1) (one hop into each stage and one back).
+(Ray latency - thread latency) / (stages + 1) (one hop into each stage and one back), and the
+bytes per request that went from one stage's node to the next one's
+(``PipelineStats.between_nodes_bytes``: the sizes of the arrays the stages pass on, summed by
+the engine; not Ray's transfer counters, which add a small header per object; the request the
+driver sends and the outputs it gets back not counted).
 
 Run: ``PYTHONPATH=$PWD python benchmarks/ray_nodes.py`` (writes benchmarks/results/ray_nodes.txt).
 All three raylets run on this machine: a hop crosses object stores through shared memory and
@@ -47,6 +51,7 @@ def stage(n: int, k: int) -> ir.Model:
 
 
 def measure(stages, inputs, **kwargs):
+    """(latency s, throughput requests/s, bytes between nodes per request or None)."""
     with Pipeline(stages, intra_op_num_threads=1, **kwargs) as pipe:
         for _ in range(2):
             pipe.run(inputs)
@@ -58,7 +63,8 @@ def measure(stages, inputs, **kwargs):
         for _ in pipe.map([inputs] * REQUESTS):
             pass
         throughput = REQUESTS / (time.perf_counter() - start)
-    return latency, throughput
+        moved = pipe.stats().between_nodes_bytes
+    return latency, throughput, moved
 
 
 def main() -> None:
@@ -70,31 +76,32 @@ def main() -> None:
         cluster.add_node(num_cpus=1, resources={f"box{k}": 1}, object_store_memory=STORE)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
-    lines = [
-        "size      stages  thread ms  ray ms  hop ms  thread req/s  ray req/s",
-    ]
+    header = "size      stages  thread ms  ray ms  hop ms  thread req/s  ray req/s  "
+    lines = [header + "bytes between nodes/request"]
     try:
         for size in SIZES:
             n = size // 4
             inputs = {"x": np.ones(n, np.float32)}
             for count in (2, 3):
                 stages = [stage(n, k) for k in range(count)]
-                t_lat, t_thr = measure(stages, inputs)
-                r_lat, r_thr = measure(
+                t_lat, t_thr, _ = measure(stages, inputs)
+                r_lat, r_thr, moved = measure(
                     stages, inputs, backend="ray", placement=[f"box{k}" for k in range(count)]
                 )
                 hop = (r_lat - t_lat) / (count + 1)
                 lines.append(
                     f"{size:>9}  {count:>6}  {t_lat * 1e3:>9.2f}  {r_lat * 1e3:>6.2f}  "
-                    f"{hop * 1e3:>6.2f}  {t_thr:>12.1f}  {r_thr:>9.1f}"
+                    f"{hop * 1e3:>6.2f}  {t_thr:>12.1f}  {r_thr:>9.1f}  {moved or 0:>27,.0f}"
                 )
                 print(lines[-1], flush=True)
     finally:
         ray.shutdown()
         cluster.shutdown()
     RESULTS.write_text(
-        "benchmarks/ray_nodes.py: 3 raylets on one machine (2 cores), float32 activations, "
-        f"{REQUESTS} requests\n" + "\n".join(lines) + "\n"
+        "benchmarks/ray_nodes.py: 3 raylets on one machine (2 cores, shared with other "
+        f"processes while it ran), float32 activations, {REQUESTS} requests\n"
+        + "\n".join(lines)
+        + "\n"
     )
 
 

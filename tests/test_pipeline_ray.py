@@ -149,10 +149,12 @@ def test_base_exception_in_a_stage_actor_is_fatal_for_the_requests_that_need_it(
     from onnx_ir_multidevice.runtime.engines.ray import _StageActor
 
     chain = load_stages(mlp_stages([2]))
-    actor = _StageActor(chain.stages[0], parse_device("cpu"), 1, False, chain.keep_after[0], None)
+    device = parse_device("cpu")
+    actor = _StageActor(chain.stages[0], device, 1, False, chain.keep_after[0], None, "test")
     try:
         env, periods = actor.run(0, (dict(request(0)), []))
         assert set(env) == chain.keep_after[0] and [p[0] for p in periods] == [0]
+        assert periods[0][3] == sum(value.nbytes for value in env.values())  # bytes passed on
 
         def exit_(env, **kwargs):
             raise SystemExit(2)

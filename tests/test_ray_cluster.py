@@ -4,6 +4,7 @@ with a custom resource of its own (``box0``, ``box1``, ``box2``) and a small obj
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 import onnx_ir as ir
@@ -95,8 +96,18 @@ def test_stages_on_the_nodes_named_by_resource_with_files_shipped(cluster, tmp_p
     assert len({s.node_id for s in stats.stages}) == 3
     assert all(s.node_address for s in stats.stages)
     assert "node" in stats.format().splitlines()[1]
-    for folder in folders:  # the shipped copies, not the driver's files
+    # Bytes between nodes: each stage passes on what later stages read, all [3, 16] float32
+    # (192 bytes) but scale ([16], 64 bytes); every hop crosses nodes here.
+    sizes = [
+        sum(64 if name == "scale" else 192 for name in keep) for keep in pipe.chain.keep_after[:-1]
+    ]
+    assert [s.out_bytes_mean for s in stats.stages[:-1]] == sizes
+    assert stats.between_nodes_bytes == sum(sizes) > 0
+    assert stats.to_dict()["between_nodes_bytes"] == sum(sizes)
+    assert f"activations between nodes: {sum(sizes):,} bytes per request" in stats.format()
+    for folder in folders:  # the shipped copies, not the driver's files, removed by close()
         assert folder is not None and str(tmp_path) not in folder
+        assert not os.path.exists(os.path.dirname(folder))
 
 
 def test_strict_spread_and_close_removes_the_placement_group(cluster):
@@ -217,9 +228,13 @@ def _stream_until_failure(pipe, stage, kill):
         pipe.run(inputs, timeout=60)
 
 
-def test_actor_killed_mid_stream_then_a_new_pipeline_runs(cluster):
+def test_actor_killed_mid_stream_then_a_new_pipeline_runs(cluster, tmp_path):
+    paths = []  # files with external data: shipped to the actors, which write them out
+    for k, model in enumerate(mlp_stages([2], width=400)):
+        paths.append(str(tmp_path / f"stage{k}.onnx"))
+        ir.save(model, paths[-1], external_data=f"stage{k}.data", size_threshold_bytes=0)
     pipe = Pipeline(
-        mlp_stages([2], width=400),
+        paths,
         backend="ray",
         placement=["box1", "box2"],
         intra_op_num_threads=1,
@@ -227,8 +242,17 @@ def test_actor_killed_mid_stream_then_a_new_pipeline_runs(cluster):
     )
     with pipe:
         where = pipe._engine.where(1)
+        folders = [
+            ray.get(actor.__ray_call__.remote(lambda self: self._folder), timeout=60)
+            for actor in pipe._engine._actors
+        ]
+        assert all(folder and os.listdir(folder) for folder in folders)  # the shipped files
         _stream_until_failure(pipe, 1, lambda: ray.kill(pipe._engine._actors[1], no_restart=True))
         assert where.startswith("node ")
+    # close() removed the killed actor's files too (a task on its node), and its folder
+    for folder in folders:
+        assert not os.path.exists(folder) and not os.path.exists(os.path.dirname(folder))
+    assert pipe._engine.pipeline_id in folders[0]
     with Pipeline(mlp_stages([2]), backend="ray", placement=["box1", "box2"]) as again:
         assert_outputs(again.run(request(1)), request(1))
 

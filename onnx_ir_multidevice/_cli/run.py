@@ -9,7 +9,8 @@ pipeline is for: the whole model in one onnxruntime session (for a split directo
 one after another in one thread), one request after another, over the same inputs (at most
 :data:`BASELINE_REQUESTS` of them; ``--no-baseline`` skips it). The requests are the
 inputs ``omny verify`` would generate for the same ``--seed`` and ``--dim`` values (by default
-at the planning dims the file records). ``--backend``
+at the planning dims the file records); for a model file the baseline also reports how far the
+pipeline's outputs are from the whole model's (``max_abs_diff``). ``--backend``
 names a registered engine (``thread``, ``ray``, or one added with ``register_engine``). Exit
 status 1 when a request fails in a stage, 2 for an unknown backend.
 """
@@ -278,6 +279,12 @@ def _print_text(args: argparse.Namespace, pipeline, inputs, stats, baseline) -> 
             f"{plural(baseline['requests'], 'request')} in {baseline['wall_s'] * 1000:.1f} ms, "
             f"{baseline['throughput']:.1f} requests/s; the pipeline's throughput is "
             f"{speedup:.2f}x that"
+            + (
+                ""
+                if baseline["max_abs_diff"] is None
+                else f"; the outputs differ from the pipeline's by {baseline['max_abs_diff']:.3g}"
+                " at most"
+            )
         )
     sys.stdout.flush()
 
@@ -296,6 +303,7 @@ def _baseline(args: argparse.Namespace, pipeline, inputs) -> dict[str, Any]:  # 
 
     count = min(args.requests, BASELINE_REQUESTS)
     threads = args.threads[0] if isinstance(args.threads, list) else args.threads
+    max_abs_diff = None
     if args.input.is_dir():
         what = f"the {pipeline.num_stages} stages in one thread"
         pipeline.run(inputs)  # warm-up
@@ -309,7 +317,9 @@ def _baseline(args: argparse.Namespace, pipeline, inputs) -> dict[str, Any]:  # 
         options = session_options(intra_op_num_threads=threads)
         # loaded as verify loads it (external data checked, small tensors made inline)
         with ModelSession(load(args.input), options, providers) as owner:
-            owner.session.run(None, inputs)  # warm-up
+            names = [o.name for o in owner.session.get_outputs()]
+            expected = dict(zip(names, owner.session.run(None, inputs), strict=True))  # warm-up
+            max_abs_diff = _max_abs_diff(pipeline.run(inputs), expected)
             start = time.perf_counter()
             for _ in range(count):
                 owner.session.run(None, inputs)
@@ -319,4 +329,26 @@ def _baseline(args: argparse.Namespace, pipeline, inputs) -> dict[str, Any]:  # 
         "requests": count,
         "wall_s": wall,
         "throughput": count / wall if wall > 0 else 0.0,
+        "max_abs_diff": max_abs_diff,
     }
+
+
+def _max_abs_diff(got: dict[str, Any], expected: dict[str, Any]) -> float:
+    """The largest absolute difference between the pipeline's outputs and the whole model's.
+
+    ``inf`` when an output is missing, its shape differs, or a non-numeric output differs.
+    """
+    import numpy as np  # lazy: `omny --help` stays fast
+
+    worst = 0.0
+    for name, expected_value in expected.items():
+        if name not in got or np.shape(got[name]) != np.shape(expected_value):
+            return float("inf")
+        have, want = np.asarray(got[name]), np.asarray(expected_value)
+        if have.dtype.kind not in "biuf" or want.dtype.kind not in "biuf":
+            if not np.array_equal(have, want):
+                return float("inf")
+        elif want.size:
+            diff = np.abs(have.astype(np.float64) - want.astype(np.float64))
+            worst = max(worst, float(np.nanmax(diff)) if not np.isnan(diff).all() else 0.0)
+    return worst

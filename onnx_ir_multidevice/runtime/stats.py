@@ -92,6 +92,11 @@ class StageStats:
     node_address: str | None = None
     """IP address of that node (``None`` like :attr:`node_id`)."""
 
+    out_bytes_mean: float | None = None
+    """Mean bytes per request of the activations the stage passes on (its outputs and the
+    inputs it forwards; the final outputs for the last stage), summed over the arrays'
+    ``nbytes``, for an engine that ships activations between processes (Ray); else ``None``."""
+
     def to_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dictionary (periods left out)."""
         data = dataclasses.asdict(self)
@@ -130,10 +135,33 @@ class PipelineStats:
     stages: tuple[StageStats, ...]
     """Per-stage figures, in pipeline order."""
 
+    @property
+    def between_nodes_bytes(self) -> float | None:
+        """Mean bytes per request that went from one stage's node to the next stage's node.
+
+        The sum of :attr:`StageStats.out_bytes_mean` over the stages whose next stage runs on
+        another node: computed from the sizes of the arrays the stages pass on (not from
+        Ray's transfer counters; Ray adds a small header per object). The requests the driver
+        sends and the final outputs it gets back are not counted. ``None`` unless every stage
+        has a node and its bytes (the Ray engine).
+        """
+        if not self.stages or not all(
+            s.node_id and s.out_bytes_mean is not None for s in self.stages
+        ):
+            return None
+        return float(
+            sum(
+                a.out_bytes_mean or 0.0
+                for a, b in zip(self.stages, self.stages[1:], strict=False)
+                if a.node_id != b.node_id
+            )
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dictionary (periods left out)."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["stages"] = [s.to_dict() for s in self.stages]
+        data["between_nodes_bytes"] = self.between_nodes_bytes
         return data
 
     def format(self) -> str:
@@ -158,6 +186,10 @@ class PipelineStats:
                 f"{s.index:>5}  {s.device:<10} {s.requests:>8} {s.mean_ms:>9.2f} "
                 f"{s.p50_ms:>9.2f} {s.p90_ms:>9.2f} {s.busy_s:>8.3f} {s.utilisation:>6.1%}"
                 + (f"  {(s.node_id or '?')[:8]} ({s.node_address or '?'})" if nodes else "")
+            )
+        if self.between_nodes_bytes is not None:
+            lines.append(
+                f"activations between nodes: {self.between_nodes_bytes:,.0f} bytes per request"
             )
         return "\n".join(lines)
 
@@ -238,6 +270,7 @@ class StatsRecorder:
             self._failed = 0
             self._count = [0] * n
             self._busy = [0.0] * n
+            self._out_bytes: list[int | None] = [None] * n
             self._periods: list[collections.deque[tuple[int, float, float]]] = [
                 collections.deque(maxlen=MAX_PERIODS) for _ in range(n)
             ]
@@ -255,13 +288,20 @@ class StatsRecorder:
         with self._lock:
             self._sent.pop(request, None)
 
-    def busy(self, stage: int, request: int, start: float, end: float) -> None:
-        """Record that ``stage`` ran ``request`` from ``start`` to ``end`` (backend clock)."""
+    def busy(
+        self, stage: int, request: int, start: float, end: float, out_bytes: int | None = None
+    ) -> None:
+        """Record that ``stage`` ran ``request`` from ``start`` to ``end`` (backend clock).
+
+        ``out_bytes``: the bytes of the activations it passed on (``None``: not measured).
+        """
         with self._lock:
             if self._t0 is None or start < self._t0:  # a request sent before a reset
                 return
             self._count[stage] += 1
             self._busy[stage] += end - start
+            if out_bytes is not None:
+                self._out_bytes[stage] = (self._out_bytes[stage] or 0) + out_bytes
             self._periods[stage].append((request, start, end))
 
     def done(self, request: int, *, failed: bool) -> None:
@@ -298,6 +338,11 @@ class StatsRecorder:
                         periods=periods,
                         node_id=self._nodes.get(i, (None, None))[0],
                         node_address=self._nodes.get(i, (None, None))[1],
+                        out_bytes_mean=(
+                            None
+                            if self._out_bytes[i] is None
+                            else (self._out_bytes[i] or 0) / max(self._count[i], 1)
+                        ),
                     )
                 )
             latencies = list(self._latencies)

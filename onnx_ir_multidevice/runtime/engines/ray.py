@@ -36,8 +36,13 @@ model with external data would be read from the driver's file system. When the c
 more than one node (or ``ship_files=True``), the driver instead reads each stage's model
 file and its external data files and puts each file into Ray's object store (one object per
 file: a file over 2 GiB is one object, which the object store holds and spills like any
-other); the actor writes them to a private temporary folder on its node, makes its session
-from there, and removes the folder when the pipeline closes. No shared file system is needed.
+other); the actor writes them to a folder of its own under
+``<tmp>/omny-ray-stages/<pipeline id>/`` on its node (:data:`STAGE_FILES`), makes its session
+from there, and removes the folder when the pipeline closes. An actor that cannot (killed,
+crashed) leaves its files: :meth:`Pipeline.close` then runs a small task on each node that
+hosted a stage to remove the pipeline's folder there. No shared file system is needed. The
+stages' activation sizes are summed as they pass on (``PipelineStats.between_nodes_bytes``:
+bytes per request from one node to the next).
 
 **Faults**: a stage actor that dies (killed, crashed, or its node removed) fails every
 request that still needs it with a fatal :class:`~onnx_ir_multidevice.PipelineError` naming
@@ -67,11 +72,13 @@ from __future__ import annotations
 
 __all__ = ["RayEngine"]
 
+import contextlib
 import dataclasses
 import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,8 +96,8 @@ from onnx_ir_multidevice.runtime.stages import StageChain, StageModel
 from onnx_ir_multidevice.runtime.stats import StatsRecorder
 from onnx_ir_multidevice.runtime.tensor_parallel import TensorParallelRunner, TensorParallelStage
 
-Periods = list[tuple[int, float, float]]
-"""(stage, start, end) of each stage a request went through, on ``time.time``."""
+Periods = list[tuple[int, float, float, int]]
+"""(stage, start, end, bytes passed on) of each stage a request went through (``time.time``)."""
 
 
 def _ray() -> Any:
@@ -235,6 +242,21 @@ def _ship_stage(ray: Any, stage: StageModel) -> StageModel:
     return dataclasses.replace(stage, source=_ship(ray, stage.source, sent))  # type: ignore[arg-type]  # as above
 
 
+STAGE_FILES = "omny-ray-stages"
+"""The folder, in the temporary folder of each node, under which stage actors write the files
+shipped to them: ``<tmp>/omny-ray-stages/<pipeline id>/stage<i>-...``."""
+
+
+def _pipeline_folder(pipeline: str) -> str:
+    """The folder of one pipeline's shipped files on this node."""
+    return os.path.join(tempfile.gettempdir(), STAGE_FILES, pipeline)
+
+
+def _remove_pipeline_files(pipeline: str) -> None:
+    """Remove one pipeline's shipped files on this node (a task run after its actors died)."""
+    shutil.rmtree(_pipeline_folder(pipeline), ignore_errors=True)
+
+
 def _unship(ray: Any, shipped: _Shipped, folder: str, written: dict[str, Any] | None = None) -> str:
     """Write shipped files into ``folder``; return the model's path.
 
@@ -259,15 +281,17 @@ def _unship(ray: Any, shipped: _Shipped, folder: str, written: dict[str, Any] | 
     return os.path.join(folder, shipped.model)
 
 
-def _unship_stage(ray: Any, stage: StageModel) -> tuple[str | None, StageModel]:
-    """Write a stage's shipped files into a new temporary folder.
+def _unship_stage(ray: Any, stage: StageModel, pipeline: str) -> tuple[str | None, StageModel]:
+    """Write a stage's shipped files into a new folder under the pipeline's.
 
     Returns ``(folder, stage)``, the stage's sources paths in it (``(None, stage)`` when
     nothing was shipped).
     """
     if not isinstance(stage.source, _Shipped):
         return None, stage
-    folder = tempfile.mkdtemp(prefix="omny-stage-")
+    parent = _pipeline_folder(pipeline)
+    os.makedirs(parent, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix=f"stage{stage.index}-", dir=parent)
     written: dict[str, Any] = {}
 
     def local(segment: StageModel) -> StageModel:
@@ -297,6 +321,7 @@ class _StageActor:
         spinning: bool,
         keep: frozenset[str],
         final_outputs: tuple[str, ...] | None,
+        pipeline: str,
     ) -> None:
         ray = _ray()
         index = device.index
@@ -304,7 +329,7 @@ class _StageActor:
             index = 0  # Ray narrowed CUDA_VISIBLE_DEVICES to the GPU it assigned
         self._index = stage.index
         self._folder: str | None = None
-        self._folder, stage = _unship_stage(ray, stage)
+        self._folder, stage = _unship_stage(ray, stage, pipeline)
         try:
             self._runner: StageRunner | TensorParallelRunner
             if isinstance(stage, TensorParallelStage):  # every rank in this actor
@@ -330,6 +355,10 @@ class _StageActor:
     def _remove_folder(self) -> None:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
+            # and the pipeline's folder, unless other stages' files are there still (the root
+            # stays: another pipeline may be creating its folder in it now)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(self._folder))
             self._folder = None
 
     def close(self) -> None:
@@ -348,10 +377,10 @@ class _StageActor:
         try:
             produced = self._runner.run(env)
         except Exception as exc:  # any failure of the stage belongs to this request
-            periods.append((self._index, start, time.time()))
+            periods.append((self._index, start, time.time(), 0))
             return StageFailure(self._index, failure_message(exc)), periods
         except BaseException as exc:  # SystemExit...: the stage cannot be trusted any more
-            periods.append((self._index, start, time.time()))
+            periods.append((self._index, start, time.time(), 0))
             self._dead = StageFailure(
                 self._index,
                 f"the stage's Ray actor raised {failure_message(exc)}; the pipeline can run no "
@@ -359,12 +388,34 @@ class _StageActor:
                 fatal=True,
             )
             return self._dead, periods
-        periods.append((self._index, start, time.time()))
+        end = time.time()
         merged = dict(env)
         merged.update(produced)
         if self._final is not None:
-            return {name: merged[name] for name in self._final}, periods
-        return {k: v for k, v in merged.items() if k in self._keep}, periods
+            out = {name: merged[name] for name in self._final}
+        else:
+            out = {k: v for k, v in merged.items() if k in self._keep}
+        periods.append((self._index, start, end, sum(_nbytes(v) for v in out.values())))
+        return out, periods
+
+
+_CLEANUP_TIMEOUT = 30.0
+"""Seconds :meth:`RayEngine.close` waits at least for the tasks that remove a dead actor's
+files (a node may need to start a worker process for them)."""
+
+
+def _succeeded(ray: Any, ref: Any) -> bool:
+    """Whether a finished actor call returned (rather than raised: the actor died)."""
+    try:
+        ray.get(ref, timeout=0)
+    except Exception:  # noqa: BLE001 (RayActorError and the like: the call did not succeed)
+        return False
+    return True
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of an activation's data (an array's ``nbytes``; 0 for what has none)."""
+    return int(getattr(value, "nbytes", 0) or 0)
 
 
 def _placement(value: Any, n: int) -> tuple[str | None, list[str | None]]:
@@ -513,16 +564,32 @@ def _distinct_nodes(
     return all(assign(stage, set()) for stage in range(len(demands)))
 
 
+_TOKEN_ADVICE = (
+    "a cluster with token authentication (Ray 2.52+: `ray start --head` turns it on when "
+    "~/.ray/auth_token exists) needs RAY_AUTH_MODE=token in this process too and the "
+    "cluster's token in ~/.ray/auth_token, in the file RAY_AUTH_TOKEN_PATH names, or in "
+    "RAY_AUTH_TOKEN (`ray get-auth-token` prints it on the head node)"
+)
+"""What to do when the cluster refuses the driver (Ray reports a missing token as a failure
+to connect)."""
+
+
 def _connect(ray: Any, address: str | None) -> None:
     """Start or join a Ray cluster unless Ray is initialized already."""
     if ray.is_initialized():
         return
     try:
         ray.init(address=address, include_dashboard=False)
+    except ray.exceptions.AuthenticationError as exc:
+        raise PipelineError(
+            f"the Ray cluster at {address!r} refused this process's authentication token "
+            f"({' '.join(str(exc).split())[:200]}); {_TOKEN_ADVICE}"
+        ) from exc
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise PipelineError(
             f"cannot connect to the Ray cluster at {address!r}: {exc}; start it with "
-            "`ray start --head` and give the address it prints"
+            "`ray start --head` and give the address it prints; "
+            + _TOKEN_ADVICE.replace("a cluster", "if it is running, a cluster", 1)
         ) from exc
 
 
@@ -604,6 +671,9 @@ class RayEngine:
         self._actors: list[Any] = []
         self._group: Any = None
         self._files = False
+        self._shipped = False
+        self.pipeline_id = uuid.uuid4().hex[:12]
+        """Names the folder of the files shipped to this pipeline's actors on each node."""
         self.placements: list[tuple[str, str]] = []
         """``(node id, node IP address)`` of each stage's actor."""
         nodes = [node for node in ray.nodes() if node.get("Alive")]
@@ -621,6 +691,7 @@ class RayEngine:
             self._pin_to_group(ray, strategy, requested, demands, start_timeout)
         # Sessions of IR-model stages save the model to a temporary folder: let them remove it.
         self._files = ship_files or any(isinstance(st.source, ir.Model) for st in chain.stages)
+        self._shipped = ship_files
         self._start_actors(ray, chain, devices, threads, spinning, requested, ship_files)
         self._await_actors(ray, requested, start_timeout)
         for i, (node, ip) in enumerate(self.placements):
@@ -677,7 +748,13 @@ class RayEngine:
                 final = chain.graph_outputs if i == last else None
                 self._actors.append(
                     actor_cls.options(**requested[i]).remote(
-                        stage, devices[i], threads[i], spinning, chain.keep_after[i], final
+                        stage,
+                        devices[i],
+                        threads[i],
+                        spinning,
+                        chain.keep_after[i],
+                        final,
+                        self.pipeline_id,
                     )
                 )
         except BaseException:
@@ -748,8 +825,8 @@ class RayEngine:
             if not self._closed:
                 self._on_done(request, self._failure(exc))
             return
-        for stage, start, end in periods:
-            self._recorder.busy(stage, request, start, end)
+        for stage, start, end, sent in periods:
+            self._recorder.busy(stage, request, start, end, out_bytes=sent)
         self._on_done(request, result)
 
     def _failure(self, exc: Exception) -> StageFailure:
@@ -787,14 +864,37 @@ class RayEngine:
         """
         ray = _ray()
         self._closed = True
+        unclosed = False
         if self._files and self._actors:
             closing = [actor.close.remote() for actor in self._actors]
-            ray.wait(closing, num_returns=len(closing), timeout=timeout)
+            done, _ = ray.wait(closing, num_returns=len(closing), timeout=timeout)
+            unclosed = sum(_succeeded(ray, ref) for ref in done) < len(closing)
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
+        if self._shipped and self._actors and unclosed:
+            self._remove_files_of_dead_actors(ray, max(timeout, _CLEANUP_TIMEOUT))
+        self._actors = []
         if self._group is not None:
             ray.util.remove_placement_group(self._group)
             self._group = None
+
+    def _remove_files_of_dead_actors(self, ray: Any, timeout: float) -> None:
+        """Remove the shipped files an actor that did not close left (killed, crashed).
+
+        One small task per node that hosted a stage (every alive node when some actor never
+        said where it runs) removes the pipeline's folder there; a node that is gone took its
+        files with it.
+        """
+        nodes = {node for node, _ in self.placements}
+        if len(self.placements) < len(self._actors):
+            nodes |= {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
+        remove = ray.remote(num_cpus=0, max_retries=0)(_remove_pipeline_files)
+        strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+        refs = [
+            remove.options(scheduling_strategy=strategy(node, soft=False)).remote(self.pipeline_id)
+            for node in sorted(nodes)
+        ]
+        ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 
 register_engine("ray", RayEngine)
