@@ -35,9 +35,16 @@ _INLINE_ELEMENTS = 1024
 
 @dataclasses.dataclass(frozen=True)
 class Overlay:
-    """One model file for the viewer and the node-data files to apply to it."""
+    """One model file for the viewer and the node-data files to apply to it.
 
-    model_path: Path
+    Attributes:
+        model_path: The model file written for the viewer; ``None`` when :func:`prepare` wrote
+            none (``write_model=False``, ``omny view --write``); the node ids are the ones
+            the adapter gives the source model's graph.
+        node_data: The node-data files written, each with its ``path``.
+    """
+
+    model_path: Path | None
     node_data: tuple[NodeDataFile, ...]
 
 
@@ -59,7 +66,7 @@ def _without_weights(model: ir.Model, path: Path) -> None:
     ir.save(model, path)
 
 
-def _stage_model(path: Path, stage: int, num_stages: int, out: Path) -> Overlay:
+def _stage_model(path: Path, stage: int, num_stages: int, out: Path, write_model: bool) -> Overlay:
     model = load(path)
     ids = node_ids(model)
     colour = STAGE_COLOURS[stage % len(STAGE_COLOURS)]
@@ -77,9 +84,11 @@ def _stage_model(path: Path, stage: int, num_stages: int, out: Path) -> Overlay:
             }
         },
     )
+    (written,) = write_node_data([item], out)
+    if not write_model:
+        return Overlay(None, (written,))
     model_path = out / f"stage_{stage}.onnx"
     _without_weights(model, model_path)
-    (written,) = write_node_data([item], out)
     return Overlay(model_path, (written,))
 
 
@@ -99,6 +108,10 @@ def prepare(
         write_model: Also write the model file the viewer opens (``omny view`` without
             ``--write``); without it only the node-data files are written.
 
+    Returns:
+        One :class:`Overlay` per model file (one for a model, one per stage of a split
+        folder); its ``model_path`` is ``None`` without ``write_model``.
+
     Raises:
         ViewError: Nothing to show (no plan), or no such configuration.
     """
@@ -112,11 +125,14 @@ def prepare(
             stage_path = path / stage.file
             if not stage_path.is_file():
                 raise ViewError(f"{stage_path}: the manifest's stage {stage.index} file is absent.")
-            overlays.append(_stage_model(stage_path, stage.index, manifest.num_stages, folder))
+            overlays.append(
+                _stage_model(stage_path, stage.index, manifest.num_stages, folder, write_model)
+            )
         return overlays
     model = load(path)
     files = write_node_data(node_data(model, configuration=configuration), folder)
+    if not write_model:
+        return [Overlay(None, tuple(files))]
     model_path = folder / (path.stem + ".onnx")
-    if write_model:
-        _without_weights(model, model_path)
+    _without_weights(model, model_path)
     return [Overlay(model_path, tuple(files))]
