@@ -149,6 +149,21 @@ def test_write_only_cli_names_only_files_it_wrote(tmp_path):
         assert sorted(Path(p).name for p in paths) == sorted(f.name for f in out.iterdir())
 
 
+def test_overlays_read_no_weights(tmp_path):
+    # the viewer reads the graph, not the weights: a plan whose data file is gone is shown
+    # (the small integer constants the shapes need stay in the model file)
+    model = synthetic_transformer(2)
+    omny.write(model, plan_model(model, shards=[2], dims={"batch": 1, "seq": 4}).metadata)
+    save(model, tmp_path / "m.omny", external_data=True)
+    (data,) = (p for p in tmp_path.iterdir() if p.name != "m.omny")
+    data.unlink()
+    (overlay,) = prepare(tmp_path / "m.omny", tmp_path / "out", write_model=False)
+    (item,) = overlay.node_data
+    assert item.path is not None
+    results = next(iter(json.loads(item.path.read_text(encoding="utf-8")).values()))["results"]
+    assert len(results) == len(model.graph)
+
+
 def test_split_folder_overlays_each_stage(tmp_path):
     from onnx_ir_multidevice import save_split
 

@@ -5,6 +5,10 @@ names them, to a folder of the caller's, without its weights (Model Explorer's O
 never reads external data: the large initializers become references to a file that is not
 written, so the copy costs the graph only). A split folder is shown stage file by stage file,
 each file's nodes in its stage (its manifest does not record the whole model).
+
+The source is read for its graph (``_proto.files.load_structure``): its external data is
+neither checked nor opened (the shapes read only small integer constants, which stay in the
+model file), so a model whose data files are elsewhere (or gone) can still be shown.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from pathlib import Path
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import ViewError
-from onnx_ir_multidevice._proto.files import load
+from onnx_ir_multidevice._proto.files import load_structure
 from onnx_ir_multidevice._split import read_manifest
+from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.view.node_data import (
     STAGE_COLOURS,
     NodeDataFile,
@@ -67,7 +72,7 @@ def _without_weights(model: ir.Model, path: Path) -> None:
 
 
 def _stage_model(path: Path, stage: int, num_stages: int, out: Path, write_model: bool) -> Overlay:
-    model = load(path)
+    model = load_structure(path)
     ids = node_ids(model)
     colour = STAGE_COLOURS[stage % len(STAGE_COLOURS)]
     results = {
@@ -129,8 +134,9 @@ def prepare(
                 _stage_model(stage_path, stage.index, manifest.num_stages, folder, write_model)
             )
         return overlays
-    model = load(path)
-    files = write_node_data(node_data(model, configuration=configuration), folder)
+    model = load_structure(path)
+    with gc_paused():  # as node_data: the JSON documents are many small objects
+        files = write_node_data(node_data(model, configuration=configuration), folder)
     if not write_model:
         return [Overlay(None, tuple(files))]
     model_path = folder / (path.stem + ".onnx")
