@@ -100,31 +100,68 @@ def test_overlays_load_in_model_explorer_and_key_adapter_node_ids(tmp_path):
         assert len(colours) == item.num_stages
 
 
-def test_write_only_cli(tmp_path):
-    source = _planned(tmp_path / "m.omny")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "onnx_ir_multidevice._cli",
-            "view",
-            str(source),
-            "--write",
-            str(tmp_path / "w"),
-            "--configuration",
-            "1",
-            "--json",
-        ],
+def _view_cli(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "onnx_ir_multidevice._cli", "view", *map(str, args)],
         capture_output=True,
         text=True,
         check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+def _printed_paths(document: dict) -> list:
+    """Every path the ``--json`` document names (the models' and the node-data files')."""
+    paths = []
+    for model in document["result"]["models"]:
+        paths.append(model["model"])
+        paths.extend(entry["path"] for entry in model["node_data"])
+    return paths
+
+
+def test_write_only_cli(tmp_path):
+    source = _planned(tmp_path / "m.omny")
+    result = _view_cli(source, "--write", tmp_path / "w", "--configuration", "1", "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     (entry,) = document["result"]["models"][0]["node_data"]
     assert entry["configuration"] == "omny/3-shards"
     assert Path(entry["path"]).is_file()
+
+
+def test_write_only_cli_names_only_files_it_wrote(tmp_path):
+    from onnx_ir_multidevice import save_split
+
+    source = _planned(tmp_path / "m.omny")
+    model = synthetic_transformer(2)
+    omny.write(model, plan_model(model, shards=[2], dims={"batch": 1, "seq": 4}).metadata)
+    save_split(model, tmp_path / "split", 2)
+    for given, out in ((source, tmp_path / "w"), (tmp_path / "split", tmp_path / "ws")):
+        result = _view_cli(given, "--write", out, "--json")
+        assert result.returncode == 0, result.stderr
+        document = json.loads(result.stdout)
+        # every path printed is a file that exists; --write writes no model for the viewer,
+        # and the document says so (null)
+        paths = [p for p in _printed_paths(document) if p is not None]
+        assert paths
+        assert all(Path(p).is_file() for p in paths), paths
+        assert all(m["model"] is None for m in document["result"]["models"])
+        assert sorted(Path(p).name for p in paths) == sorted(f.name for f in out.iterdir())
+
+
+def test_overlays_read_no_weights(tmp_path):
+    # the viewer reads the graph, not the weights: a plan whose data file is gone is shown
+    # (the small integer constants the shapes need stay in the model file)
+    model = synthetic_transformer(2)
+    omny.write(model, plan_model(model, shards=[2], dims={"batch": 1, "seq": 4}).metadata)
+    save(model, tmp_path / "m.omny", external_data=True)
+    (data,) = (p for p in tmp_path.iterdir() if p.name != "m.omny")
+    data.unlink()
+    (overlay,) = prepare(tmp_path / "m.omny", tmp_path / "out", write_model=False)
+    (item,) = overlay.node_data
+    assert item.path is not None
+    results = next(iter(json.loads(item.path.read_text(encoding="utf-8")).values()))["results"]
+    assert len(results) == len(model.graph)
 
 
 def test_split_folder_overlays_each_stage(tmp_path):
@@ -135,6 +172,13 @@ def test_split_folder_overlays_each_stage(tmp_path):
     save_split(model, tmp_path / "split", 2)
     overlays = prepare(tmp_path / "split", tmp_path / "out")
     assert [o.node_data[0].configuration for o in overlays] == ["stage_0", "stage_1"]
+    assert all(o.model_path is not None and o.model_path.is_file() for o in overlays)
+    only = prepare(tmp_path / "split", tmp_path / "only", write_model=False)
+    assert [o.model_path for o in only] == [None, None]
+    assert sorted(p.name for p in (tmp_path / "only").iterdir()) == [
+        "stage_0.node_data.json",
+        "stage_1.node_data.json",
+    ]
 
 
 def _browser() -> str:

@@ -6,7 +6,9 @@ its stage's share of the memory and of the compute, the sharding of its weight u
 tensor-parallel plan, and the values crossing a cut (in red). ``--write DIR`` only writes the
 node-data files (one per configuration, Model Explorer's JSON format) for a Model Explorer run
 by hand; without it the viewer starts (the ``view`` extra: ``pip install
-onnx-ir-multidevice[view]``) and its address is printed. ``--json`` prints what was written.
+onnx-ir-multidevice[view]``) and its address is printed. ``--json`` prints what was written:
+per model, the model file written for the viewer (``null`` with ``--write``, which writes none)
+and its node-data files.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ def _document(overlays: list) -> dict:
     return {
         "models": [
             {
-                "model": str(o.model_path),
+                # null with --write: no model file is written, only the node data
+                "model": None if o.model_path is None else str(o.model_path),
                 "node_data": [
                     {
                         "configuration": f.configuration,
@@ -117,9 +120,11 @@ def _view(args: argparse.Namespace, prepare: Any) -> int:
         overlays = prepare(args.file, folder, configuration=args.configuration)
         config = model_explorer.config()
         for overlay in overlays:
-            config.add_model_from_path(str(overlay.model_path))
+            model_path = overlay.model_path
+            assert model_path is not None  # prepare wrote it (write_model=True)
+            config.add_model_from_path(str(model_path))
             for item in overlay.node_data:
-                config.add_node_data_from_path(str(item.path), model_name=overlay.model_path.name)
+                config.add_node_data_from_path(str(item.path), model_name=model_path.name)
         if args.json:
             print_json(_document(overlays))
         address = f"http://{args.host}:{args.port}/?data={config.to_url_param_value()}"

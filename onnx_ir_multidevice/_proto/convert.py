@@ -563,7 +563,18 @@ def from_proto(proto: onnx.ModelProto) -> ir.Model:
         return _from_proto(proto)
 
 
-def _from_proto(proto: onnx.ModelProto) -> ir.Model:
+def from_proto_unrecorded(proto: onnx.ModelProto) -> ir.Model:
+    """:func:`from_proto` without the fidelity record, for a model that is only read.
+
+    The same checks and annotations; ``model.meta`` lacks the record of the proto's field
+    details (a pass as long as the graph), so :func:`to_proto` writes the model as onnx-ir
+    does rather than byte for byte.
+    """
+    with gc_paused():
+        return _from_proto(proto, record_fidelity=False)
+
+
+def _from_proto(proto: onnx.ModelProto, *, record_fidelity: bool = True) -> ir.Model:
     _check_unique_functions(proto)
     _check_supported(proto)
     held: list[tuple[onnx.NodeProto, list[onnx.NodeDeviceConfigurationProto]]] = []
@@ -602,7 +613,8 @@ def _from_proto(proto: onnx.ModelProto) -> ir.Model:
     except _SERDE_ERRORS as error:
         raise _unreadable(error) from error
     model.meta[PRESENCE_META_KEY] = record
-    model.meta[fidelity.FIDELITY_META_KEY] = fidelity.record(proto, model)
+    if record_fidelity:
+        model.meta[fidelity.FIDELITY_META_KEY] = fidelity.record(proto, model)
     return model
 
 

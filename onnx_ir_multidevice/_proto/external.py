@@ -324,10 +324,45 @@ def _ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
 
 
 def set_base_dir(model: ir.Model, folder: str) -> None:
-    """Resolve every external tensor of ``model`` (functions included) against ``folder``."""
-    for _, tensor in _ir_tensors(model):
-        if isinstance(tensor, ir.ExternalTensor):
-            tensor.base_dir = folder
+    """Resolve every external tensor of ``model`` (functions included) against ``folder``.
+
+    One walk over the nodes, into the subgraphs of the attributes that hold them (what
+    :func:`_ir_tensors` yields, without its names and without onnx-ir's recursive iterator:
+    on a 50k-node graph, a third of the time ``load`` spends beside deserialising).
+    """
+    _set_base_dir(model.graph, folder)
+    for function in model.functions.values():
+        _set_base_dir(function, folder)
+
+
+def _set_base_dir(graph: ir.Graph | ir.Function, folder: str) -> None:
+    if isinstance(graph, ir.Graph):
+        for value in graph.initializers.values():
+            if isinstance(value.const_value, ir.ExternalTensor):
+                value.const_value.base_dir = folder
+    for node in graph:
+        if not node.attributes:
+            continue
+        for attr in node.attributes.values():
+            if attr.is_ref():
+                continue
+            kind = attr.type
+            if kind == ir.AttributeType.TENSOR:
+                tensors = [attr.value]
+            elif kind == ir.AttributeType.TENSORS:
+                tensors = list(attr.value)
+            elif kind == ir.AttributeType.GRAPH:
+                _set_base_dir(attr.value, folder)
+                continue
+            elif kind == ir.AttributeType.GRAPHS:
+                for subgraph in attr.value:
+                    _set_base_dir(subgraph, folder)
+                continue
+            else:
+                continue
+            for tensor in tensors:
+                if isinstance(tensor, ir.ExternalTensor):
+                    tensor.base_dir = folder
 
 
 class _DataFile:

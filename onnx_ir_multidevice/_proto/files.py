@@ -103,7 +103,7 @@ from google.protobuf.message import DecodeError
 
 from onnx_ir_multidevice._errors import ExternalDataError, OmnyFormatError, OmnyIOError
 from onnx_ir_multidevice._proto import atomic
-from onnx_ir_multidevice._proto.convert import from_proto, to_proto
+from onnx_ir_multidevice._proto.convert import from_proto, from_proto_unrecorded, to_proto
 from onnx_ir_multidevice._proto.external import (
     DATA_RECORD_KEY,
     PinnedExternalTensor,
@@ -236,7 +236,38 @@ def load(path: str | os.PathLike, *, verify_data: bool = False) -> ir.Model:
         return _load_locked(path, folder, verify_data)
 
 
-def _load_locked(path: Path, folder: str, verify_data: bool = False) -> ir.Model:
+def load_structure(path: str | os.PathLike) -> ir.Model:
+    """Load a model to read its graph, annotations and metadata, not its weights.
+
+    What a viewer needs (``omny view``), at about the cost of onnx-ir's own ``load``: as
+    :func:`load` (``.omny`` v2 containers too), but the external data is neither checked nor
+    opened (the initializers stay onnx-ir's lazy external tensors, resolved against the
+    model's folder and read only if used) and no fidelity record is kept (see
+    :func:`~onnx_ir_multidevice._proto.convert.from_proto_unrecorded`). Save a model loaded so
+    with ``onnx_ir.save``, not with :func:`save`.
+
+    Raises:
+        OmnyIOError: The file is missing, a directory, unreadable, or not an ONNX protobuf.
+        OmnyFormatError: As for :func:`load`.
+        OmnyContainerError: As for :func:`load`.
+        TypeError: ``path`` is not a ``str`` or ``os.PathLike``.
+    """
+    path = _as_path(path, "load_structure")
+    _check_readable_file(path)
+    folder = os.path.dirname(os.path.realpath(path))
+    with atomic.folder_lock(Path(folder), shared=True):
+        proto, container = _read_proto(path)
+    _pop_record(proto)  # the data files' record: only load checks it
+    model = from_proto_unrecorded(proto)
+    del proto
+    if container is not None:
+        model.meta[CONTAINER_META_KEY] = container
+    set_base_dir(model, folder)
+    return model
+
+
+def _read_proto(path: Path) -> tuple[onnx.ModelProto, Container | None]:
+    """The model proto in ``path`` (a v2 container's embedded one) and the container."""
     try:
         data = read_regular(path)
     except OmnyIOError:
@@ -261,7 +292,11 @@ def _load_locked(path: Path, folder: str, verify_data: bool = False) -> ir.Model
             f"{path}: is not an ONNX model (no graph in the protobuf); pass a binary "
             ".onnx/.omny file"
         )
-    del data
+    return proto, container
+
+
+def _load_locked(path: Path, folder: str, verify_data: bool = False) -> ir.Model:
+    proto, container = _read_proto(path)
     problems = proto_problems(proto, folder)
     record = _pop_record(proto)
     if record is not None:

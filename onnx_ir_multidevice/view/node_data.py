@@ -11,7 +11,9 @@ One file per configuration, in the node-data format of ``model_explorer.node_dat
 device 1 | memory 48% | compute 50%``; a node whose output crosses a cut adds ``| cut ->
 stage 2`` and is written in red; a node of a tensor-parallel stage whose weight is split adds
 ``| weight split axis 0 / 2``. The background is the stage's colour. Cost: one pass over the
-nodes and their uses per configuration, plus the FLOP estimate of the planner.
+nodes and their uses per configuration, plus the FLOP estimate of the planner (one shape
+propagation at the planning dims, which reads small integer constants only); a stage's
+memory is the ``.omny`` figure, else the initializers' sizes from their stated shapes.
 """
 
 from __future__ import annotations
@@ -29,10 +31,13 @@ from typing import Any
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from onnx_ir_multidevice._dtype_sizes import tensor_nbytes
 from onnx_ir_multidevice._errors import ViewError
 from onnx_ir_multidevice._proto.atomic import write_bytes_atomic
-from onnx_ir_multidevice._util import require_model
+from onnx_ir_multidevice._util import gc_paused, require_model
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
+from onnx_ir_multidevice.graph.dtypes import stored_nbytes
+from onnx_ir_multidevice.graph.index import GraphIndex
 from onnx_ir_multidevice.omny import read as read_omny
 from onnx_ir_multidevice.omny import read_planning_dims, read_tensor_parallel
 from onnx_ir_multidevice.passes.api import annotate
@@ -88,20 +93,38 @@ def graph_id(model: ir.Model) -> str:
 def node_ids(model: ir.Model) -> dict[ir.Node, str]:
     """Name the unnamed (and rename the duplicate) nodes as the adapter does; their ids.
 
-    Modifies ``model`` (node and value names) with onnx-ir's ``NameFixPass``, the first pass
-    of ``model-explorer-onnx``.
+    When a main-graph node has no name or shares one, modifies ``model`` (node and value
+    names) with onnx-ir's ``NameFixPass``, the first pass of ``model-explorer-onnx``. When
+    every main-graph node has a name of its own, the pass would keep them (it names nodes per
+    graph: a subgraph's names never clash with the main graph's), so it is not run and the
+    model is unchanged.
     """
+    ids = {node: node.name or "" for node in model.graph}
+    names = set(ids.values())
+    if len(names) == len(ids) and "" not in names:
+        return ids
     common_passes.NameFixPass()(model)
     return {node: node.name or "" for node in model.graph}
 
 
-def _configurations(model: ir.Model) -> list[ir.ModelConfiguration]:
-    found: dict[int, ir.ModelConfiguration] = {}
-    for node in model.graph:
+def _stage_entries(
+    nodes: list[ir.Node],
+) -> dict[ir.ModelConfiguration, dict[ir.Node, ir.NodeDeviceConfiguration]]:
+    """Per configuration giving pipeline stages (in order of first use), each node's entry.
+
+    One pass over the nodes; a node's first entry for a configuration that names a stage.
+    """
+    found: dict[int, tuple[ir.ModelConfiguration, dict[ir.Node, Any]]] = {}
+    for node in nodes:
         for entry in node.device_configurations:
-            if entry.pipeline_stage is not None and entry.configuration is not None:
-                found.setdefault(id(entry.configuration), entry.configuration)
-    return list(found.values())
+            configuration = entry.configuration
+            if entry.pipeline_stage is None or configuration is None:
+                continue
+            pair = found.get(id(configuration))
+            if pair is None:
+                pair = found[id(configuration)] = (configuration, {})
+            pair[1].setdefault(node, entry)
+    return dict(found.values())
 
 
 def _omny_memory(model: ir.Model) -> dict[str, tuple[int, ...]]:
@@ -160,9 +183,23 @@ def node_data(
         ViewError: The model has no plan and no pipeline annotation, or no such configuration.
     """
     require_model(model, "node_data")
+    # one document entry per node: without the pause, the collector's full scans of the
+    # model grow with it and make the whole superlinear
+    with gc_paused():
+        return _node_data(model, configuration, dims)
+
+
+def _node_data(
+    model: ir.Model, configuration: int | str | None, dims: dict[str, int] | None
+) -> list[NodeDataFile]:
+    # one index of the graph for annotate and the FLOP estimate (as the planner shares one);
+    # a model with local functions is indexed with them by annotate, without by the shapes
+    index = GraphIndex.for_model(model) if not model.functions else None
     if read_omny(model) is not None:
-        annotate(model, check=False)
-    configurations = _configurations(model)
+        annotate(model, check=False, index=index)
+    nodes = list(model.graph)
+    all_entries = _stage_entries(nodes)
+    configurations = list(all_entries)
     if not configurations:
         raise ViewError(
             "The model has no plan: no .omny metadata and no IR v11 pipeline stage; plan it "
@@ -184,48 +221,67 @@ def node_data(
                     + ")."
                 )
             configurations = [configurations[position]]
-    ids = node_ids(model)
-    nodes = list(model.graph)
     memory = _omny_memory(model)
     record = read_tensor_parallel(model)
-    sizes = ValueSizes(model.graph, dims if dims is not None else read_planning_dims(model))
+    sizes = ValueSizes(
+        model.graph, dims if dims is not None else read_planning_dims(model), index=index
+    )
     flops = [f or 0 for f in nodes_flops(nodes, sizes, estimate=True)]
-    return [_one(model, nodes, ids, flops, c, memory.get(c.name), record) for c in configurations]
+    ids = node_ids(model)  # after the analyses: it may rename values
+    weight_bytes: dict[ir.Value, int] = {}
+    return [
+        _one(model, nodes, ids, flops, c, all_entries[c], memory.get(c.name), record, weight_bytes)
+        for c in configurations
+    ]
 
 
-def _stage_entries(
-    nodes: list[ir.Node], configuration: ir.ModelConfiguration
-) -> dict[ir.Node, Any]:
-    """Each node's device entry for ``configuration`` that names a pipeline stage."""
-    entries: dict[ir.Node, Any] = {}
-    for node in nodes:
-        for entry in node.device_configurations:
-            if entry.configuration is configuration and entry.pipeline_stage is not None:
-                entries[node] = entry
-                break
-    return entries
+def _initializer_bytes(value: ir.Value) -> int:
+    """The bytes of an initializer, from its stated shape and type (its tensor's otherwise).
+
+    onnx-ir's ``tensor.nbytes`` of a tensor read from a proto builds the tensor's shape anew on
+    every call; the value's shape is built once, at load.
+    """
+    shape = value.shape
+    if shape is not None and shape.is_static():
+        found = tensor_nbytes(shape.numpy(), value.dtype)
+        if found is not None:
+            return found
+    tensor = value.const_value
+    return (stored_nbytes(tensor) or 0) if tensor is not None else 0
 
 
-def _stage_totals(
+def _stage_flops(
     nodes: list[ir.Node], flops: list[int], entries: dict[ir.Node, Any], num_stages: int
-) -> tuple[list[int], list[int]]:
-    """Per stage: the FLOPs of its nodes and the bytes of the initializers they read (each once)."""
+) -> list[int]:
+    """Per stage: the FLOPs of its nodes."""
     stage_flops = [0] * num_stages
-    weights = [0] * num_stages
-    counted: set[tuple[int, ir.Value]] = set()
     for node, node_flops in zip(nodes, flops, strict=True):
         found = entries.get(node)
-        if found is None:
-            continue
-        stage = found.pipeline_stage or 0
-        stage_flops[stage] += node_flops
+        if found is not None:
+            stage_flops[found.pipeline_stage or 0] += node_flops
+    return stage_flops
+
+
+def _stage_weights(
+    entries: dict[ir.Node, Any], num_stages: int, weight_bytes: dict[ir.Value, int]
+) -> list[int]:
+    """Per stage: the bytes of the initializers its nodes read, each once per stage.
+
+    ``weight_bytes`` caches each initializer's size across configurations.
+    """
+    weights = [0] * num_stages
+    counted: set[tuple[int, ir.Value]] = set()
+    for node, entry in entries.items():
+        stage = entry.pipeline_stage or 0
         for value in node.inputs:
             if value is None or not value.is_initializer() or (stage, value) in counted:
                 continue
             counted.add((stage, value))
-            tensor = value.const_value
-            weights[stage] += tensor.nbytes if tensor is not None else 0
-    return stage_flops, weights
+            size = weight_bytes.get(value)
+            if size is None:
+                size = weight_bytes[value] = _initializer_bytes(value)
+            weights[stage] += size
+    return weights
 
 
 def _device_label(names: Sequence[str], indices: tuple[int, ...]) -> str:
@@ -254,32 +310,37 @@ def _stage_devices(
     return devices
 
 
-def _latest_consumer_stage(node: ir.Node, entries: dict[ir.Node, Any], stage: int) -> int:
-    """The latest stage after ``stage`` that reads one of ``node``'s outputs; -1 if none."""
-    later = -1
-    for value in node.outputs:
-        for user, _ in value.uses():
-            other = entries.get(user)
-            if other is not None and (other.pipeline_stage or 0) > stage:
-                later = max(later, other.pipeline_stage or 0)
-    return later
-
-
-def _node_result(
-    node: ir.Node, entry: Any, prefixes: list[str], entries: dict[ir.Node, Any]
+def _results(
+    entries: dict[ir.Node, Any], ids: dict[ir.Node, str], prefixes: list[str]
 ) -> dict[str, Any]:
-    """One node's label and colours: its stage's prefix, its weight split, a cut it feeds."""
-    stage = entry.pipeline_stage or 0
-    label = prefixes[stage]
-    split = _weight_split(entry)
-    if split is not None:
-        label += f" | {split}"
-    result: dict[str, Any] = {"value": label, "bgColor": STAGE_COLOURS[stage % 12]}
-    later = _latest_consumer_stage(node, entries, stage)
-    if later >= 0:
-        result["value"] = label + f" | cut -> stage {later}"
-        result["textColor"] = CUT_TEXT_COLOUR
-    return result
+    """Each node's label and colours: its stage's prefix, its weight split, a cut it feeds.
+
+    A node whose outputs a later stage reads is marked ``cut -> stage k`` (the latest such
+    stage) in red. One pass over the nodes and the uses of their outputs.
+    """
+    stage_of = {node: entry.pipeline_stage or 0 for node, entry in entries.items()}
+    colours = [STAGE_COLOURS[s % len(STAGE_COLOURS)] for s in range(len(prefixes))]
+    results: dict[str, Any] = {}
+    for node, entry in entries.items():
+        stage = stage_of[node]
+        label = prefixes[stage]
+        if entry.sharding_specs:
+            split = _weight_split(entry)
+            if split is not None:
+                label += f" | {split}"
+        later = stage
+        for value in node.outputs:
+            for user in value.consumers():
+                later = max(later, stage_of.get(user, -1))
+        if later > stage:
+            results[ids[node]] = {
+                "value": f"{label} | cut -> stage {later}",
+                "bgColor": colours[stage],
+                "textColor": CUT_TEXT_COLOUR,
+            }
+        else:
+            results[ids[node]] = {"value": label, "bgColor": colours[stage]}
+    return results
 
 
 def _graph_data(configuration: ir.ModelConfiguration, results: dict[str, Any]) -> dict[str, Any]:
@@ -301,26 +362,24 @@ def _one(
     ids: dict[ir.Node, str],
     flops: list[int],
     configuration: ir.ModelConfiguration,
+    entries: dict[ir.Node, Any],
     memory_mb: tuple[int, ...] | None,
     record: Any,
+    weight_bytes: dict[ir.Value, int],
 ) -> NodeDataFile:
-    entries = _stage_entries(nodes, configuration)
     num_stages = max((e.pipeline_stage or 0 for e in entries.values()), default=0) + 1
-    stage_flops, weights = _stage_totals(nodes, flops, entries, num_stages)
-    memory_share = _shares(
-        memory_mb if memory_mb is not None and len(memory_mb) == num_stages else weights
-    )
-    compute_share = _shares(stage_flops)
+    if memory_mb is None or len(memory_mb) != num_stages:
+        # no .omny memory figure for this configuration: the weights each stage reads
+        memory_mb = tuple(_stage_weights(entries, num_stages, weight_bytes))
+    memory_share = _shares(memory_mb)
+    compute_share = _shares(_stage_flops(nodes, flops, entries, num_stages))
     devices = _stage_devices(configuration, record, num_stages)
     prefixes = [
         f"stage {s} | {devices[s]} | memory {memory_share[s]:.0f}% | compute "
         f"{compute_share[s]:.0f}%"
         for s in range(num_stages)
     ]
-    results = {
-        ids[node]: _node_result(node, entry, prefixes, entries) for node, entry in entries.items()
-    }
-    graph_data = _graph_data(configuration, results)
+    graph_data = _graph_data(configuration, _results(entries, ids, prefixes))
     return NodeDataFile(configuration.name, num_stages, {graph_id(model): graph_data})
 
 
@@ -337,6 +396,8 @@ def write_node_data(
     written = []
     for item in files:
         path = folder / item.file_name
-        write_bytes_atomic(path, json.dumps(item.data, separators=(",", ":")).encode("utf-8"))
+        write_bytes_atomic(
+            path, json.dumps(item.data, separators=(",", ":"), check_circular=False).encode("utf-8")
+        )
         written.append(dataclasses.replace(item, path=path))
     return written

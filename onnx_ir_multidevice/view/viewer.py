@@ -5,6 +5,10 @@ names them, to a folder of the caller's, without its weights (Model Explorer's O
 never reads external data: the large initializers become references to a file that is not
 written, so the copy costs the graph only). A split folder is shown stage file by stage file,
 each file's nodes in its stage (its manifest does not record the whole model).
+
+The source is read for its graph (``_proto.files.load_structure``): its external data is
+neither checked nor opened (the shapes read only small integer constants, which stay in the
+model file), so a model whose data files are elsewhere (or gone) can still be shown.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from pathlib import Path
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import ViewError
-from onnx_ir_multidevice._proto.files import load
+from onnx_ir_multidevice._proto.files import load_structure
 from onnx_ir_multidevice._split import read_manifest
+from onnx_ir_multidevice._util import gc_paused
 from onnx_ir_multidevice.view.node_data import (
     STAGE_COLOURS,
     NodeDataFile,
@@ -35,9 +40,16 @@ _INLINE_ELEMENTS = 1024
 
 @dataclasses.dataclass(frozen=True)
 class Overlay:
-    """One model file for the viewer and the node-data files to apply to it."""
+    """One model file for the viewer and the node-data files to apply to it.
 
-    model_path: Path
+    Attributes:
+        model_path: The model file written for the viewer; ``None`` when :func:`prepare` wrote
+            none (``write_model=False``, ``omny view --write``); the node ids are the ones
+            the adapter gives the source model's graph.
+        node_data: The node-data files written, each with its ``path``.
+    """
+
+    model_path: Path | None
     node_data: tuple[NodeDataFile, ...]
 
 
@@ -59,8 +71,8 @@ def _without_weights(model: ir.Model, path: Path) -> None:
     ir.save(model, path)
 
 
-def _stage_model(path: Path, stage: int, num_stages: int, out: Path) -> Overlay:
-    model = load(path)
+def _stage_model(path: Path, stage: int, num_stages: int, out: Path, write_model: bool) -> Overlay:
+    model = load_structure(path)
     ids = node_ids(model)
     colour = STAGE_COLOURS[stage % len(STAGE_COLOURS)]
     results = {
@@ -77,9 +89,11 @@ def _stage_model(path: Path, stage: int, num_stages: int, out: Path) -> Overlay:
             }
         },
     )
+    (written,) = write_node_data([item], out)
+    if not write_model:
+        return Overlay(None, (written,))
     model_path = out / f"stage_{stage}.onnx"
     _without_weights(model, model_path)
-    (written,) = write_node_data([item], out)
     return Overlay(model_path, (written,))
 
 
@@ -99,6 +113,10 @@ def prepare(
         write_model: Also write the model file the viewer opens (``omny view`` without
             ``--write``); without it only the node-data files are written.
 
+    Returns:
+        One :class:`Overlay` per model file (one for a model, one per stage of a split
+        folder); its ``model_path`` is ``None`` without ``write_model``.
+
     Raises:
         ViewError: Nothing to show (no plan), or no such configuration.
     """
@@ -112,11 +130,15 @@ def prepare(
             stage_path = path / stage.file
             if not stage_path.is_file():
                 raise ViewError(f"{stage_path}: the manifest's stage {stage.index} file is absent.")
-            overlays.append(_stage_model(stage_path, stage.index, manifest.num_stages, folder))
+            overlays.append(
+                _stage_model(stage_path, stage.index, manifest.num_stages, folder, write_model)
+            )
         return overlays
-    model = load(path)
-    files = write_node_data(node_data(model, configuration=configuration), folder)
+    model = load_structure(path)
+    with gc_paused():  # as node_data: the JSON documents are many small objects
+        files = write_node_data(node_data(model, configuration=configuration), folder)
+    if not write_model:
+        return [Overlay(None, tuple(files))]
     model_path = folder / (path.stem + ".onnx")
-    if write_model:
-        _without_weights(model, model_path)
+    _without_weights(model, model_path)
     return [Overlay(model_path, tuple(files))]
