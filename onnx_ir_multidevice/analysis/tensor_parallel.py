@@ -262,109 +262,145 @@ def _attempt(
     order: list[ir.Node],
     outputs: set[ir.Value],
 ) -> _Attempt | None:
-    states: dict[ir.Value, ShardState] = {}
-    reduced: set[ir.Value] = set()  # made whole by a collective: later readers see it replicated
-    nodes: list[ir.Node] = []
-    results: list[RuleResult] = []
-    read: dict[ir.Node, tuple[ShardState, ...]] = {}
-    collectives: list[Collective] = []
-    heap: list[int] = []
-    queued: set[int] = set()
+    """Grow one region from ``seeds``: ``None`` when no seed applies or shape data is stuck."""
+    growth = _Growth(context, taken, position, order, outputs)
+    if not growth.seed(seeds, blocks):
+        return None
+    growth.grow()
+    return growth.finish()
 
-    def push_readers(value: ir.Value) -> None:
+
+class _Growth:
+    """The state of one region growing from its seeds, node by node in graph order."""
+
+    def __init__(
+        self,
+        context: ShardingContext,
+        taken: set[ir.Node],
+        position: Mapping[ir.Node, int],
+        order: list[ir.Node],
+        outputs: set[ir.Value],
+    ) -> None:
+        self.context = context
+        self.taken = taken
+        self.position = position
+        self.order = order
+        self.outputs = outputs
+        self.states: dict[ir.Value, ShardState] = {}
+        self.reduced: set[ir.Value] = set()
+        """Values made whole by a collective: later readers see them replicated."""
+        self.nodes: list[ir.Node] = []
+        self.results: list[RuleResult] = []
+        self.read: dict[ir.Node, tuple[ShardState, ...]] = {}
+        self.collectives: list[Collective] = []
+        self.heap: list[int] = []
+        self.queued: set[int] = set()
+        self.stuck: list[ir.Value] = []
+        """Per-device shape data read by a node without a rule."""
+        self.gathered: set[ir.Value] = set()
+        """Split graph outputs gathered for the output only."""
+
+    def push_readers(self, value: ir.Value) -> None:
+        """Queue the readers of a value that is not replicated (a subgraph reads it whole)."""
         for use in value.uses():
-            reader = use.node
-            where = position.get(reader)
+            where = self.position.get(use.node)
             if where is None:  # a node of a subgraph: it reads the whole value
-                make_whole(value)
-            elif where not in queued:
-                queued.add(where)
-                heapq.heappush(heap, where)
-        if value in outputs:
-            make_whole(value, output=True)
+                self.make_whole(value)
+            elif where not in self.queued:
+                self.queued.add(where)
+                heapq.heappush(self.heap, where)
+        if value in self.outputs:
+            self.make_whole(value, output=True)
 
-    stuck: list[ir.Value] = []  # per-device shape data read by a node without a rule
-
-    gathered: set[ir.Value] = set()  # split graph outputs gathered for the output only
-
-    def make_whole(value: ir.Value, *, output: bool = False) -> None:
-        if value in reduced:
+    def make_whole(self, value: ir.Value, *, output: bool = False) -> None:
+        """Add the collective that makes ``value`` whole (once)."""
+        if value in self.reduced:
             return
-        state = states[value]
+        state = self.states[value]
         if output and isinstance(state, Split):
             # The output is gathered; the region's own readers go on reading their piece
             # (present keys/values read again by the attention).
-            if value not in gathered:
-                gathered.add(value)
-                collectives.append(
-                    Collective("AllGather", value, value.producer(), state, _nbytes(context, value))
-                )
+            if value not in self.gathered:
+                self.gathered.add(value)
+                self._collective("AllGather", value, state)
             return
-        reduced.add(value)
+        self.reduced.add(value)
         if isinstance(state, LocalShape):
-            stuck.append(value)
+            self.stuck.append(value)
             return
-        if value in gathered:
+        if value in self.gathered:
             return  # already gathered at the output; later readers read the whole value
-        kind = "AllReduce" if isinstance(state, Partial) else "AllGather"
-        collectives.append(
-            Collective(kind, value, value.producer(), state, _nbytes(context, value))
-        )
+        self._collective("AllReduce" if isinstance(state, Partial) else "AllGather", value, state)
 
-    def add(node: ir.Node, result: RuleResult) -> None:
-        nodes.append(node)
-        results.append(result)
+    def _collective(self, kind: str, value: ir.Value, state: ShardState) -> None:
+        nbytes = _nbytes(self.context, value)
+        self.collectives.append(Collective(kind, value, value.producer(), state, nbytes))
+
+    def add(self, node: ir.Node, result: RuleResult) -> None:
+        """Take ``node`` into the region with the states its rule proved."""
+        self.nodes.append(node)
+        self.results.append(result)
         for value, state in zip(node.outputs, result.outputs, strict=True):
             if value is not None:
-                states[value] = state
+                self.states[value] = state
                 if not isinstance(state, Replicated):
-                    push_readers(value)
+                    self.push_readers(value)
 
-    for seed in seeds:
-        if seed in taken:
-            continue
-        found = SEED_RULES.get(seed.domain, seed.op_type)
-        result = found(context, seed, blocks) if found is not None else None
-        if result is not None:
-            read[seed] = (REPLICATED,) * len(seed.inputs)
-            add(seed, result)
-    if not nodes:
-        return None
-    while heap:
-        node = order[heapq.heappop(heap)]
-        if node in states or node in nodes:
-            continue
-        inputs = [
-            REPLICATED if v is None or v in reduced else states.get(v, REPLICATED)
-            for v in node.inputs
-        ]
-        if all(isinstance(s, Replicated) for s in inputs):
-            continue
-        result = None if node in taken else propagate(context, node, inputs)
-        if result is None:
-            for value, state in zip(node.inputs, inputs, strict=True):
-                if value is not None and not isinstance(state, Replicated):
-                    make_whole(value)
-            continue
-        read[node] = tuple(inputs)
-        add(node, result)
-    if stuck:
-        return None
-    collectives.sort(key=lambda c: position.get(c.after, -1) if c.after is not None else -1)
-    for node in nodes:
-        for value in node.inputs:
-            if value is not None and value not in states:
-                states[value] = REPLICATED
-    gathers = sum(1 for c in collectives if c.kind == "AllGather")
-    ordered = sorted(range(len(nodes)), key=lambda i: position[nodes[i]])
-    return _Attempt(
-        [nodes[i] for i in ordered],
-        states,
-        read,
-        [results[i] for i in ordered],
-        collectives,
-        gathers,
-    )
+    def seed(self, seeds: list[ir.Node], blocks: int) -> bool:
+        """Start from the seeds a seed rule applies to; ``False`` when none does."""
+        for seed in seeds:
+            if seed in self.taken:
+                continue
+            found = SEED_RULES.get(seed.domain, seed.op_type)
+            result = found(self.context, seed, blocks) if found is not None else None
+            if result is not None:
+                self.read[seed] = (REPLICATED,) * len(seed.inputs)
+                self.add(seed, result)
+        return bool(self.nodes)
+
+    def grow(self) -> None:
+        """Propagate through the queued readers in graph order."""
+        while self.heap:
+            node = self.order[heapq.heappop(self.heap)]
+            if node in self.states or node in self.nodes:
+                continue
+            inputs = [
+                REPLICATED if v is None or v in self.reduced else self.states.get(v, REPLICATED)
+                for v in node.inputs
+            ]
+            if all(isinstance(s, Replicated) for s in inputs):
+                continue
+            result = None if node in self.taken else propagate(self.context, node, inputs)
+            if result is None:  # no rule proves it: its inputs are made whole first
+                for value, state in zip(node.inputs, inputs, strict=True):
+                    if value is not None and not isinstance(state, Replicated):
+                        self.make_whole(value)
+                continue
+            self.read[node] = tuple(inputs)
+            self.add(node, result)
+
+    def finish(self) -> _Attempt | None:
+        """The attempt, its nodes and collectives in graph order (``None``: stuck)."""
+        if self.stuck:
+            return None
+        position = self.position
+        self.collectives.sort(
+            key=lambda c: position.get(c.after, -1) if c.after is not None else -1
+        )
+        for node in self.nodes:
+            for value in node.inputs:
+                if value is not None and value not in self.states:
+                    self.states[value] = REPLICATED
+        gathers = sum(1 for c in self.collectives if c.kind == "AllGather")
+        ordered = sorted(range(len(self.nodes)), key=lambda i: position[self.nodes[i]])
+        return _Attempt(
+            [self.nodes[i] for i in ordered],
+            self.states,
+            self.read,
+            [self.results[i] for i in ordered],
+            self.collectives,
+            gathers,
+        )
 
 
 def _nbytes(context: ShardingContext, value: ir.Value) -> int | None:
