@@ -220,6 +220,8 @@ def test_unnamed_nodes_are_refused_unless_names_are_assigned():
         ("whisper_encoder_dynamo", "transformer_encoder"),  # 1-D convolutions over audio
         ("vit_dynamo", "vision_transformer"),
         ("bert_dynamo", "transformer_encoder"),
+        ("t5_encoder_torchscript", "transformer_encoder"),  # Less against a constant: buckets
+        ("gpt2_dynamo", "transformer_decoder"),  # LessOrEqual of two position ranges
         ("resnet_int8_qoperator", "cnn"),  # QLinearConv
         ("lstm_gru_torchscript", "rnn"),
     ],

@@ -189,15 +189,21 @@ def _has_kv_cache(graph: ir.Graph) -> bool:
 def guess_architecture(graph: ir.Graph) -> str:
     """Guess the ``.omny`` ``architecture`` from the op types of the graph and its subgraphs.
 
-    Returns ``"cnn"`` (convolutions, no attention), ``"vision_transformer"`` (attention and
-    an image: a convolution over a 4-D input, or a 4-D float input and no integer input),
-    ``"transformer_decoder"`` (attention with a KV cache — integer ids in and 4-D float past
-    states in or out — or with a causal mask: ``Trilu`` or a ``Less``/``LessOrEqual``
-    comparison), ``"transformer_encoder"`` (other attention, an audio encoder's 1-D
-    convolutions included), ``"rnn"`` (``LSTM``/``GRU``/``RNN``), ``"mlp"`` (matrix products
-    only) or ``"unknown"``. Attention is a ``Softmax`` between two ``MatMul`` s or a fused
-    attention op (:data:`~onnx_ir_multidevice.analysis.ops.ATTENTION_OPS`). Quantized
-    convolutions count as convolutions.
+    Returns one of:
+
+    * ``"cnn"``: convolutions (quantized ones included), no attention;
+    * ``"vision_transformer"``: attention and an image (a convolution over a 4-D input, or a
+      4-D float input and no integer input);
+    * ``"transformer_decoder"``: attention with a KV cache (integer ids in, 4-D float past
+      states in or out) or a causal mask (``Trilu``, or a ``Less``/``LessOrEqual`` of two
+      computed positions or of a window of a square constant);
+    * ``"transformer_encoder"``: other attention (an audio encoder's 1-D convolutions
+      included);
+    * ``"rnn"`` (``LSTM``/``GRU``/``RNN``), ``"mlp"`` (matrix products only) or
+      ``"unknown"``.
+
+    Attention is a ``Softmax`` between two ``MatMul`` s or a fused attention op
+    (:data:`~onnx_ir_multidevice.analysis.ops.ATTENTION_OPS`).
 
     .. versionadded:: 0.1
     """
@@ -221,9 +227,45 @@ def _transformer_kind(graph: ir.Graph, ops: Counter[str]) -> str:
     image_input = not integer_input and any(len(v.shape or ()) == 4 for v in graph.inputs)
     if not kv_cache and (image_input or _conv2d(graph)):
         return "vision_transformer"
-    if kv_cache or not _CAUSAL_OPS.isdisjoint(ops):
+    if kv_cache or (not _CAUSAL_OPS.isdisjoint(ops) and _causal_mask(graph)):
         return "transformer_decoder"
     return "transformer_encoder"
+
+
+def _causal_mask(graph: ir.Graph) -> bool:
+    """Whether the graph or a subgraph builds a causal mask.
+
+    A ``Trilu``; or a ``Less``/``LessOrEqual`` of two computed positions (a query position
+    against a key position) or of a window sliced from a square constant (GPT-2's ``bias``
+    buffer). T5's relative-position buckets compare a computed distance with a constant: no
+    mask.
+    """
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        if node.op_type == "Trilu":
+            return True
+        if node.op_type not in _CAUSAL_OPS:
+            continue
+        if any(_square_window(v) for v in node.inputs) or all(
+            v is not None and v.const_value is None and not _is_constant_node(v.producer())
+            for v in node.inputs
+        ):
+            return True
+    return False
+
+
+def _is_constant_node(node: ir.Node | None) -> bool:
+    return node is not None and node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+def _square_window(value: ir.Value | None) -> bool:
+    """Whether ``value`` is a ``Slice`` of a constant whose last two axes are equal."""
+    producer = value.producer() if value is not None else None
+    if producer is None or producer.op_type != "Slice" or not producer.inputs:
+        return False
+    source = producer.inputs[0]
+    tensor = source.const_value if source is not None else None
+    dims = tensor.shape.numpy() if tensor is not None else ()  # a tensor's shape is static
+    return len(dims) >= 2 and dims[-1] == dims[-2] > 1
 
 
 def model_info(
