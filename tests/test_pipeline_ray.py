@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs ray (pip install '.[ray]')")
@@ -15,6 +17,7 @@ from test_pipeline import OUTPUTS, WIDTH, assert_outputs, mlp_stages, request  #
 from onnx_ir_multidevice import save_split  # noqa: E402
 from onnx_ir_multidevice._errors import PipelineError  # noqa: E402
 from onnx_ir_multidevice.runtime import Pipeline  # noqa: E402
+from onnx_ir_multidevice.runtime.engines.ray import _pipeline_folder  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -108,11 +111,19 @@ def test_resources_beyond_the_cluster_fail_fast():
 
 
 @pytest.mark.parametrize("stage", [0, 1])
-def test_dead_actor_fails_every_pending_and_later_request(stage):
+def test_dead_actor_fails_every_pending_and_later_request(stage, tmp_path):
     """A stage actor that dies (killed here) breaks the pipeline: the requests that need it
-    fail at once, naming the stage and its device, and later requests are refused."""
-    with Pipeline(mlp_stages([2]), backend="ray", intra_op_num_threads=1, max_in_flight=4) as pipe:
+    fail at once, naming the stage and its device, and later requests are refused. Its
+    stage's files (an IR model with external data, saved by the driver into the pipeline's
+    folder) are removed when the pipeline closes."""
+    stages = []
+    for k, model in enumerate(mlp_stages([2])):
+        ir.save(model, tmp_path / f"s{k}.onnx", external_data=f"s{k}.data", size_threshold_bytes=0)
+        stages.append(ir.load(tmp_path / f"s{k}.onnx"))  # weights: external data
+    with Pipeline(stages, backend="ray", intra_op_num_threads=1, max_in_flight=4) as pipe:
         assert_outputs(pipe.run(request(0)), request(0))
+        folder = _pipeline_folder(pipe._engine.pipeline_id)  # one node: this machine's
+        assert len(os.listdir(folder)) == 2  # one folder per stage
         actor = pipe._engine._actors[stage]
         ray.kill(actor, no_restart=True)
         deadline = time.monotonic() + 60
@@ -140,6 +151,7 @@ def test_dead_actor_fails_every_pending_and_later_request(stage):
         assert f"stage {stage} on cpu can run no more requests" in str(refused.value)
         with pytest.raises(PipelineError, match="broken"):
             pipe.run(request(1), timeout=60)
+    assert not os.path.exists(folder)  # the killed actor's files too
 
 
 def test_base_exception_in_a_stage_actor_is_fatal_for_the_requests_that_need_it():

@@ -34,13 +34,15 @@ address each stage's actor runs on.
 **Stage files** (``ship_files``): a stage made from a path (a split directory) or from an IR
 model with external data would be read from the driver's file system. When the cluster has
 more than one node (or ``ship_files=True``), the driver instead reads each stage's model
-file and its external data files and puts each file into Ray's object store (one object per
-file: a file over 2 GiB is one object, which the object store holds and spills like any
-other); the actor writes them to a folder of its own under
-``<tmp>/omny-ray-stages/<pipeline id>/`` on its node (:data:`STAGE_FILES`), makes its session
-from there, and removes the folder when the pipeline closes. An actor that cannot (killed,
-crashed) leaves its files: :meth:`Pipeline.close` then runs a small task on each node that
-hosted a stage to remove the pipeline's folder there. No shared file system is needed. The
+file and its external data files and puts each file into Ray's object store, in objects of
+:data:`SHIP_CHUNK_BYTES` at most (a file over 2 GiB is never held whole by the driver or the
+actor), each file once (the segments of a tensor-parallel rank share one data file); the
+actor writes them to a folder of its own under ``<tmp>/omny-ray-stages/<pipeline id>/`` on its
+node (:data:`STAGE_FILES`), makes its session from there, and removes the folder when the
+pipeline closes. A stage held in memory (an IR model) is saved by the driver and shipped so
+on any cluster, so that its files land in that folder too. An actor that cannot remove them
+(killed, crashed) leaves its files: :meth:`Pipeline.close` then runs a small task on each node
+that hosted a stage to remove the pipeline's folder there. No shared file system is needed. The
 stages' activation sizes are summed as they pass on (``PipelineStats.between_nodes_bytes``:
 bytes per request from one node to the next).
 
@@ -222,6 +224,13 @@ def _ship(
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _in_memory(stage: StageModel) -> bool:
+    """Whether a stage (one of its segments, when tensor-parallel) is an IR model in memory."""
+    if isinstance(stage, TensorParallelStage):
+        return any(isinstance(s.source, ir.Model) for rank in stage.ranks for s in rank)
+    return isinstance(stage.source, ir.Model)
 
 
 def _ship_stage(ray: Any, stage: StageModel) -> StageModel:
@@ -690,8 +699,8 @@ class RayEngine:
         if strategy is not None:
             self._pin_to_group(ray, strategy, requested, demands, start_timeout)
         # Sessions of IR-model stages save the model to a temporary folder: let them remove it.
-        self._files = ship_files or any(isinstance(st.source, ir.Model) for st in chain.stages)
-        self._shipped = ship_files
+        self._files = ship_files or any(_in_memory(st) for st in chain.stages)
+        self._shipped = self._files
         self._start_actors(ray, chain, devices, threads, spinning, requested, ship_files)
         self._await_actors(ray, requested, start_timeout)
         for i, (node, ip) in enumerate(self.placements):
@@ -742,8 +751,9 @@ class RayEngine:
         try:
             for i, original in enumerate(chain.stages):
                 stage = original
-                if ship_files:
+                if ship_files or _in_memory(original):
                     # the actor gets _Shipped in place of the sources and writes the files out
+                    # into the pipeline's folder on its node (removed even if the actor dies)
                     stage = _ship_stage(ray, original)
                 final = chain.graph_outputs if i == last else None
                 self._actors.append(
