@@ -46,11 +46,12 @@ def _planned(config: llama.LlamaConfig, degree: int = 2):
 def test_sliced_weights_count_a_share_per_rank():
     # TINY: hidden 64, intermediate 128, 4 heads of 16, 2 KV heads, vocab 256, float32.
     # Sliced per layer: q and o 64x64, k and v 64x32, gate, up and down 64x128;
-    # plus the vocabulary head 64x256 (gathered at the output).
+    # plus the vocabulary head 64x256 (gathered at the output), and the vocabulary-parallel
+    # lookups: the token embedding 256x64 and the rotary cos and sin tables 128x16.
     _, memory, split = _planned(llama.TINY)
     per_layer = (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128) * 4
-    sliced = 2 * per_layer + 64 * 256 * 4
-    assert sliced == 360448
+    sliced = 2 * per_layer + 64 * 256 * 4 + 256 * 64 * 4 + 2 * 128 * 16 * 4
+    assert sliced == 442368
     whole = memory.whole()
     found = rank_resident_bytes(whole, 2, split.regions, memory.sizes)
     assert found == whole.resident_bytes - sliced + sliced // 2

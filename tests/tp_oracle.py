@@ -85,12 +85,14 @@ def _shard_feeds_and_proto(
     attributes: dict[ir.Node, dict[str, int | tuple[int, ...]]] = {}
     for rewrite in region.attribute_rewrites:
         attributes.setdefault(rewrite.node, {})[rewrite.name] = rewrite.new
+    masks = {mask.node: mask for mask in region.vocab_masks}
     feeds: dict[str, np.ndarray] = {}
     nodes = []
     for n, node in enumerate(region.nodes):
         proto = ir.serde.serialize_node(node)
         del proto.input[:]
         read = region.input_states[node]
+        valid = None
         for i, value in enumerate(node.inputs):
             if value is None:
                 proto.input.append("")
@@ -116,6 +118,13 @@ def _shard_feeds_and_proto(
                 array[rewrite.position] = rewrite.new
             if (node, i) in once and shard != 0:
                 array = np.zeros_like(array)
+            mask = masks.get(node)
+            if mask is not None and i == 1:  # this shard's rows: the ids in its range
+                ids = np.where(array < 0, array + mask.vocab, array)
+                local = ids - shard * (mask.vocab // region.degree)
+                valid = (local >= 0) & (local < mask.vocab // region.degree)
+                array = np.where(valid, local, 0).astype(array.dtype)
+                special = True
             name = f"{value.name}__{n}_{i}" if special or reads_whole else f"{value.name}__in"
             feeds[name] = array
             proto.input.append(name)
@@ -127,6 +136,17 @@ def _shard_feeds_and_proto(
                 else:
                     attribute.ints[:] = changed
         nodes.append(proto)
+        if valid is not None:  # the rows of the ids out of range are zeros
+            name = proto.output[0]
+            proto.output[0] = f"{name}__rows"
+            feeds[f"{name}__valid"] = valid[..., None]
+            zero = np.zeros((), dtype=np.asarray(whole[name]).dtype)
+            feeds[f"{name}__zero"] = zero
+            nodes.append(
+                helper.make_node(
+                    "Where", [f"{name}__valid", f"{name}__rows", f"{name}__zero"], [name]
+                )
+            )
     outputs = [v.name for node in region.nodes for v in node.outputs if v is not None and v.name]
     inputs = [
         helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)

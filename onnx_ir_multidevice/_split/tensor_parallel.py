@@ -7,6 +7,9 @@ copy of the model in which
 * each region node reads rank ``k``'s slice of its weights (block-aware: a fused QKV weight is
   sliced in each of its blocks), its constant shapes and attributes rewritten (``Reshape``
   targets, ``num_heads``), and a bias added to a partial sum only on rank 0 (zeros elsewhere);
+* a vocabulary-parallel ``Gather`` reads rank ``k``'s rows of its table, with its ids masked
+  to them by a few nodes with per-rank constants (negative ids normalised, the other ids'
+  rows zeroed: :class:`~onnx_ir_multidevice.analysis.sharding.VocabMask`);
 * the value each collective makes whole is renamed ``<name>__tp_partial``; the readers that
   need the whole value (the nodes outside the region, the graph outputs) read ``<name>``;
 * every node outside the regions is replicated.
@@ -53,7 +56,13 @@ from onnx_ir_multidevice._split.build import _boundary_types, _build_stage_model
 from onnx_ir_multidevice._split.select import _build_index
 from onnx_ir_multidevice._util import require_model
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
-from onnx_ir_multidevice.analysis.sharding import Replicated, Split, WeightSlice, constant_array
+from onnx_ir_multidevice.analysis.sharding import (
+    Replicated,
+    Split,
+    VocabMask,
+    WeightSlice,
+    constant_array,
+)
 from onnx_ir_multidevice.analysis.tensor_parallel import Region, find_regions
 from onnx_ir_multidevice.binding.naming import configuration_name
 from onnx_ir_multidevice.graph.index import holds_subgraphs
@@ -364,6 +373,8 @@ class _RankBuilder:
                     assert array is not None
                     zeros = self.initializer(f"{bias.name}.zeros", np.zeros_like(array))
                     self.nodes[once.node].replace_input_with(once.input_index, zeros)
+            for mask in region.vocab_masks:
+                self._mask_vocab(mask, suffix)
             self._clear_sharded_shapes(region)
             for collective in region.collectives:
                 self._collective(region, collective, explicit=explicit)
@@ -401,6 +412,83 @@ class _RankBuilder:
         node.outputs[0].type = value.type
         self.graph.insert_before(self.nodes[piece.node], node)
         return node.outputs[0]
+
+    def _mask_vocab(self, mask: VocabMask, suffix: str) -> None:
+        """Mask a vocabulary-parallel ``Gather``'s ids to this rank's rows (see VocabMask).
+
+        Inserts ``Where(ids < 0, ids + V, ids) - offset`` (the local row), ``valid = local >=
+        0 and local < V / d``, gathers ``Where(valid, local, 0)`` and zeroes the rows of the
+        invalid ids with ``Where(Unsqueeze(valid, -1), rows, 0)``. The last node's output takes
+        the ``Gather``'s output name (its readers and the collective read it).
+        """
+        gather = self.nodes[mask.node]
+        ids = gather.inputs[1]
+        out = gather.outputs[0]
+        source = mask.node.inputs[1]
+        assert ids is not None
+        assert source is not None
+        ids_type = ids.dtype or self.shapes().dtype(source)
+        rows_type = out.dtype or self.shapes().dtype(mask.node.outputs[0])
+        if ids_type is None or rows_type is None:
+            raise SplitError(
+                f"the ids or the output of the vocabulary-parallel Gather {mask.node.name!r} "
+                "have no known dtype; give them a type (onnx shape inference) before splitting"
+            )
+        dtype = ids_type.numpy()
+        stem = f"{mask.node.name or 'Gather'}.tp_vocab"
+
+        def scalar(what: str, x: int, kind: np.dtype) -> ir.Value:
+            return self.initializer(f"{stem}.{what}", np.array(x, dtype=kind))
+
+        nodes: list[ir.Node] = []
+
+        def add(op: str, inputs: list[ir.Value], what: str, **attrs: Any) -> ir.Value:
+            attributes = [
+                ir.AttrInt64s(k, v) if isinstance(v, list) else ir.AttrInt64(k, v)
+                for k, v in attrs.items()
+            ]
+            node = ir.Node("", op, inputs, attributes, name=self.unique(f"{stem}.{what}"))
+            node.outputs[0].name = self.unique(f"{stem}.{what}{suffix}")
+            nodes.append(node)
+            return node.outputs[0]
+
+        zero = scalar("zero", 0, dtype)
+        negative = add("Less", [ids, zero], "negative")
+        wrapped = add("Add", [ids, scalar("vocab", mask.vocab, dtype)], "wrapped")
+        whole = add("Where", [negative, wrapped, ids], "ids")
+        local = add("Sub", [whole, scalar("offset", mask.offset(self.rank), dtype)], "local")
+        below = add("Less", [local, zero], "below")
+        inside = add("Less", [local, scalar("rows", mask.rows, dtype)], "inside")
+        valid = add("And", [add("Not", [below], "above"), inside], "valid")
+        safe = add("Where", [valid, local, zero], "safe")
+        if self.graph.opset_imports.get("", 1) >= 13:
+            axes = self.initializer(f"{stem}.axes", np.array([-1], dtype=np.int64))
+            column = add("Unsqueeze", [valid, axes], "column")
+        else:
+            column = add("Unsqueeze", [valid], "column", axes=[-1])
+        self.graph.insert_before(gather, nodes)
+        gather.replace_input_with(1, safe)
+        # The mask takes over the Gather's output (its name, readers and graph outputs).
+        name = out.name
+        assert name
+        masked_out = ir.Value(type=out.type)
+        ir.convenience.replace_all_uses_with(out, masked_out)
+        outputs = self.graph.outputs
+        for j, value in enumerate(outputs):
+            if value is out:
+                outputs[j] = masked_out
+        out.name = self.unique(f"{name}{suffix}.rows")
+        masked_out.name = name
+        nothing = self.initializer(f"{stem}.nothing", np.array(0, dtype=rows_type.numpy()))
+        masked = ir.Node(
+            "",
+            "Where",
+            [column, out, nothing],
+            outputs=[masked_out],
+            name=self.unique(f"{stem}.mask"),
+        )
+        self.values[name] = masked_out
+        self.graph.insert_after(gather, masked)
 
     def _rewrite_shapes(self, region: Region, suffix: str) -> None:
         grouped: dict[tuple[ir.Node, int], list[Any]] = {}
@@ -487,7 +575,8 @@ class _RankBuilder:
             self.graph.inputs.append(whole)
             self.graph.outputs.append(partial)
             return
-        producer = self.nodes[collective.after]
+        # The partial's producer: the collective's node, or the mask after a masked lookup.
+        producer = partial.producer() or self.nodes[collective.after]
         if collective.kind == "AllReduce":
             node = ir.Node(
                 MS_DOMAIN,

@@ -73,6 +73,7 @@ __all__ = [
     "ShapeRewrite",
     "ShardingContext",
     "Split",
+    "VocabMask",
     "WeightSlice",
     "find_regions",
     "region_specs",
@@ -115,6 +116,7 @@ from onnx_ir_multidevice.analysis.sharding import (
     ShapeRewrite,
     ShardingContext,
     Split,
+    VocabMask,
     WeightSlice,
     propagate,
 )

@@ -16,9 +16,11 @@ what the per-device copy of the node needs: weight slices, rewritten constant sh
 attributes, a bias applied by one device only), or ``None`` when it cannot prove a sharded
 computation equal to the whole one. ``None`` never gives a wrong result: the caller gathers
 (``AllGather``) or reduces (``AllReduce``) the input first and the node runs replicated.
-:data:`SEED_RULES` hold the column-parallel starts (a ``MatMul`` or ``Gemm`` by a constant
-weight, or a ``com.microsoft`` ``Attention`` with a packed QKV weight, fed a replicated
-activation).
+:data:`SEED_RULES` hold the starts of a region: column-parallel (a ``MatMul`` or ``Gemm``
+by a constant weight, or a ``com.microsoft`` ``Attention`` with a packed QKV weight, fed a
+replicated activation) and vocabulary-parallel (a ``Gather`` embedding by replicated ids:
+each device looks up its rows, masks the others, and the output is :class:`Partial`; see
+:class:`VocabMask`).
 
 Axes of :class:`Split` are counted from the end (``-1`` is the last axis): they stay the same
 under NumPy broadcasting, so elementwise rules need no rank. Shapes come from
@@ -46,6 +48,7 @@ __all__ = [
     "ShardingContext",
     "ShardingRule",
     "Split",
+    "VocabMask",
     "WeightSlice",
     "constant_array",
     "propagate",
@@ -53,7 +56,7 @@ __all__ = [
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Union
+from typing import ClassVar, Union
 
 import numpy as np
 import onnx_ir as ir
@@ -225,6 +228,43 @@ class BiasOnce:
 
 
 @dataclasses.dataclass(frozen=True)
+class VocabMask:
+    """A vocabulary-parallel ``Gather``: each device looks up the ids of its rows only.
+
+    Device ``k`` holds rows ``[k * vocab / degree, (k + 1) * vocab / degree)`` of the
+    embedding (a :class:`WeightSlice` on axis 0). It normalises negative ids
+    (``Where(ids < 0, ids + vocab, ids)``, as ONNX ``Gather`` reads them), subtracts its first
+    row :meth:`offset`, gathers the in-range ids (the others read row 0) and zeroes the rows of
+    the ids outside its range: the devices' outputs sum to the whole lookup (:class:`Partial`).
+    """
+
+    node: ir.Node
+    """The ``Gather``."""
+
+    vocab: int
+    """The embedding's row count (the whole model's)."""
+
+    degree: int
+    """How many devices."""
+
+    OP_TYPES: ClassVar[tuple[str, ...]] = (
+        *("Less", "Add", "Where", "Sub", "Less", "Less", "Not", "And", "Where", "Unsqueeze"),
+        "Where",
+    )
+    """The op types of the nodes a split adds per device for one lookup (the last one, the
+    mask, after the ``Gather``; the others before it)."""
+
+    @property
+    def rows(self) -> int:
+        """The rows each device holds."""
+        return self.vocab // self.degree
+
+    def offset(self, shard: int) -> int:
+        """The first row device ``shard`` holds."""
+        return shard * self.rows
+
+
+@dataclasses.dataclass(frozen=True)
 class RuleResult:
     """What a sharding rule proves about one node."""
 
@@ -242,6 +282,9 @@ class RuleResult:
 
     bias_once: tuple[BiasOnce, ...] = ()
     """Constants added by device 0 only."""
+
+    vocab_masks: tuple[VocabMask, ...] = ()
+    """Vocabulary-parallel lookups: ids each device masks to its rows."""
 
 
 def constant_array(value: ir.Value | None) -> np.ndarray | None:
@@ -334,8 +377,10 @@ LOCAL_SHAPE_RULES: RuleRegistry[ShardingRule] = RuleRegistry("local shape data")
 
 SeedRule = Callable[[ShardingContext, ir.Node, int], "RuleResult | None"]
 SEED_RULES: RuleRegistry[SeedRule] = RuleRegistry("column-parallel seed")
-"""Column-parallel starts: ``(context, node, blocks) -> RuleResult | None`` for a node whose
-activation input is replicated; the output's last axis is split in ``blocks`` blocks."""
+"""Region starts: ``(context, node, blocks) -> RuleResult | None`` for a node whose
+activation input is replicated; a column-parallel output's last axis is split in ``blocks``
+blocks (a vocabulary-parallel ``Gather`` takes ``blocks == 1`` only; its output is
+:class:`Partial`)."""
 
 
 def propagate(
@@ -618,6 +663,44 @@ def _seed_gemm(context: ShardingContext, node: ir.Node, blocks: int) -> RuleResu
         if isinstance(found, WeightSlice):
             slices.append(found)
     return RuleResult((Split(-1, blocks),), weight_slices=tuple(slices))
+
+
+_ID_TYPES = (ir.DataType.INT32, ir.DataType.INT64)
+
+
+@SEED_RULES.register("Gather")
+def _seed_embedding(context: ShardingContext, node: ir.Node, blocks: int) -> RuleResult | None:
+    """A vocabulary-parallel embedding: ``Gather(weight [V, H] constant, ids)`` on axis 0.
+
+    Each device holds ``V / degree`` rows and looks up the ids in its range (the others give
+    zeros); the output is :class:`Partial`. Negative ids are normalised first (see
+    :class:`VocabMask`). Refused (``None``: the lookup stays replicated) unless the weight is
+    a 2-D floating constant whose row count divides by the degree, the ids are computed
+    ``int32``/``int64`` values, and the axis is 0.
+    """
+    if blocks != 1 or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    weight_value, ids = node.inputs
+    weight = context.constant(weight_value)
+    if (
+        weight_value is None
+        or ids is None
+        or weight is None
+        or weight.ndim != 2
+        or weight.dtype.kind != "f"
+        or weight.shape[0] % context.degree
+        or weight.shape[0] < context.degree
+    ):
+        return None
+    if _positive(_attr_int(node, "axis", 0), 2) != 0:
+        return None
+    if context.constant(ids) is not None or context.shapes.dtype(ids) not in _ID_TYPES:
+        return None
+    return RuleResult(
+        (PARTIAL,),
+        weight_slices=(WeightSlice(weight_value, 0, context.degree),),
+        vocab_masks=(VocabMask(node, int(weight.shape[0]), context.degree),),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

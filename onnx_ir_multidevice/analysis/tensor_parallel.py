@@ -13,6 +13,12 @@ would be gathered (``AllGather``): such an attempt is dropped unless ``allow_gat
 The nodes reached form one :class:`Region`, with every value's state, the weight slices, the
 rewritten constant shapes and attributes and the collectives.
 
+A ``Gather`` of a constant embedding table by replicated ids starts a vocabulary-parallel
+region of its own (each device looks up its rows; the partial sum is reduced right after the
+lookup). These seeds are tried after all the others, so they never take a node from a
+column-parallel region, and a lookup whose table another node reads whole (a tied LM head's
+``Transpose``) is dropped: it would hold the table whole and sliced.
+
 A ``Split`` node dividing a split axis into ``k`` equal outputs (GPT-2's fused QKV) makes the
 attempt start again with the weight's output axis taken as ``k`` blocks, each sliced.
 
@@ -47,6 +53,7 @@ from onnx_ir_multidevice.analysis.sharding import (
     ShardingContext,
     ShardState,
     Split,
+    VocabMask,
     WeightSlice,
     propagate,
 )
@@ -109,6 +116,9 @@ class Region:
     collectives: list[Collective]
     """The collectives ending the region, in topological order."""
 
+    vocab_masks: list[VocabMask] = dataclasses.field(default_factory=list)
+    """Vocabulary-parallel lookups: each device masks the ids to its rows."""
+
     def summary(self) -> str:
         """A few lines: nodes, weight slices, rewrites and collectives."""
         lines = [f"region of {len(self.nodes)} nodes at degree {self.degree}:"]
@@ -126,6 +136,8 @@ class Region:
             )
         for once in self.bias_once:
             lines.append(f"  {once.node.name} input {once.input_index} added by device 0 only")
+        for mask in self.vocab_masks:
+            lines.append(f"  {mask.node.name} looks up {mask.rows} of {mask.vocab} rows per device")
         for collective in self.collectives:
             after = collective.after.name if collective.after is not None else "<graph input>"
             size = f", {collective.nbytes} bytes" if collective.nbytes is not None else ""
@@ -202,18 +214,55 @@ def find_regions(
                 output_gathers += 1  # gathers only (an LM head); else a block with its reduce
         taken.update(attempt.nodes)
         regions.append(_region(degree, attempt))
+    regions = _drop_tied_lookups(regions, outputs)
     if output_gathers == len(regions):
         return []
     regions.sort(key=lambda r: position[r.nodes[0]])
     return regions
 
 
+def _drop_tied_lookups(regions: list[Region], outputs: set[ir.Value]) -> list[Region]:
+    """Drop the vocabulary-parallel lookups whose table another node reads whole.
+
+    A tied embedding read whole by the LM head (a ``Transpose`` of it, a replicated head)
+    would be held whole and sliced on every device: more memory, not less. A head slicing it
+    the same way (a column-parallel ``Gemm`` with ``transB``) keeps the lookup.
+    """
+    readers: dict[tuple[ir.Value, int, int], set[ir.Node]] = {}
+    for region in regions:
+        for piece in region.weight_slices:
+            if piece.node is not None:
+                key = (piece.value, piece.axis, piece.blocks)
+                readers.setdefault(key, set()).add(piece.node)
+    kept = []
+    for region in regions:
+        if region.vocab_masks and any(
+            piece.value in outputs
+            or any(
+                use.node not in readers[(piece.value, piece.axis, piece.blocks)]
+                for use in piece.value.uses()
+            )
+            for piece in region.weight_slices
+        ):
+            continue
+        kept.append(region)
+    return kept
+
+
 def _seed_groups(order: list[ir.Node]) -> dict[ir.Value, list[ir.Node]]:
-    """The nodes a seed rule applies to, grouped by their first input (in graph order)."""
+    """The nodes a seed rule applies to, grouped by their first input (in graph order).
+
+    The ``Gather`` groups (vocabulary-parallel embeddings, grouped by their table) come after
+    all the others: an embedding region never takes a node a column-parallel region would.
+    """
     groups: dict[ir.Value, list[ir.Node]] = {}
+    lookups: dict[ir.Value, list[ir.Node]] = {}
     for node in order:
         if node.inputs and node.inputs[0] is not None and SEED_RULES.get(node.domain, node.op_type):
-            groups.setdefault(node.inputs[0], []).append(node)
+            found = lookups if node.op_type == "Gather" else groups
+            found.setdefault(node.inputs[0], []).append(node)
+    for value, nodes in lookups.items():
+        groups.setdefault(value, []).extend(nodes)
     return groups
 
 
@@ -356,6 +405,12 @@ class _Growth:
             if result is not None:
                 self.read[seed] = (REPLICATED,) * len(seed.inputs)
                 self.add(seed, result)
+                if result.vocab_masks:
+                    # A lookup's partial sum is reduced at once: carried further it would only
+                    # grow (a rotary table's rows times the queries) or meet another region.
+                    for value in seed.outputs:
+                        if value is not None:
+                            self.make_whole(value)
         return bool(self.nodes)
 
     def grow(self) -> None:
@@ -420,4 +475,5 @@ def _region(degree: int, attempt: _Attempt) -> Region:
         region.shape_rewrites.extend(result.shape_rewrites)
         region.attribute_rewrites.extend(result.attribute_rewrites)
         region.bias_once.extend(result.bias_once)
+        region.vocab_masks.extend(result.vocab_masks)
     return region

@@ -63,13 +63,14 @@ import collections
 import dataclasses
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import PlanError
-from onnx_ir_multidevice.analysis.sharding import Replicated
+from onnx_ir_multidevice.analysis.sharding import Replicated, VocabMask
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import assign_stages
 from onnx_ir_multidevice.analysis.tensor_parallel import Region, find_regions
@@ -719,10 +720,36 @@ def rank_segments(nodes: Sequence[ir.Node], regions: Sequence[Region]) -> list[l
                 found += 1  # reads the whole value: after the collective
             deepest = max(deepest, found)
         level[node] = deepest
+    masked = {mask.node for region in regions for mask in region.vocab_masks}
+    added = _mask_op_types(nodes) if masked else ()
     segments: list[list[str]] = [[] for _ in range(max(level.values(), default=0) + 1)]
     for node, found in level.items():
         segments[found].append(node.op_type)
+        if node in masked:  # the split masks a vocabulary-parallel lookup's ids and rows
+            segments[found].extend(node.op_type if t is None else t for t in added)
     return segments
+
+
+def _mask_op_types(nodes: Sequence[ir.Node]) -> tuple[str | None, ...]:
+    """The op types of a lookup's mask nodes as :func:`rank_segments` counts them.
+
+    :attr:`VocabMask.OP_TYPES`, with ``None`` for a type the stage's session has among the
+    nodes ``nodes`` leaves out (the replicable arithmetic of the planning order, a causal
+    mask's ``Where``): the segment already has that type, so it costs a node, not a type.
+    """
+    graph = nodes[0].graph if nodes else None
+    if graph is None:
+        return VocabMask.OP_TYPES
+    counts = _GRAPH_OP_TYPES.get(graph)
+    if counts is None or counts[0] != len(graph):  # once per graph (the planner asks often)
+        counts = _GRAPH_OP_TYPES[graph] = (len(graph), frozenset(n.op_type for n in graph))
+    omitted = counts[1] - {n.op_type for n in nodes}
+    return tuple(None if t in omitted else t for t in VocabMask.OP_TYPES)
+
+
+_GRAPH_OP_TYPES: weakref.WeakKeyDictionary[ir.Graph, tuple[int, frozenset[str]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def rank_memory(
