@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tp_corpus_report import CORPUS, feeds_for
 from tp_oracle import check_region, whole_values
 
+from onnx_ir_multidevice.analysis import sharding
 from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.sharding import (
     PARTIAL,
@@ -75,7 +76,8 @@ def test_corpus_regions_are_confirmed_by_the_oracle(name: str):
 
 
 @pytest.mark.parametrize("degree", [2, 4])
-def test_synthetic_transformer_one_region_per_attention_and_mlp(degree: int):
+def test_synthetic_transformer_one_region_per_attention_and_mlp(degree: int, monkeypatch):
+    monkeypatch.setattr(sharding, "VOCAB_PARALLEL_MIN_BYTES", 0)  # the tables here are small
     model = synthetic_transformer(2, hidden=32, heads=4, vocab=64)
     regions = find_regions(model, degree, dims=DIMS)
     # The position embedding is vocabulary-parallel; the token embedding, tied with the LM

@@ -18,6 +18,7 @@ import pytest
 
 from onnx_ir_multidevice._errors import PlanError
 from onnx_ir_multidevice._split.tensor_parallel import split_tensor_parallel
+from onnx_ir_multidevice.analysis import sharding
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.planner.tensor_parallel import (
     EXTRA_SESSION_BYTES,
@@ -43,7 +44,8 @@ def _planned(config: llama.LlamaConfig, degree: int = 2):
     return model, result.memory, split
 
 
-def test_sliced_weights_count_a_share_per_rank():
+def test_sliced_weights_count_a_share_per_rank(monkeypatch):
+    monkeypatch.setattr(sharding, "VOCAB_PARALLEL_MIN_BYTES", 0)  # slice TINY's small tables
     # TINY: hidden 64, intermediate 128, 4 heads of 16, 2 KV heads, vocab 256, float32.
     # Sliced per layer: q and o 64x64, k and v 64x32, gate, up and down 64x128;
     # plus the vocabulary head 64x256 (gathered at the output), and the vocabulary-parallel

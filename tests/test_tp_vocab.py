@@ -9,6 +9,7 @@ import pytest
 from tp_oracle import check_region, whole_values
 
 from onnx_ir_multidevice._split.tensor_parallel import MS_DOMAIN, rank_models
+from onnx_ir_multidevice.analysis import sharding
 from onnx_ir_multidevice.analysis.sharding import Partial, VocabMask
 from onnx_ir_multidevice.analysis.tensor_parallel import find_regions
 from onnx_ir_multidevice.runtime.tensor_parallel import verify_tensor_parallel
@@ -16,6 +17,24 @@ from onnx_ir_multidevice.testing import llama
 
 F32 = ir.DataType.FLOAT
 VOCAB, HIDDEN, INNER = 16, 8, 16
+
+
+@pytest.fixture(autouse=True)
+def _any_table_size(monkeypatch):
+    """The tables here are small: slice them all (the default skips tables under 1 MiB)."""
+    monkeypatch.setattr(sharding, "VOCAB_PARALLEL_MIN_BYTES", 0)
+
+
+def test_tables_under_the_minimum_stay_replicated(monkeypatch):
+    """By default a table under VOCAB_PARALLEL_MIN_BYTES (the TINY Llama's embedding and its
+    rotary caches) is not sliced; a table of that size or more is."""
+    monkeypatch.setattr(sharding, "VOCAB_PARALLEL_MIN_BYTES", 1 << 20)
+    assert _lookups(llama.build_llama(llama.TINY), 2) == []
+    rows = (1 << 20) // (HIDDEN * 4)  # a 1 MiB float32 table
+    model = embedding_model(vocab=rows)
+    (region,) = _lookups(model, 2)
+    assert region.vocab_masks[0].vocab == rows
+    assert verify_tensor_parallel(model, 2).ok
 
 
 def _const(name: str, array: np.ndarray) -> ir.Value:

@@ -48,6 +48,7 @@ __all__ = [
     "ShardingContext",
     "ShardingRule",
     "Split",
+    "VOCAB_PARALLEL_MIN_BYTES",
     "VocabMask",
     "WeightSlice",
     "constant_array",
@@ -667,6 +668,11 @@ def _seed_gemm(context: ShardingContext, node: ir.Node, blocks: int) -> RuleResu
 
 _ID_TYPES = (ir.DataType.INT32, ir.DataType.INT64)
 
+VOCAB_PARALLEL_MIN_BYTES = 1 << 20
+"""The smallest table a vocabulary-parallel lookup slices: a smaller one (rotary ``cos`` /
+``sin`` caches, token-type embeddings) stays replicated, its ``AllReduce`` per request costing
+more than the memory it would save."""
+
 
 @SEED_RULES.register("Gather")
 def _seed_embedding(context: ShardingContext, node: ir.Node, blocks: int) -> RuleResult | None:
@@ -675,8 +681,8 @@ def _seed_embedding(context: ShardingContext, node: ir.Node, blocks: int) -> Rul
     Each device holds ``V / degree`` rows and looks up the ids in its range (the others give
     zeros); the output is :class:`Partial`. Negative ids are normalised first (see
     :class:`VocabMask`). Refused (``None``: the lookup stays replicated) unless the weight is
-    a 2-D floating constant whose row count divides by the degree, the ids are computed
-    ``int32``/``int64`` values, and the axis is 0.
+    a 2-D floating constant of at least :data:`VOCAB_PARALLEL_MIN_BYTES` whose row count
+    divides by the degree, the ids are computed ``int32``/``int64`` values, and the axis is 0.
     """
     if blocks != 1 or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
         return None
@@ -690,6 +696,7 @@ def _seed_embedding(context: ShardingContext, node: ir.Node, blocks: int) -> Rul
         or weight.dtype.kind != "f"
         or weight.shape[0] % context.degree
         or weight.shape[0] < context.degree
+        or weight.nbytes < VOCAB_PARALLEL_MIN_BYTES
     ):
         return None
     if _positive(_attr_int(node, "axis", 0), 2) != 0:
