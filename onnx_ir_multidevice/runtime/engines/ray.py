@@ -408,9 +408,11 @@ class _StageActor:
         return out, periods
 
 
-_CLEANUP_TIMEOUT = 30.0
-"""Seconds :meth:`RayEngine.close` waits at least for the tasks that remove a dead actor's
-files (a node may need to start a worker process for them)."""
+_CLEANUP_TIMEOUT = 300.0
+"""Seconds :meth:`RayEngine.close` waits at most for the tasks that remove a dead actor's
+files; it returns as soon as they are done. A node must start a worker process for them,
+which took over 30 s on a 2-core machine running three CPU-bound jobs: a shorter wait left
+the files behind there."""
 
 
 def _succeeded(ray: Any, ref: Any) -> bool:
