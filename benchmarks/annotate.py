@@ -18,11 +18,20 @@ untyped cuts) and the time per node at each size (target: growth <= 1.3x from th
 the largest). Best of ``--repeat`` runs for each timing, in CPU time (``time.process_time``:
 the machine's cores are shared).
 
+``--breakdown`` also times, at the largest size and on fresh loads, the three steps that
+annotate + check cannot skip without giving up a guarantee, each alone: the graph fingerprint
+(taken twice: by ``annotate()`` when it keeps its analyses with the graph, and by ``check()``
+to prove the graph unchanged before reusing them), the graph index, and the shapes of the cut
+tensors (propagated through the nodes they are computed from, no further). Their sum is the
+floor of annotate + check as designed, before any rule runs or any annotation is written.
+
     python benchmarks/annotate.py                # 3000 and 50000 nodes
     python benchmarks/annotate.py --sizes 3000 20000 --repeat 1
     python benchmarks/annotate.py --model transformer --sizes 13000 52000
     python benchmarks/annotate.py --model transformer --sizes 3000 13000 52000 \
         --shards 2,4,8 --untyped-cuts --no-shared-index   # untyped cuts, separate calls
+    python benchmarks/annotate.py --model transformer --sizes 13000 52000 --shards 2,4,8 \
+        --untyped-cuts --no-shared-index --breakdown      # ... and the floor's three steps
 """
 
 from __future__ import annotations
@@ -38,8 +47,10 @@ import onnx_ir as ir
 
 from onnx_ir_multidevice import omny
 from onnx_ir_multidevice.analysis import GraphIndex
+from onnx_ir_multidevice.analysis.shapes import ValueShapes
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.checker.core import check
+from onnx_ir_multidevice.graph.fingerprint import GraphFingerprint
 from onnx_ir_multidevice.omny._schema import CutPoint, OmnyMetadata, ShardConfiguration, Sharding
 from onnx_ir_multidevice.passes.api import annotate
 from onnx_ir_multidevice.testing import zoo
@@ -137,6 +148,41 @@ def measure(
     return load_s, best
 
 
+def breakdown(path: Path, repeat: int) -> dict[str, float]:
+    """Seconds of each step annotate + check cannot skip, alone, on fresh loads (best of N).
+
+    The shapes are those of the plan's cut tensors, walked from a new index with the cut
+    tensors as the focus, as the checker asks for them.
+    """
+    times: dict[str, float] = {}
+
+    def timed(label: str, func) -> object:
+        gc.collect()
+        start = time.process_time()
+        result = func()
+        elapsed = time.process_time() - start
+        times[label] = min(times.get(label, float("inf")), elapsed)
+        return result
+
+    for _ in range(repeat):
+        fresh = ir.load(path)
+        graph = fresh.graph
+        metadata = omny.read(fresh)
+        assert metadata is not None
+        names = {cut.tensor_name for cut in metadata.cut_points}
+        cuts = [v for node in graph for v in node.outputs if v.name in names]
+        timed("fingerprint (x1)", lambda graph=graph: GraphFingerprint(graph))
+        index = timed("index", lambda graph=graph: GraphIndex.build(graph))
+
+        def shapes(graph=graph, index=index, cuts=cuts) -> None:
+            found = ValueShapes(graph, index=index, focus=cuts)
+            assert all(found.symbolic(v) is not None for v in cuts)
+
+        timed("cut shapes", shapes)
+        del fresh, graph, index, cuts
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=(3000, 50000))
@@ -153,6 +199,11 @@ def main() -> None:
         action="store_true",
         help="leave the cut tensors untyped, as other writers do (check infers their shapes)",
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time, at the largest size, the steps annotate + check cannot skip",
+    )
     args = parser.parse_args()
     sizes = sorted(args.sizes)
     small, large = sizes[0], sizes[-1]
@@ -163,6 +214,11 @@ def main() -> None:
         rows = {
             n: measure(n, args.repeat, Path(tmp), shared, args.model, shards, typed) for n in sizes
         }
+        steps = (
+            breakdown(Path(tmp) / f"{args.model}_{large}.omny", args.repeat)
+            if args.breakdown
+            else None
+        )
     print(f"{'nodes':>8} {'ir.load s':>10} {'annotate+check s':>17} {'ratio':>7} {'us/node':>8}")
     for n, (load_s, work_s) in rows.items():
         ratio, per_node = work_s / load_s, work_s / n * 1e6
@@ -172,6 +228,15 @@ def main() -> None:
     target = "0.15" if args.model == "transformer" and not typed else "0.10"
     print(f"ratio at {large} nodes: {ratio:.3f} (target <= {target})")
     print(f"time per node growth {small} -> {large}: {growth:.2f}x (target <= 1.3x)")
+    if steps is not None:
+        load_s, work_s = rows[large]
+        print(f"steps annotate + check cannot skip, at {large} nodes (each alone, fresh loads):")
+        floor = 2 * steps["fingerprint (x1)"] + steps["index"] + steps["cut shapes"]
+        for label, seconds in (*steps.items(), ("floor: 2 fingerprints + index + shapes", floor)):
+            print(f"  {label:<40} {seconds:7.3f} s {seconds / load_s:7.3f} x load")
+        rest = work_s - floor
+        label = "the rest (rules, stages, annotation)"
+        print(f"  {label:<40} {rest:7.3f} s {rest / load_s:7.3f} x load")
 
 
 if __name__ == "__main__":
