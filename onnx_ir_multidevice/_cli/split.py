@@ -13,6 +13,8 @@ from __future__ import annotations
 __all__ = ["register", "run"]
 
 import argparse
+import sys
+import warnings
 from pathlib import Path
 
 from onnx_ir_multidevice._cli import (
@@ -64,16 +66,20 @@ def run(args: argparse.Namespace) -> int:
     model = load(args.input)
     progress(f"splitting into {args.shards} stages and writing {args.outdir}")
     try:
-        manifest = save_split(
-            model,
-            args.outdir,
-            args.shards,
-            configuration=parse_configuration(args.configuration),
-            force=args.force,
-        )
+        with warnings.catch_warnings(record=True) as caught:  # said below, in CLI words
+            warnings.simplefilter("always", UserWarning)
+            manifest = save_split(
+                model,
+                args.outdir,
+                args.shards,
+                configuration=parse_configuration(args.configuration),
+                force=args.force,
+            )
     except SplitError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
+    for warning in caught:
+        print(f"omny split: warning: {warning.message}", file=sys.stderr)
     progress("done")
     if args.json:
         print_json(manifest.to_dict())

@@ -649,9 +649,18 @@ def plan_tensor_parallel(
     (step, _, _), cut, chosen_stages = best
     plan = TensorParallelPlan(num_devices, chosen_stages, step, tuple(considered))
     if not plan.parallel:
-        if not any_region:
+        if max_degree < 2:
             reason = (
-                f"no tensor-parallel region at degree 2 to {max_degree}: no MatMul/Gemm by a "
+                f"tensor parallelism needs at least 2 devices and the plan has {num_devices} "
+                "(give more shards or devices)"
+                if num_devices < 2
+                else f"the largest degree allowed is {max_degree}: tensor parallelism needs "
+                "a degree of at least 2"
+            ) + "; the plan is pipeline-only"
+        elif not any_region:
+            reason = (
+                f"no tensor-parallel region at degree "
+                f"{'2' if max_degree == 2 else f'2 to {max_degree}'}: no MatMul/Gemm by a "
                 "constant weight whose column-parallel split ends in a row-parallel one "
                 "(the Megatron pattern); the plan is pipeline-only"
             )

@@ -1,0 +1,104 @@
+"""Tensor parallelism under hostile input: hand-edited records, degrees with no region, 1 device.
+
+Each test is a defect an adversarial pass found through the public API and the ``omny`` CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import onnx_ir as ir
+import pytest
+
+from onnx_ir_multidevice import OmnyFormatError, _cli, check, load, save_split
+from onnx_ir_multidevice.omny import (
+    TENSOR_PARALLEL_KEY,
+    TensorParallelConfiguration,
+    TensorParallelRecord,
+    write_tensor_parallel,
+)
+from onnx_ir_multidevice.planner.planning import plan_model
+from onnx_ir_multidevice.runtime import verify
+from onnx_ir_multidevice.runtime.tensor_parallel import tensor_parallel_chain
+
+CORPUS = pathlib.Path(__file__).parent / "corpus"
+
+
+def _gpt2_with_record(degrees: list[int]) -> ir.Model:
+    model = load(CORPUS / "gpt2_dynamo.onnx")
+    name = f"omny/{len(degrees)}-shards"
+    configuration = TensorParallelConfiguration.contiguous(name, degrees, {"seq": 8})
+    write_tensor_parallel(model, TensorParallelRecord((configuration,)))
+    return model
+
+
+def _edit_record(model: ir.Model, change) -> None:
+    document = json.loads(model.metadata_props[TENSOR_PARALLEL_KEY])
+    change(document["configurations"][0])
+    model.metadata_props[TENSOR_PARALLEL_KEY] = json.dumps(document)
+
+
+def test_split_and_run_refuse_a_record_whose_stage_count_is_not_the_splits(tmp_path):
+    """``num_shards`` edited to 3 in the entry a 1-stage split uses: check says OMNY225, and
+    split, run and verify must not go on with it."""
+    model = _gpt2_with_record([2])
+    _edit_record(model, lambda c: c.update(num_shards=3))
+    path = f"metadata_props[{TENSOR_PARALLEL_KEY}].configurations[0].num_shards"
+    for attempt in (
+        lambda: save_split(model, tmp_path / "out", 1),
+        lambda: tensor_parallel_chain(model, 1),
+        lambda: verify(model, 1),
+    ):
+        with pytest.raises(OmnyFormatError, match="num_shards is 3") as info:
+            attempt()
+        assert info.value.path == path
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_split_of_a_record_whose_stage_count_is_not_the_splits(tmp_path, capsys):
+    model = _gpt2_with_record([2])
+    _edit_record(model, lambda c: c.update(num_shards=3))
+    planned = tmp_path / "g.onnx"
+    ir.save(model, planned)
+    assert _cli.main(["split", str(planned), str(tmp_path / "out"), "--shards", "1"]) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert str(planned) in err and "configurations[0].num_shards" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_split_says_when_the_recorded_degree_finds_no_region(tmp_path, capsys):
+    """GPT-2's heads do not divide by 3: the stage is written whole, and the split says so
+    instead of silently dropping the recorded degree."""
+    model = _gpt2_with_record([3])
+    with pytest.warns(UserWarning, match=r"stage 0 is written whole.*degree 3"):
+        manifest = save_split(model, tmp_path / "out", 1)
+    assert manifest.stages[0].tensor_parallel is None
+    planned = tmp_path / "g.onnx"
+    ir.save(model, planned)
+    assert _cli.main(["split", str(planned), str(tmp_path / "cli"), "--shards", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "omny split: warning: stage 0 is written whole" in err and "degree 3" in err
+    assert "Traceback" not in err and "UserWarning" not in err
+
+
+@pytest.mark.parametrize(("shards", "degree"), [(1, 2), (1, "auto"), (2, 1)])
+def test_plan_with_no_room_for_a_degree_above_1_says_why(shards, degree):
+    """One device (or ``tensor_parallel=1``) leaves no degree to try: the reason must say
+    that, not claim GPT-2 has no Megatron region ("at degree 2 to 1")."""
+    model = load(CORPUS / "gpt2_dynamo.onnx")
+    result = plan_model(model, shards=[shards], tensor_parallel=degree, dims={"seq": 8})
+    assert result.tensor_parallel is not None
+    reason = result.tensor_parallel.reason or ""
+    assert "no tensor-parallel region" not in reason
+    assert "degree 2 to 1" not in reason
+    assert "at least 2" in reason
+
+
+def test_check_of_an_entry_that_is_not_json_gives_the_advice_once():
+    model = _gpt2_with_record([2])
+    model.metadata_props[TENSOR_PARALLEL_KEY] = "{not json"
+    messages = [d.message for d in check(model) if d.code == "OMNY225"]
+    assert len(messages) == 1
+    assert messages[0].count("re-plan the model") == 1
