@@ -102,3 +102,18 @@ def test_check_of_an_entry_that_is_not_json_gives_the_advice_once():
     messages = [d.message for d in check(model) if d.code == "OMNY225"]
     assert len(messages) == 1
     assert messages[0].count("re-plan the model") == 1
+
+
+def test_cli_split_refuses_to_replace_the_folder_holding_its_input(tmp_path, capsys):
+    """``omny split dir/m.omny dir --force`` deleted ``dir/m.omny`` (the planned model, its
+    record with it) when it renamed the split over ``dir``."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    planned = folder / "g.omny"
+    ir.save(_gpt2_with_record([2]), planned)
+    before = planned.read_bytes()
+    assert _cli.main(["split", str(planned), str(folder), "--shards", "1", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert f"{planned}: is inside {folder}" in err and "Traceback" not in err
+    assert planned.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["g.omny"]
