@@ -21,6 +21,7 @@ from onnx_ir_multidevice.omny import (
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.runtime import verify
 from onnx_ir_multidevice.runtime.tensor_parallel import tensor_parallel_chain
+from onnx_ir_multidevice.testing.zoo import synthetic_transformer
 
 CORPUS = pathlib.Path(__file__).parent / "corpus"
 
@@ -117,3 +118,22 @@ def test_cli_split_refuses_to_replace_the_folder_holding_its_input(tmp_path, cap
     assert f"{planned}: is inside {folder}" in err and "Traceback" not in err
     assert planned.read_bytes() == before
     assert sorted(p.name for p in folder.iterdir()) == ["g.omny"]
+
+
+def test_cli_annotate_counts_the_stages_not_the_devices(tmp_path, capsys):
+    """2 stages of degree 2 on 4 devices: annotate printed 'nodes per stage [n0, n1, 0, 0]',
+    two empty stages that do not exist."""
+    source = tmp_path / "t.onnx"
+    ir.save(synthetic_transformer(2), source)
+    planned = tmp_path / "t.omny"
+    assert _cli.main(["plan", str(source), "-o", str(planned), "--shards", "2"]) == 0
+    model = load(planned)
+    configuration = TensorParallelConfiguration.contiguous("omny/2-shards", [2, 2], {"seq": 16})
+    write_tensor_parallel(model, TensorParallelRecord((configuration,)))
+    ir.save(model, planned)
+    capsys.readouterr()
+    annotated = tmp_path / "a.onnx"
+    assert _cli.main(["annotate", str(planned), str(annotated), "--shards", "2", "--json"]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)["result"]["configurations"]
+    assert summary["num_devices"] == 4
+    assert len(summary["nodes_per_stage"]) == 2 and all(summary["nodes_per_stage"])
