@@ -11,7 +11,7 @@ import pathlib
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import OmnyFormatError, _cli, check, load, save_split
+from onnx_ir_multidevice import OmnyFormatError, PipelineError, _cli, check, load, save_split
 from onnx_ir_multidevice.omny import (
     TENSOR_PARALLEL_KEY,
     TensorParallelConfiguration,
@@ -20,7 +20,7 @@ from onnx_ir_multidevice.omny import (
 )
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.runtime import verify
-from onnx_ir_multidevice.runtime.tensor_parallel import tensor_parallel_chain
+from onnx_ir_multidevice.runtime.tensor_parallel import tensor_parallel_chain, verify_folder
 from onnx_ir_multidevice.testing.zoo import synthetic_transformer
 
 CORPUS = pathlib.Path(__file__).parent / "corpus"
@@ -137,3 +137,21 @@ def test_cli_annotate_counts_the_stages_not_the_devices(tmp_path, capsys):
     (summary,) = json.loads(capsys.readouterr().out)["result"]["configurations"]
     assert summary["num_devices"] == 4
     assert len(summary["nodes_per_stage"]) == 2 and all(summary["nodes_per_stage"])
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_verify_split_of_a_path_that_is_no_folder_says_so(tmp_path, capsys, kind):
+    """``omny verify m.omny --split typo`` answered "shards= is required to split a single
+    model; pass shards=N": words of the Python API, about a folder that does not exist."""
+    model = _gpt2_with_record([2])
+    planned = tmp_path / "g.onnx"
+    ir.save(model, planned)
+    target = tmp_path / "typo"
+    if kind == "file":
+        target.write_text("not a split")
+    with pytest.raises(PipelineError, match="not a split directory") as info:
+        verify_folder(model, target)
+    assert "shards=" not in str(info.value)
+    assert _cli.main(["verify", str(planned), "--split", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert f"{target}: " in err and "not a split directory" in err and "shards=" not in err

@@ -523,9 +523,16 @@ def verify_folder(
         A :class:`~onnx_ir_multidevice.runtime.VerifyReport`.
 
     Raises:
-        PipelineError: The folder's manifest is malformed or its stages do not chain.
+        PipelineError: ``folder`` is not a directory, its manifest is malformed or its
+            stages do not chain.
         VerifyError: onnxruntime cannot load or run the model or a stage (named).
     """
+    if not os.path.isdir(folder):  # else load_stages reads a file as a model to split
+        what = "a file" if os.path.lexists(folder) else "no such directory"
+        raise PipelineError(
+            f"{os.fspath(folder)}: not a split directory ({what}); pass the directory "
+            "`omny split` or save_split wrote"
+        )
     model = _model(model, "verify_folder")
     rtol, atol = verification._tolerances(model, rtol, atol)
     feeds = verification.make_inputs(model, dims=dims, seed=seed)
