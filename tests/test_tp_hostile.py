@@ -19,7 +19,7 @@ from onnx_ir_multidevice.omny import (
     write_tensor_parallel,
 )
 from onnx_ir_multidevice.planner.planning import plan_model
-from onnx_ir_multidevice.runtime import verify
+from onnx_ir_multidevice.runtime import Pipeline, verify
 from onnx_ir_multidevice.runtime.tensor_parallel import tensor_parallel_chain, verify_folder
 from onnx_ir_multidevice.testing.zoo import synthetic_transformer
 
@@ -155,3 +155,17 @@ def test_verify_split_of_a_path_that_is_no_folder_says_so(tmp_path, capsys, kind
     assert _cli.main(["verify", str(planned), "--split", str(target)]) == 1
     err = capsys.readouterr().err
     assert f"{target}: " in err and "not a split directory" in err and "shards=" not in err
+
+
+def test_a_rank_whose_weights_are_cut_short_is_named(tmp_path):
+    """A split whose rank 1 data file was truncated (a copy cut short): the error named the
+    stage and a tensor, not the rank, the segment or its file."""
+    model = _gpt2_with_record([2])
+    save_split(model, tmp_path / "out", 1)
+    data = tmp_path / "out" / "stage_0.rank_1.onnx.data"
+    with open(data, "r+b") as handle:
+        handle.truncate(1000)
+    pattern = r"\[stage 0\] rank 1 of 2, segment (\d+) \(stage_0\.rank_1\.segment_(\d+)\.onnx\)"
+    with pytest.raises(PipelineError, match=pattern) as info:
+        Pipeline(tmp_path / "out")
+    assert "file_length: 1000" in str(info.value)

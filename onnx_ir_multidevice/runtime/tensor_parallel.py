@@ -201,7 +201,8 @@ class TensorParallelRunner:
         spinning: Whether onnxruntime's threads spin while idle.
 
     Raises:
-        PipelineError: A segment's session cannot be made (those made are closed).
+        PipelineError: A segment's session cannot be made (those made are closed); the
+            message names the rank, the segment and its file.
     """
 
     def __init__(
@@ -216,18 +217,26 @@ class TensorParallelRunner:
         self.device = device
         self._runners: list[list[StageRunner]] = []
         try:
-            for segments in stage.ranks:
+            for rank, segments in enumerate(stage.ranks):
                 row: list[StageRunner] = []
                 self._runners.append(row)
-                for segment in segments:
-                    row.append(
-                        StageRunner(
+                for number, segment in enumerate(segments):
+                    try:
+                        runner = StageRunner(
                             dataclasses.replace(segment, index=stage.index),
                             device,
                             1 if threads is None else threads,
                             spinning=spinning,
                         )
-                    )
+                    except PipelineError as error:  # say which rank and file
+                        file = segment.source
+                        named = f" ({os.path.basename(file)})" if isinstance(file, str) else ""
+                        reason = str(error).removeprefix(f"[stage {stage.index}] ")
+                        raise PipelineError(
+                            f"rank {rank} of {stage.degree}, segment {number}{named}: {reason}",
+                            stage=stage.index,
+                        ) from error
+                    row.append(runner)
         except BaseException:
             self.close()
             raise
