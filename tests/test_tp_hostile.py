@@ -12,6 +12,7 @@ import onnx_ir as ir
 import pytest
 
 from onnx_ir_multidevice import OmnyFormatError, PipelineError, _cli, check, load, save_split
+from onnx_ir_multidevice.analysis import find_regions
 from onnx_ir_multidevice.omny import (
     TENSOR_PARALLEL_KEY,
     TensorParallelConfiguration,
@@ -20,7 +21,11 @@ from onnx_ir_multidevice.omny import (
 )
 from onnx_ir_multidevice.planner.planning import plan_model
 from onnx_ir_multidevice.runtime import Pipeline, verify
-from onnx_ir_multidevice.runtime.tensor_parallel import tensor_parallel_chain, verify_folder
+from onnx_ir_multidevice.runtime.tensor_parallel import (
+    tensor_parallel_chain,
+    verify_folder,
+    verify_tensor_parallel,
+)
 from onnx_ir_multidevice.testing.zoo import synthetic_transformer
 
 CORPUS = pathlib.Path(__file__).parent / "corpus"
@@ -169,3 +174,23 @@ def test_a_rank_whose_weights_are_cut_short_is_named(tmp_path):
     with pytest.raises(PipelineError, match=pattern) as info:
         Pipeline(tmp_path / "out")
     assert "file_length: 1000" in str(info.value)
+
+
+@pytest.mark.parametrize("degree", ["2", 2.0, None, 1, True])
+def test_find_regions_refuses_a_degree_that_is_not_an_integer_of_at_least_2(degree):
+    """'2' and None failed deep in the rules ("'<' not supported between 'str' and 'int'");
+    2.0 was taken as a degree."""
+    with pytest.raises(ValueError, match="a tensor-parallel degree must be an integer >= 2"):
+        find_regions(synthetic_transformer(1), degree)
+
+
+@pytest.mark.parametrize("degree", [2.0, "2"])
+def test_run_and_verify_refuse_a_degree_that_is_not_an_integer(degree):
+    """2.0 failed with "TypeError: 'float' object is not iterable"."""
+    model = synthetic_transformer(1)
+    for attempt in (
+        lambda: verify_tensor_parallel(model, degree),
+        lambda: tensor_parallel_chain(model, 1, degree),
+    ):
+        with pytest.raises(ValueError, match="degree must be a positive integer"):
+            attempt()

@@ -329,6 +329,10 @@ def _degrees(model: ir.Model, shards: int, degree: int | Sequence[int] | None) -
         return [recorded.get(i, 1) for i in range(shards)]
     if isinstance(degree, int):
         return [degree] * shards
+    if isinstance(degree, str) or not isinstance(degree, Sequence):
+        raise ValueError(
+            f"degree must be a positive integer or one per stage, got {degree!r}"
+        )  # a float or a string would be read as a sequence further on
     degrees = list(degree)
     if len(degrees) != shards:
         raise PipelineError(f"{len(degrees)} tensor-parallel degrees given for {shards} stages")
