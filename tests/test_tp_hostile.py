@@ -194,3 +194,17 @@ def test_run_and_verify_refuse_a_degree_that_is_not_an_integer(degree):
     ):
         with pytest.raises(ValueError, match="degree must be a positive integer"):
             attempt()
+
+
+def test_verify_and_run_say_when_the_recorded_degree_finds_no_region(tmp_path, capsys):
+    """``omny verify`` of a model recorded at degree 3 said "OK: 1 stage" and nothing else:
+    the degree was dropped without a word, as the split did."""
+    model = _gpt2_with_record([3])
+    with pytest.warns(UserWarning, match=r"stage 0 runs whole.*degree 3"):
+        tensor_parallel_chain(model, 1)
+    planned = tmp_path / "g.onnx"
+    ir.save(model, planned)
+    assert _cli.main(["verify", str(planned), "--shards", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "omny verify: warning: stage 0 runs whole" in captured.err
+    assert "UserWarning" not in captured.err and "OK: 1 stage" in captured.out

@@ -34,6 +34,7 @@ __all__ = [
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -357,7 +358,8 @@ def tensor_parallel_splits(
         dims: The planning dims the regions are found at.
 
     Returns:
-        One split per stage.
+        One split per stage (a :class:`UserWarning` names a stage the record gives a degree
+        that finds no region: it runs whole).
     """
     require_model(model, "tensor_parallel_splits")
     degrees = _degrees(model, shards, degree)
@@ -365,10 +367,21 @@ def tensor_parallel_splits(
         recorded = tensor_parallel_configuration(model, shards)
         dims = recorded.dims_dict if recorded is not None else None
     stage_models = [model] if shards == 1 else split(model, shards)
-    return [
+    splits = [
         split_tensor_parallel(stage_model, d, dims=dims)
         for stage_model, d in zip(stage_models, degrees, strict=True)
     ]
+    for index, (d, result) in enumerate(zip(degrees, splits, strict=True)):
+        if degree is None and d > 1 and result.degree == 1:
+            # Said, not dropped silently: the record asked for more devices than run.
+            warnings.warn(
+                f"stage {index} runs whole, not over the {d} devices the tensor-parallel "
+                f"record gives it: {result.reason}; plan the model again (`omny plan "
+                "--tensor-parallel N`) for a degree that finds regions",
+                UserWarning,
+                stacklevel=2,
+            )
+    return splits
 
 
 def tensor_parallel_chain(
