@@ -11,7 +11,15 @@ import pathlib
 import onnx_ir as ir
 import pytest
 
-from onnx_ir_multidevice import OmnyFormatError, PipelineError, _cli, check, load, save_split
+from onnx_ir_multidevice import (
+    OmnyFormatError,
+    PipelineError,
+    PlanError,
+    _cli,
+    check,
+    load,
+    save_split,
+)
 from onnx_ir_multidevice.analysis import find_regions
 from onnx_ir_multidevice.omny import (
     TENSOR_PARALLEL_KEY,
@@ -208,3 +216,15 @@ def test_verify_and_run_say_when_the_recorded_degree_finds_no_region(tmp_path, c
     captured = capsys.readouterr()
     assert "omny verify: warning: stage 0 runs whole" in captured.err
     assert "UserWarning" not in captured.err and "OK: 1 stage" in captured.out
+
+
+def test_a_tensor_parallel_plan_that_does_not_fit_says_by_how_much():
+    """Devices of 3 MiB for a model whose stages need ~10 MiB per device at best: the
+    pipeline-only refusal gives the figures, the tensor-parallel one said only "a stage does
+    not fit a device at any degree"."""
+    model = synthetic_transformer(1, hidden=256, heads=4)
+    with pytest.raises(PlanError) as info:
+        plan_model(model, devices=["3MiB", "3MiB"], tensor_parallel=2, dims={"seq": 64})
+    message = str(info.value)
+    assert "stage 0 does not fit a device at any degree: it needs" in message
+    assert "but a device has 3.0 MiB" in message
