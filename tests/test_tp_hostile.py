@@ -28,8 +28,9 @@ from onnx_ir_multidevice.omny import (
     write_tensor_parallel,
 )
 from onnx_ir_multidevice.planner.planning import plan_model
-from onnx_ir_multidevice.runtime import Pipeline, verify
+from onnx_ir_multidevice.runtime import Pipeline, load_stages, verify
 from onnx_ir_multidevice.runtime.tensor_parallel import (
+    TensorParallelStage,
     tensor_parallel_chain,
     verify_folder,
     verify_tensor_parallel,
@@ -228,3 +229,20 @@ def test_a_tensor_parallel_plan_that_does_not_fit_says_by_how_much():
     message = str(info.value)
     assert "stage 0 does not fit a device at any degree: it needs" in message
     assert "but a device has 3.0 MiB" in message
+
+
+def test_a_pipeline_of_a_model_file_runs_its_recorded_tensor_parallel_plan(tmp_path, capsys):
+    """``omny run planned.omny --shards 1`` (and ``Pipeline(path, 1)``) ran a model recorded at
+    degree 2 as one whole stage, while ``omny verify`` of the same file checked the degree-2
+    split: the run was not what was verified."""
+    model = _gpt2_with_record([2])
+    planned = tmp_path / "g.onnx"
+    ir.save(model, planned)
+    for source in (model, planned):
+        chain = load_stages(source, 1)
+        (stage,) = chain.stages
+        assert isinstance(stage, TensorParallelStage) and stage.degree == 2
+    with Pipeline(planned, 1) as pipe:
+        outputs = pipe.run(pipe.example_inputs())
+    assert set(outputs) == {"logits"}
+    assert _cli.main(["run", str(planned), "--shards", "1", "--requests", "2"]) == 0

@@ -568,6 +568,16 @@ def verify_folder(
     return _verify_chain(model, chain, feeds, rtol, atol, threads)
 
 
+def _recorded_chain(
+    model: ir.Model, shards: int, outputs: Sequence[str] | None
+) -> StageChain | None:
+    """The chain of ``model`` by its record's degrees, or ``None`` when none is above 1."""
+    if not tensor_parallel_degrees(model, shards):
+        return None
+    return tensor_parallel_chain(model, shards, outputs=outputs)
+
+
 # Lower runtime modules run tensor-parallel stages and checks through these registrations.
 _stages.register_tensor_parallel_loader(stage_from_manifest)
+_stages.register_tensor_parallel_chain(_recorded_chain)
 verification.register_tensor_parallel_verify(verify_tensor_parallel)
