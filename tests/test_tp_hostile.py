@@ -25,6 +25,7 @@ from onnx_ir_multidevice.omny import (
     TENSOR_PARALLEL_KEY,
     TensorParallelConfiguration,
     TensorParallelRecord,
+    read_tensor_parallel,
     write_tensor_parallel,
 )
 from onnx_ir_multidevice.planner.planning import plan_model
@@ -246,3 +247,14 @@ def test_a_pipeline_of_a_model_file_runs_its_recorded_tensor_parallel_plan(tmp_p
         outputs = pipe.run(pipe.example_inputs())
     assert set(outputs) == {"logits"}
     assert _cli.main(["run", str(planned), "--shards", "1", "--requests", "2"]) == 0
+
+
+def test_planning_again_without_tensor_parallelism_drops_the_old_record():
+    """A model planned with ``--tensor-parallel`` and planned again without it kept the old
+    record: the new pipeline-only plan of 2 stages was then split and run over 4 devices."""
+    model = synthetic_transformer(2, hidden=512, heads=8, vocab=256)
+    first = plan_model(model, shards=[4], tensor_parallel="auto", dims={"seq": 256})
+    assert first.tensor_parallel is not None and first.tensor_parallel.parallel
+    assert read_tensor_parallel(model) is not None
+    plan_model(model, shards=[2], dims={"seq": 256})
+    assert read_tensor_parallel(model) is None
