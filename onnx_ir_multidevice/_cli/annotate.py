@@ -26,7 +26,7 @@ from onnx_ir_multidevice._cli import (
     help_description,
     print_json,
 )
-from onnx_ir_multidevice._errors import BindingError, CheckError
+from onnx_ir_multidevice._errors import BindingError, CheckError, OmnyFormatError
 
 _MAX_PER_CODE = 20
 """Errors of one code printed when the check refuses the plan (as ``omny check``)."""
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     """Annotate ``args.input`` into ``args.output``."""
     # lazy: the implementation is imported when the command runs, so `omny --help` stays fast
     from onnx_ir_multidevice._proto.files import load, save
-    from onnx_ir_multidevice.omny import read
+    from onnx_ir_multidevice.omny import read, read_tensor_parallel
     from onnx_ir_multidevice.passes.api import annotate
 
     refusal = existing_output(args.output, args.force, source=args.input)
@@ -107,10 +107,16 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     save(model, args.output)  # refused above unless --force or in place
     summary = []
+    try:
+        record = read_tensor_parallel(model)
+    except OmnyFormatError:  # annotate wrote no sharding from it; the devices are the stages
+        record = None
     for configuration in model.device_configurations:
         if not configuration.name.startswith("omny/"):
             continue
-        counts = [0] * configuration.num_devices
+        # With tensor parallelism a stage has several devices: count the stages.
+        parallel = record.configuration(configuration.name) if record is not None else None
+        counts = [0] * (parallel.num_shards if parallel else configuration.num_devices)
         for node in model.graph:
             for entry in node.device_configurations:
                 stage = entry.pipeline_stage

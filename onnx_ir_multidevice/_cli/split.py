@@ -5,6 +5,8 @@ Writes ``OUTDIR/stage_<i>.onnx`` (weights over 1 KiB in ``stage_<i>.onnx.data``)
 written into a temporary sibling directory that is then renamed to ``OUTDIR``; a non-empty
 ``OUTDIR`` is refused unless ``--force``, and so is an ``OUTDIR`` that is a file or whose
 parent folder does not exist (create it first, as for ``omny annotate`` / ``omny plan``).
+An ``OUTDIR`` that holds the input model is refused even with ``--force`` (the rename would
+delete the model).
 ``--json`` prints the manifest.
 """
 
@@ -13,11 +15,14 @@ from __future__ import annotations
 __all__ = ["register", "run"]
 
 import argparse
+import sys
+import warnings
 from pathlib import Path
 
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
+    EXIT_USAGE,
     add_progress_argument,
     add_shards_argument,
     error,
@@ -59,21 +64,34 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice._split import save_split
     from onnx_ir_multidevice.omny._schema import parse_configuration
 
+    outdir = args.outdir.resolve()
+    if outdir.is_dir() and args.input.resolve().is_relative_to(outdir):
+        # The split is renamed over OUTDIR: the input would be deleted with it.
+        error(
+            f"{args.input}: is inside {args.outdir}, which the split would replace (and the "
+            f"model with it); write the split to another folder, e.g. "
+            f"{args.outdir.parent / (args.outdir.name + '_split')}"
+        )
+        return EXIT_USAGE
     progress = progress_reporter(args, "split")
     progress(f"loading {args.input}")
     model = load(args.input)
     progress(f"splitting into {args.shards} stages and writing {args.outdir}")
     try:
-        manifest = save_split(
-            model,
-            args.outdir,
-            args.shards,
-            configuration=parse_configuration(args.configuration),
-            force=args.force,
-        )
+        with warnings.catch_warnings(record=True) as caught:  # said below, in CLI words
+            warnings.simplefilter("always", UserWarning)
+            manifest = save_split(
+                model,
+                args.outdir,
+                args.shards,
+                configuration=parse_configuration(args.configuration),
+                force=args.force,
+            )
     except SplitError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
+    for warning in caught:
+        print(f"omny split: warning: {warning.message}", file=sys.stderr)
     progress("done")
     if args.json:
         print_json(manifest.to_dict())

@@ -18,6 +18,8 @@ from __future__ import annotations
 __all__ = ["register", "run"]
 
 import argparse
+import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,16 +121,20 @@ def run(args: argparse.Namespace) -> int:
     for shards in counts:
         progress(f"splitting into {_stages(shards)} and running them against the whole model")
         try:
-            report = verify(
-                model, shards, rtol=args.rtol, atol=args.atol, dims=dict(args.dim),
-                seed=args.seed,
-            )  # fmt: skip
+            with warnings.catch_warnings(record=True) as caught:  # said below, in CLI words
+                warnings.simplefilter("always", UserWarning)
+                report = verify(
+                    model, shards, rtol=args.rtol, atol=args.atol, dims=dict(args.dim),
+                    seed=args.seed,
+                )  # fmt: skip
         except (SplitError, VerifyError) as exc:
             reports.append({"shards": shards, "ok": False, "error": str(exc)})
             failed.append(shards)
             if not args.json:
                 print(f"{_stages(shards)}: FAILED: {exc}")
             continue
+        for warning in caught:
+            print(f"omny verify: warning: {warning.message}", file=sys.stderr)
         if not report.ok:
             failed.append(shards)
         reports.append({"shards": shards, **report.to_dict()})

@@ -228,7 +228,8 @@ def tensor_parallel_configuration(
     Raises:
         OmnyFormatError: The entry is malformed; ``path`` is the JSON path of the offending
             element. A split or a run refuses such a record rather than ignore it (``omny
-            check`` reports it as OMNY225).
+            check`` reports it as OMNY225). So is an entry for the split whose ``num_shards``
+            is not ``shards`` (its stages were planned for another split).
     """
     try:
         record = read_tensor_parallel(model)
@@ -245,8 +246,17 @@ def tensor_parallel_configuration(
         # The split of `shards` stages uses the first .omny configuration with that count
         # (Sharding.configuration_index), which annotate names omny/<n>-shards.
         configuration = configuration_name(shards)
-    for entry in record.configurations:
+    for i, entry in enumerate(record.configurations):
         if configuration is None or entry.name == configuration:
+            if shards is not None and entry.num_shards != shards:
+                # A hand-edited count: the stages and devices were planned for another split.
+                raise OmnyFormatError(
+                    f"metadata_props[{TENSOR_PARALLEL_KEY}].configurations[{i}].num_shards",
+                    f"num_shards is {entry.num_shards} but the split has {shards} stages "
+                    f"(configuration {entry.name!r}); the tensor-parallel record does not "
+                    "describe this split (`omny check` reports it as OMNY225): plan the model "
+                    "again (`omny plan --tensor-parallel N`) or correct the entry",
+                )
             return entry
     return None
 

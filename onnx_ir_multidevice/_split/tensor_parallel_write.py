@@ -19,6 +19,7 @@ __all__ = ["rank_data_file", "segment_file", "write_tensor_parallel_stage"]
 
 import dataclasses
 import mmap
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
@@ -157,10 +158,19 @@ def write_tensor_parallel_stage(
 
     Returns:
         ``entry`` with its :attr:`~ManifestStage.tensor_parallel` description, or ``entry``
-        unchanged when no region is found at that degree (the caller writes the stage whole).
+        unchanged when no region is found at that degree (the caller writes the stage whole;
+        a :class:`UserWarning` says why).
     """
     result = split_tensor_parallel(stage_model, record.degree, dims=dims)
     if result.degree == 1:
+        # Said, not dropped silently: the record asked for more devices than the split uses.
+        warnings.warn(
+            f"stage {entry.index} is written whole, not over the {record.degree} devices "
+            f"the tensor-parallel record gives it: {result.reason}; plan the model again "
+            "(`omny plan --tensor-parallel N`) for a degree that finds regions",
+            UserWarning,
+            stacklevel=2,
+        )
         return entry
     index = entry.index
     ranks = []

@@ -322,8 +322,8 @@ class ShardingContext:
     """
 
     def __init__(self, graph: ir.Graph, degree: int, shapes: ValueShapes) -> None:
-        if degree < 2:
-            raise ValueError(f"a tensor-parallel degree must be >= 2, got {degree}")
+        if isinstance(degree, bool) or not isinstance(degree, int) or degree < 2:
+            raise ValueError(f"a tensor-parallel degree must be an integer >= 2, got {degree!r}")
         self.graph = graph
         self.degree = degree
         self.shapes = shapes

@@ -287,9 +287,7 @@ def parse_tensor_parallel(text: str) -> TensorParallelRecord:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as error:
-        raise OmnyFormatError(
-            _PATH, f"not JSON ({error}); re-plan the model (`omny plan --tensor-parallel`)"
-        ) from error
+        raise OmnyFormatError(_PATH, f"not JSON ({error})") from error  # callers add advice
     data = _object(value, _PATH, ("configurations", "format"))
     if data["format"] != TENSOR_PARALLEL_FORMAT or isinstance(data["format"], bool):
         raise OmnyFormatError(

@@ -200,14 +200,16 @@ def plan_model(
         model: The model, an :class:`onnx_ir.Model`. Its graph is not modified (unless
             ``assign_names`` or ``static``), except where it lacks the types and shapes of the
             chosen cut tensors and of its outputs, or is not topologically sorted (see the
-            module docstring); the planning dims are recorded in its
-            ``metadata_props`` (:func:`~onnx_ir_multidevice.omny.write_planning_dims`), so
-            that ``check``,
-            ``split``, ``verify`` and ``run`` reuse them. Or the path of a model file
-            (``str`` or ``os.PathLike``): it is loaded here and not modified; the plan's
-            names are the file's (with ``assign_names``, those of the loaded copy, which the
-            result's ``analysis.graph`` holds). To write the plan into a model, pass the
-            :class:`onnx_ir.Model` you will :func:`~onnx_ir_multidevice.omny.write` it into.
+            module docstring); the planning dims are recorded in its ``metadata_props``
+            (:func:`~onnx_ir_multidevice.omny.write_planning_dims`), so that ``check``,
+            ``split``, ``verify`` and ``run`` reuse them, and so is the tensor-parallel
+            record (:func:`~onnx_ir_multidevice.omny.write_tensor_parallel`; one from an
+            earlier plan is removed when this one has no tensor-parallel stage). Or the
+            path of a model file (``str`` or ``os.PathLike``): it is loaded here and not
+            modified; the plan's names are the file's (with ``assign_names``, those of the
+            loaded copy, which the result's ``analysis.graph`` holds). To write the plan
+            into a model, pass the :class:`onnx_ir.Model` you will
+            :func:`~onnx_ir_multidevice.omny.write` it into.
         options: What to plan for: a :class:`~onnx_ir_multidevice.planner.options.PlanOptions`
             (``devices``, ``shards``, ``max_shard_size_mb``, ``dims``, ``relaxed``,
             ``headroom``, ``side_limit_bytes``, ``name``, ``assign_names``, ``static``,
@@ -325,8 +327,8 @@ def _plan_model(model: ir.Model, options: PlanOptions, report: Callable[[str], N
     metadata = _metadata(model, sizes, memory, partitions, options)
     _describe_cuts(analysis, partitions)
     write_planning_dims(model, sizes.dims)
-    if options.tensor_parallel is not None:
-        write_tensor_parallel(model, _record(metadata, parallel, sizes.dims))
+    # Always: a record from an earlier plan with tensor parallelism would outlive this one.
+    write_tensor_parallel(model, _record(metadata, parallel, sizes.dims))
     return PlanResult(
         metadata=metadata,
         partitions=tuple(partitions),

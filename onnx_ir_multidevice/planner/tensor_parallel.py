@@ -70,6 +70,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_ir_multidevice._errors import PlanError
+from onnx_ir_multidevice._util import format_bytes
 from onnx_ir_multidevice.analysis.sharding import Replicated, VocabMask
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
 from onnx_ir_multidevice.analysis.stages import assign_stages
@@ -616,7 +617,7 @@ def plan_tensor_parallel(
         ]
         chosen = choose_degrees(times, num_devices)
         if chosen is None:
-            errors.append(f"{num_stages} stages: a stage does not fit a device at any degree")
+            errors.append(f"{num_stages} stages: {_misfit(rows, capacity, max_stage_bytes)}")
             continue
         degrees, slowest = chosen
         consider(cut, tuple(rows[i][d - 1] for i, d in enumerate(degrees)), slowest)
@@ -649,9 +650,18 @@ def plan_tensor_parallel(
     (step, _, _), cut, chosen_stages = best
     plan = TensorParallelPlan(num_devices, chosen_stages, step, tuple(considered))
     if not plan.parallel:
-        if not any_region:
+        if max_degree < 2:
             reason = (
-                f"no tensor-parallel region at degree 2 to {max_degree}: no MatMul/Gemm by a "
+                f"tensor parallelism needs at least 2 devices and the plan has {num_devices} "
+                "(give more shards or devices)"
+                if num_devices < 2
+                else f"the largest degree allowed is {max_degree}: tensor parallelism needs "
+                "a degree of at least 2"
+            ) + "; the plan is pipeline-only"
+        elif not any_region:
+            reason = (
+                f"no tensor-parallel region at degree "
+                f"{'2' if max_degree == 2 else f'2 to {max_degree}'}: no MatMul/Gemm by a "
                 "constant weight whose column-parallel split ends in a row-parallel one "
                 "(the Megatron pattern); the plan is pipeline-only"
             )
@@ -663,6 +673,27 @@ def plan_tensor_parallel(
             )
         plan = dataclasses.replace(plan, reason=reason)
     return cut, plan
+
+
+def _misfit(
+    rows: Sequence[Sequence[StageParallelism]], capacity: int | None, max_stage_bytes: int | None
+) -> str:
+    """Why no degree vector fits: the first stage that fits at no degree, with its figures."""
+    for row in rows:
+        if any(s.fits(capacity, max_stage_bytes) for s in row):
+            continue
+        least = min(row, key=lambda s: (max(s.required_bytes, s.resident_bytes), s.degree))
+        need = max(least.required_bytes, least.resident_bytes)
+        limits = [f"a device has {format_bytes(capacity)}"] if capacity is not None else []
+        if max_stage_bytes is not None:
+            limits.append(f"the shard limit is {format_bytes(max_stage_bytes)}")
+        return (
+            f"stage {least.stage} does not fit a device at any degree: it needs "
+            f"{format_bytes(need)} per device at best (degree "
+            f"{least.degree}; shard memory {format_bytes(least.memory_bytes)}) but "
+            + " and ".join(limits)
+        )
+    return "the stages fit, but not all on the devices at once"
 
 
 EXTRA_SESSION_BYTES = 192 * 1024

@@ -314,6 +314,25 @@ def register_tensor_parallel_loader(loader: Callable[[ManifestStage], Any]) -> N
     _TENSOR_PARALLEL_LOADER = loader
 
 
+_TENSOR_PARALLEL_CHAIN: (
+    Callable[[ir.Model, int, Sequence[str] | None], StageChain | None] | None
+) = None
+
+
+def register_tensor_parallel_chain(
+    builder: Callable[[ir.Model, int, Sequence[str] | None], StageChain | None],
+) -> None:
+    """Set the builder of a model's chain from its tensor-parallel record.
+
+    ``builder(model, shards, outputs)`` returns the chain of the split of ``shards`` stages
+    with the degrees the model's record gives them, or ``None`` when the record gives none
+    (no record, or every stage at degree 1). :mod:`~onnx_ir_multidevice.runtime.tensor_parallel`
+    registers it, as it does :func:`register_tensor_parallel_loader`.
+    """
+    global _TENSOR_PARALLEL_CHAIN  # noqa: PLW0603 (the one registration point)
+    _TENSOR_PARALLEL_CHAIN = builder
+
+
 def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -> StageChain:
     try:
         manifest = read_manifest(folder)
@@ -337,6 +356,11 @@ def _chain_from_directory(folder: pathlib.Path, outputs: Sequence[str] | None) -
 
 
 def _chain_from_model(model: ir.Model, shards: int, outputs: Sequence[str] | None) -> StageChain:
+    if _TENSOR_PARALLEL_CHAIN is not None:
+        # A model whose record gives a stage of this split a degree runs as it is verified.
+        recorded = _TENSOR_PARALLEL_CHAIN(model, shards, outputs)
+        if recorded is not None:
+            return recorded
     graph_outputs = list(outputs) if outputs is not None else [v.name for v in model.graph.outputs]
     if shards == 1:
         stage_models = [model]

@@ -34,6 +34,7 @@ __all__ = [
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -201,7 +202,8 @@ class TensorParallelRunner:
         spinning: Whether onnxruntime's threads spin while idle.
 
     Raises:
-        PipelineError: A segment's session cannot be made (those made are closed).
+        PipelineError: A segment's session cannot be made (those made are closed); the
+            message names the rank, the segment and its file.
     """
 
     def __init__(
@@ -216,18 +218,26 @@ class TensorParallelRunner:
         self.device = device
         self._runners: list[list[StageRunner]] = []
         try:
-            for segments in stage.ranks:
+            for rank, segments in enumerate(stage.ranks):
                 row: list[StageRunner] = []
                 self._runners.append(row)
-                for segment in segments:
-                    row.append(
-                        StageRunner(
+                for number, segment in enumerate(segments):
+                    try:
+                        runner = StageRunner(
                             dataclasses.replace(segment, index=stage.index),
                             device,
                             1 if threads is None else threads,
                             spinning=spinning,
                         )
-                    )
+                    except PipelineError as error:  # say which rank and file
+                        file = segment.source
+                        named = f" ({os.path.basename(file)})" if isinstance(file, str) else ""
+                        reason = str(error).removeprefix(f"[stage {stage.index}] ")
+                        raise PipelineError(
+                            f"rank {rank} of {stage.degree}, segment {number}{named}: {reason}",
+                            stage=stage.index,
+                        ) from error
+                    row.append(runner)
         except BaseException:
             self.close()
             raise
@@ -320,6 +330,10 @@ def _degrees(model: ir.Model, shards: int, degree: int | Sequence[int] | None) -
         return [recorded.get(i, 1) for i in range(shards)]
     if isinstance(degree, int):
         return [degree] * shards
+    if isinstance(degree, str) or not isinstance(degree, Sequence):
+        raise ValueError(
+            f"degree must be a positive integer or one per stage, got {degree!r}"
+        )  # a float or a string would be read as a sequence further on
     degrees = list(degree)
     if len(degrees) != shards:
         raise PipelineError(f"{len(degrees)} tensor-parallel degrees given for {shards} stages")
@@ -344,7 +358,8 @@ def tensor_parallel_splits(
         dims: The planning dims the regions are found at.
 
     Returns:
-        One split per stage.
+        One split per stage (a :class:`UserWarning` names a stage the record gives a degree
+        that finds no region: it runs whole).
     """
     require_model(model, "tensor_parallel_splits")
     degrees = _degrees(model, shards, degree)
@@ -352,10 +367,21 @@ def tensor_parallel_splits(
         recorded = tensor_parallel_configuration(model, shards)
         dims = recorded.dims_dict if recorded is not None else None
     stage_models = [model] if shards == 1 else split(model, shards)
-    return [
+    splits = [
         split_tensor_parallel(stage_model, d, dims=dims)
         for stage_model, d in zip(stage_models, degrees, strict=True)
     ]
+    for index, (d, result) in enumerate(zip(degrees, splits, strict=True)):
+        if degree is None and d > 1 and result.degree == 1:
+            # Said, not dropped silently: the record asked for more devices than run.
+            warnings.warn(
+                f"stage {index} runs whole, not over the {d} devices the tensor-parallel "
+                f"record gives it: {result.reason}; plan the model again (`omny plan "
+                "--tensor-parallel N`) for a degree that finds regions",
+                UserWarning,
+                stacklevel=2,
+            )
+    return splits
 
 
 def tensor_parallel_chain(
@@ -523,9 +549,16 @@ def verify_folder(
         A :class:`~onnx_ir_multidevice.runtime.VerifyReport`.
 
     Raises:
-        PipelineError: The folder's manifest is malformed or its stages do not chain.
+        PipelineError: ``folder`` is not a directory, its manifest is malformed or its
+            stages do not chain.
         VerifyError: onnxruntime cannot load or run the model or a stage (named).
     """
+    if not os.path.isdir(folder):  # else load_stages reads a file as a model to split
+        what = "a file" if os.path.lexists(folder) else "no such directory"
+        raise PipelineError(
+            f"{os.fspath(folder)}: not a split directory ({what}); pass the directory "
+            "`omny split` or save_split wrote"
+        )
     model = _model(model, "verify_folder")
     rtol, atol = verification._tolerances(model, rtol, atol)
     feeds = verification.make_inputs(model, dims=dims, seed=seed)
@@ -535,6 +568,16 @@ def verify_folder(
     return _verify_chain(model, chain, feeds, rtol, atol, threads)
 
 
+def _recorded_chain(
+    model: ir.Model, shards: int, outputs: Sequence[str] | None
+) -> StageChain | None:
+    """The chain of ``model`` by its record's degrees, or ``None`` when none is above 1."""
+    if not tensor_parallel_degrees(model, shards):
+        return None
+    return tensor_parallel_chain(model, shards, outputs=outputs)
+
+
 # Lower runtime modules run tensor-parallel stages and checks through these registrations.
 _stages.register_tensor_parallel_loader(stage_from_manifest)
+_stages.register_tensor_parallel_chain(_recorded_chain)
 verification.register_tensor_parallel_verify(verify_tensor_parallel)
