@@ -1,0 +1,65 @@
+"""A hostile user at the command line: outputs where they cannot go, inputs that are not models.
+
+Each case runs the real ``omny`` entry function on real files in ``tmp_path`` and expects the
+documented exit status (docs/cli.md, *Conventions*), one ``omny: error:`` line naming the file
+and saying what to do, a valid ``--json`` document, no traceback, and the input unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from plain_text import assert_plain
+from test_bad_input import _planned
+
+from onnx_ir_multidevice._cli import main
+from onnx_ir_multidevice._proto.files import save
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> Path:
+    """A planned two-configuration model, ``good.omny``."""
+    path = tmp_path / "good.omny"
+    save(_planned(), path)
+    return path
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _run_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict, str]:
+    """Run ``omny argv --json``; return the status, the JSON document and stderr."""
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err, err
+    document = json.loads(out)
+    assert document["status"] == code, document
+    assert_plain(err)
+    return code, document, err
+
+
+def test_view_write_to_an_existing_file_is_a_usage_error(
+    good: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`omny view m.omny --write m.omny`: the folder to write is the input file itself."""
+    before = _digest(good)
+    code, document, err = _run_json(["view", str(good), "--write", str(good)], capsys)
+    assert code == 2, err
+    assert err.startswith(f"omny: error: {good}: ") and len(err.strip().splitlines()) == 1, err
+    assert "not a directory" in err, err
+    assert document["error"] and document["result"] is None
+    assert _digest(good) == before
+
+
+def test_view_write_into_a_folder_that_cannot_be_created(
+    good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`omny view --write /proc/x`: /proc takes no new folder (as root too)."""
+    code, document, err = _run_json(["view", str(good), "--write", "/proc/omny-view"], capsys)
+    assert code == 2, err
+    assert err.startswith("omny: error: /proc/omny-view: "), err
+    assert document["result"] is None
