@@ -63,3 +63,23 @@ def test_view_write_into_a_folder_that_cannot_be_created(
     assert code == 2, err
     assert err.startswith("omny: error: /proc/omny-view: "), err
     assert document["result"] is None
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_check_external_data_problem_is_not_called_an_unreadable_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """A valid model whose data file is gone or cut: the error line says the data, not ONNX."""
+    path = tmp_path / "m.omny"
+    save(_planned(), path, external_data=True, size_threshold_bytes=0)
+    data = tmp_path / "m.omny.data"
+    if damage == "missing":
+        data.unlink()
+    else:
+        data.write_bytes(data.read_bytes()[:100])
+    code, document, err = _run_json(["check", str(path)], capsys)
+    assert code == 2, err
+    assert "cannot be read as an ONNX model" not in err, err
+    assert f"{path}: its external data cannot be read" in err, err
+    assert document["error"] == err.strip().removeprefix("omny: error: ")
+    assert {d["code"] for d in document["result"]["diagnostics"]} <= {"OMNY108", "OMNY109"}
