@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from plain_text import assert_plain
-from test_bad_input import _planned
+from test_bad_input import _chain, _planned
 
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._proto.files import save
@@ -83,3 +83,34 @@ def test_check_external_data_problem_is_not_called_an_unreadable_model(
     assert f"{path}: its external data cannot be read" in err, err
     assert document["error"] == err.strip().removeprefix("omny: error: ")
     assert {d["code"] for d in document["result"]["diagnostics"]} <= {"OMNY108", "OMNY109"}
+
+
+@pytest.mark.parametrize("command", ["view", "demo"])
+def test_no_plan_error_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A plain ONNX model (no plan): exit 1 with one error line that names the file, as the
+    other commands (`annotate`, `split`...) do; the --json envelope carries it."""
+    path = tmp_path / "plain.onnx"
+    save(_chain(), path)
+    argv = {
+        "view": ["view", str(path), "--write", str(tmp_path / "view")],
+        "demo": ["demo", "--model", str(path), "--only", "load"],
+    }[command]
+    code, document, err = _run_json(argv, capsys)
+    assert code == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"omny: error: {path}: "), err
+    assert "omny plan" in lines[0], err
+    assert document["error"] == lines[0].removeprefix("omny: error: ")
+
+
+def test_demo_model_that_is_a_directory_is_called_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "m.omny"
+    folder.mkdir()
+    code, _, err = _run_json(["demo", "--model", str(folder)], capsys)
+    assert code == 2, err
+    assert err.startswith(f"omny: error: {folder}: is a directory"), err
+    assert "no such file" not in err, err

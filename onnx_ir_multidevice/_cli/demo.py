@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     path = EXAMPLE if args.model is None else args.model
     if not path.is_file():
-        raise OmnyIOError(f"{path}: no such file; pass an existing .omny file to --model")
+        what = "is a directory" if path.is_dir() else "no such file"
+        raise OmnyIOError(f"{path}: {what}; pass an existing .omny file to --model")
     if args.model is not None:
         # lazy: `omny --help` stays fast. An unreadable model or plan is an unreadable input
         # (exit 2, as for the other commands), not a failed step.
@@ -122,4 +123,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"demo: FAILED steps: {', '.join(failed)} (details above; --traceback for more)")
         print(f"demo took {seconds:.1f} s")
         print(f"demo: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed")
+    if no_plan:  # as the other commands on a model without a plan: one line that names it
+        error(
+            f"{path}: has no .omny plan; run `omny plan` first, or run the bundled example "
+            "(`omny demo` without --model)"
+        )
     return EXIT_FINDINGS if failed or no_plan else EXIT_OK
