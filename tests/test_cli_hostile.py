@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
+import onnx_ir as ir
 import pytest
 from plain_text import assert_plain
 from test_bad_input import _chain, _planned
 
+from onnx_ir_multidevice import omny
 from onnx_ir_multidevice._cli import main
-from onnx_ir_multidevice._proto.files import save
+from onnx_ir_multidevice._errors import OmnyIOError
+from onnx_ir_multidevice._proto.files import load, save
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -114,3 +123,60 @@ def test_demo_model_that_is_a_directory_is_called_a_directory(
     assert code == 2, err
     assert err.startswith(f"omny: error: {folder}: is a directory"), err
     assert "no such file" not in err, err
+
+
+def test_save_without_overwrite_refuses_a_file_another_writer_made_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """``save(overwrite=False)`` checks the destination again when it commits: a file made
+    after the first check (by another writer, here while a weight is read) is kept."""
+    target = tmp_path / "out.omny"
+    theirs = b"another writer's model"
+
+    def weight() -> ir.TensorProtocol:
+        target.write_bytes(theirs)  # another writer, between the check and the commit
+        return ir.tensor(np.ones((8, 8), np.float32), name="w0")
+
+    model = _planned()
+    w0 = model.graph.initializers["w0"]
+    w0.const_value = ir.LazyTensor(weight, dtype=ir.DataType.FLOAT, shape=ir.Shape([8, 8]))
+    with pytest.raises(OmnyIOError, match=r"^[^(]*another writer created") as caught:
+        save(model, target, overwrite=False, external_data=True, size_threshold_bytes=0)
+    assert str(target) in str(caught.value)
+    assert target.read_bytes() == theirs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.omny"], "files left behind"
+
+
+@pytest.mark.parametrize("command", ["plan", "annotate"])
+def test_concurrent_writers_without_force_one_wins(tmp_path: Path, command: str) -> None:
+    """Three `omny plan IN -o OUT` (or `annotate`) at once, no --force: one writes OUT, the
+    others refuse it (exit 2), and OUT is one complete model; the input is unchanged."""
+    source = tmp_path / "in.omny"
+    save(_planned(), source)
+    before = (_digest(source), source.stat().st_mtime_ns)
+    out = tmp_path / "out.omny"
+    argv = {
+        "plan": ["plan", str(source), "-o", str(out), "--shards", "2"],
+        "annotate": ["annotate", str(source), str(out)],
+    }[command]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "onnx_ir_multidevice.cli", *argv],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    results = [(p.wait(), p.communicate()[1]) for p in processes]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2, 2], results
+    for code, err in results:
+        assert "Traceback" not in err, err
+        if code == 2:
+            assert err.startswith(f"omny: error: {out}: "), err
+    assert omny.read(load(out)) is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.omny", "out.omny"]
+    assert (_digest(source), source.stat().st_mtime_ns) == before

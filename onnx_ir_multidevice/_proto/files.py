@@ -839,8 +839,8 @@ def _refuse_existing(*paths: Path | None) -> None:
     for existing in paths:
         if existing is not None and os.path.lexists(existing):
             raise OmnyIOError(
-                f"{existing}: exists and overwrite=False; choose another path or pass "
-                "overwrite=True"
+                f"{existing}: exists (overwrite=False in Python); choose another path, or "
+                "pass --force (overwrite=True in Python) to replace it"
             )
 
 
@@ -911,6 +911,7 @@ def save(
         ) from error
     claimed: Path | None = None
     staged: _Staged | None = None
+    committed = False
     removed: set[str] = set()
     try:
         mode = atomic.existing_mode(target)
@@ -923,6 +924,12 @@ def save(
                 model, graphs, staging, target.name, final, size_threshold_bytes, mode, shared
             )
         with atomic.folder_lock(folder):  # commits into one folder happen one at a time
+            if not overwrite and os.path.lexists(target):  # made since the check above
+                raise OmnyIOError(
+                    f"{path}: another writer created this file while this one ran; it was "
+                    "left as it is and nothing was written. Choose another path, or pass "
+                    "--force (overwrite=True in Python) to replace it."
+                )
             # What the model being replaced owns (its data files written by a save).
             replaced = _model_references(target, owned_only=True)
             if shared:
@@ -934,17 +941,20 @@ def save(
                 os.replace(staging / final, claimed)
                 atomic.fsync_dir(claimed.parent)
             os.replace(staging / target.name, target)  # the commit
+            committed = True
             atomic.fsync_dir(folder)
             keep = {os.path.realpath(claimed)} if staged.data and claimed is not None else set()
             keep.add(os.path.realpath(target))
             keep.update(file.path for file in (shared[0].values() if shared else ()))
             removed = _remove_replaced(replaced, keep)
+    except OmnyIOError:
+        raise
     except OSError as error:
         raise OmnyIOError(
             f"{path}: writing failed ({error}); the destination is unchanged"
         ) from error
     finally:
-        if claimed is not None and (staged is None or not staged.data):
+        if claimed is not None and (staged is None or not staged.data or not committed):
             _unlink_claim(claimed, staging)
         shutil.rmtree(staging, ignore_errors=True)
         atomic.release(staging)
