@@ -180,3 +180,37 @@ def test_concurrent_writers_without_force_one_wins(tmp_path: Path, command: str)
     assert omny.read(load(out)) is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.omny", "out.omny"]
     assert (_digest(source), source.stat().st_mtime_ns) == before
+
+
+@pytest.mark.parametrize(
+    ("command", "where"),
+    [
+        ("split", "its folder"),
+        ("split", "an ancestor"),
+        ("export-split", "its folder"),
+        ("export-ark", "its folder"),
+    ],
+)
+def test_force_never_replaces_the_folder_that_holds_the_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, where: str
+) -> None:
+    """`omny split work/m.omny work --force` would replace `work`, and so delete the input and
+    whatever else the folder holds: refused (exit 2) before any work, the folder untouched."""
+    work = tmp_path / "work"
+    (work / "models").mkdir(parents=True)
+    source = work / "models" / "m.omny"
+    save(_planned(), source)
+    (work / "models" / "notes.txt").write_text("mine\n")
+    out = work / "models" if where == "its folder" else work
+    argv = {
+        "split": ["split", str(source), str(out), "--shards", "2", "--force"],
+        "export-split": ["export", "split", str(source), str(out), "--shards", "2", "--force"],
+        "export-ark": ["export", "ark", str(source), str(out), "--shards", "2", "--force"],
+    }[command]
+    before = {p: p.read_bytes() for p in work.rglob("*") if p.is_file()}
+    code, document, err = _run_json(argv, capsys)
+    assert code == 2, err
+    assert err.startswith(f"omny: error: {out}: "), err
+    assert str(source) in err and "--force" not in err.split(";")[-1], err
+    assert document["result"] is None
+    assert {p: p.read_bytes() for p in work.rglob("*") if p.is_file()} == before

@@ -18,10 +18,12 @@ from pathlib import Path
 from onnx_ir_multidevice._cli import (
     EXIT_FINDINGS,
     EXIT_OK,
+    EXIT_USAGE,
     add_progress_argument,
     add_shards_argument,
     error,
     help_description,
+    output_holds_input,
     print_json,
     progress_reporter,
 )
@@ -59,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice._split import save_split
     from onnx_ir_multidevice.omny._schema import parse_configuration
 
+    refusal = output_holds_input(args.outdir, args.input)
+    if refusal is not None:
+        error(refusal)
+        return EXIT_USAGE
     progress = progress_reporter(args, "split")
     progress(f"loading {args.input}")
     model = load(args.input)
