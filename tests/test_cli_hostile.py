@@ -214,3 +214,19 @@ def test_force_never_replaces_the_folder_that_holds_the_input(
     assert str(source) in err and "--force" not in err.split(";")[-1], err
     assert document["result"] is None
     assert {p: p.read_bytes() for p in work.rglob("*") if p.is_file()} == before
+
+
+def test_oaax_convert_never_writes_its_artifact_over_the_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`omny oaax-convert m.omny .`: the artifact `<model>.omny` would be the input itself."""
+    source = tmp_path / "m.omny"
+    save(_chain(), source)  # no plan: the toolchain plans it
+    before = (_digest(source), source.stat().st_mtime_ns)
+    code = main(["oaax-convert", str(source), str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert "Traceback" not in out + err
+    assert "omny-oaax-toolchain: error: OAAX101" in err, err
+    assert f"{source}: is the input" in err, err
+    assert (_digest(source), source.stat().st_mtime_ns) == before
