@@ -230,3 +230,19 @@ def test_oaax_convert_never_writes_its_artifact_over_the_input(
     assert "omny-oaax-toolchain: error: OAAX101" in err, err
     assert f"{source}: is the input" in err, err
     assert (_digest(source), source.stat().st_mtime_ns) == before
+
+
+def test_convert_a_model_no_container_can_hold_is_a_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`omny convert m.omny out.omny --container v2` of a model with external data: the input
+    was read and what it holds stops the job, so 1 (as `omny export` for content its format
+    cannot hold), not the 2 of an unreadable input; OUT is not written."""
+    source = tmp_path / "m.omny"
+    save(_planned(), source, external_data=True, size_threshold_bytes=0)
+    out = tmp_path / "out.omny"
+    code, document, err = _run_json(["convert", str(source), str(out), "--container", "v2"], capsys)
+    assert code == 1, err
+    assert err.startswith(f"omny: error: {source}: ") and "external data" in err, err
+    assert document["result"] is None
+    assert not out.exists()
