@@ -246,3 +246,23 @@ def test_convert_a_model_no_container_can_hold_is_a_finding(
     assert err.startswith(f"omny: error: {source}: ") and "external data" in err, err
     assert document["result"] is None
     assert not out.exists()
+
+
+@pytest.mark.parametrize("manifest", ['{"format": ', ""])
+def test_verify_split_folder_with_an_unreadable_manifest_is_unreadable_input(
+    good: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest: str
+) -> None:
+    """`omny verify m.omny --split DIR` whose manifest.json is cut or empty: exit 2, as
+    `omny run DIR` and `omny view DIR` (and verify without a manifest) say; the error line
+    names the manifest, and only once."""
+    folder = tmp_path / "stages"
+    assert main(["split", str(good), str(folder), "--shards", "2"]) == 0
+    (folder / "manifest.json").write_text(manifest)
+    capsys.readouterr()
+    statuses = []
+    for argv in (["verify", str(good), "--split", str(folder)], ["run", str(folder)]):
+        code, document, err = _run_json(argv, capsys)
+        statuses.append(code)
+        assert err.startswith(f"omny: error: {folder / 'manifest.json'}: not valid JSON"), err
+        assert document["result"] is None, document
+    assert statuses == [2, 2]

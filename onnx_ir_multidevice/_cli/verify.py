@@ -35,7 +35,7 @@ from onnx_ir_multidevice._cli import (
     progress_reporter,
     tolerance_argument,
 )
-from onnx_ir_multidevice._errors import PipelineError, SplitError, VerifyError
+from onnx_ir_multidevice._errors import OmnyFormatError, PipelineError, SplitError, VerifyError
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -159,6 +159,9 @@ def _verify_folder(args: argparse.Namespace, model: ir.Model, progress: Any) -> 
             seed=args.seed,
         )  # fmt: skip
     except (PipelineError, VerifyError) as exc:
+        if isinstance(exc.__cause__, OmnyFormatError):  # its manifest: as `omny run DIR`, 2
+            error(str(exc))
+            return EXIT_USAGE
         if args.json:
             print_json({"file": str(args.file), "split": str(args.split), "ok": False,
                         "error": str(exc)})  # fmt: skip
