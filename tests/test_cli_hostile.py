@@ -266,3 +266,23 @@ def test_verify_split_folder_with_an_unreadable_manifest_is_unreadable_input(
         assert err.startswith(f"omny: error: {folder / 'manifest.json'}: not valid JSON"), err
         assert document["result"] is None, document
     assert statuses == [2, 2]
+
+
+@pytest.mark.parametrize("command", ["plan", "annotate", "convert"])
+def test_output_that_is_a_dangling_link_is_refused_without_a_traceback(
+    good: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """OUT is a symbolic link to a file that does not exist (yet): it exists as a link, so
+    without --force it is refused as any existing output (exit 2), not a FileNotFoundError."""
+    out = tmp_path / "out.omny"
+    out.symlink_to(tmp_path / "nowhere" / "x.omny")
+    argv = {
+        "plan": ["plan", str(good), "-o", str(out), "--shards", "2"],
+        "annotate": ["annotate", str(good), str(out)],
+        "convert": ["convert", str(good), str(out), "--container", "v2"],
+    }[command]
+    code, document, err = _run_json(argv, capsys)
+    assert code == 2, err
+    assert err == f"omny: error: {out}: exists; choose another path or pass --force to replace it\n"
+    assert document["result"] is None
+    assert out.is_symlink() and not out.exists()

@@ -269,8 +269,8 @@ def existing_output(path: Path, force: bool, *, source: Path | None = None) -> s
         return f"{path}: is a directory; name the file to write (e.g. {path / 'model.omny'})"
     if force or not os.path.lexists(path):
         return None
-    if source is not None and source.exists() and os.path.samefile(path, source):
-        return None
+    if source is not None and path.exists() and source.exists() and os.path.samefile(path, source):
+        return None  # (a dangling link ``path`` exists as a link only: refused as any file)
     return f"{path}: exists; choose another path or pass --force to replace it"
 
 
