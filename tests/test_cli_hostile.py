@@ -286,3 +286,26 @@ def test_output_that_is_a_dangling_link_is_refused_without_a_traceback(
     assert err == f"omny: error: {out}: exists; choose another path or pass --force to replace it\n"
     assert document["result"] is None
     assert out.is_symlink() and not out.exists()
+
+
+@pytest.mark.parametrize("command", ["plan", "annotate", "convert"])
+def test_output_over_the_input_data_file_is_refused_even_with_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """`omny plan m.omny -o m.omny.data --force`: OUT is the file the input's weights are read
+    from; replacing it would leave the input a model without its weights. Refused (exit 2)."""
+    source = tmp_path / "m.omny"
+    save(_planned(), source, external_data=True, size_threshold_bytes=0)
+    data = tmp_path / "m.omny.data"
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    argv = {
+        "plan": ["plan", str(source), "-o", str(data), "--shards", "2", "--force"],
+        "annotate": ["annotate", str(source), str(data), "--force"],
+        "convert": ["convert", str(source), str(data), "--container", "v1", "--force"],
+    }[command]
+    code, document, err = _run_json(argv, capsys)
+    assert code == 2, err
+    assert err.startswith(f"omny: error: {data}: ") and "data file" in err, err
+    assert document["result"] is None
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert omny.read(load(source)) is not None

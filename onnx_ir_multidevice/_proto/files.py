@@ -834,6 +834,25 @@ def _save_destination(model: object, path: str | os.PathLike) -> tuple[Path, Pat
     return path, target
 
 
+def _refuse_own_data_file(graphs: Sequence[ir.Graph], path: Path, target: Path) -> None:
+    """Refuse to write the model over a data file its own tensors are read from.
+
+    The model would be written whole, but the file the weights came from would hold it: the
+    model file that names that data file (the input, on the command line) loses its weights.
+    """
+    files: dict[str, str] = {}  # each data file once, by the first tensor read from it
+    for value, tensor in _external_initializers(graphs):
+        files.setdefault(os.fspath(tensor.path), value.name or "")
+    real = os.path.realpath(target)
+    for file, name in files.items():
+        if os.path.realpath(file) == real:
+            raise OmnyIOError(
+                f"{path}: is the data file the model's weights (tensor {name!r}) are read "
+                "from; writing the model there would leave the model file that names it "
+                "without its weights: choose another path"
+            )
+
+
 def _refuse_existing(*paths: Path | None) -> None:
     """Raise :class:`OmnyIOError` for the first of ``paths`` that exists (``overwrite=False``)."""
     for existing in paths:
@@ -877,8 +896,10 @@ def save(
 
     Raises:
         OmnyIOError: The destination folder does not exist or is not writable, the
-            destination exists and ``overwrite`` is ``False``, ``external_data`` leaves the
-            model's folder, or writing failed.
+            destination exists and ``overwrite`` is ``False`` (also when another writer
+            made it while this one ran), the destination is a data file the model's own
+            tensors are read from, ``external_data`` leaves the model's folder, or writing
+            failed.
         ExternalDataError: A tensor of the model cannot be read from its external file (the
             file is gone, outside its folder, or too short); its ``problems`` name each.
         OmnyFormatError: The model cannot be serialised without losing its multi-device
@@ -890,6 +911,7 @@ def save(
     path, target = _save_destination(model, path)
     folder = target.parent
     graphs = list(model.graphs())
+    _refuse_own_data_file(graphs, path, target)
     total = sum(_initializer_sizes(graphs))
     data_name = _choose_data_name(graphs, target, external_data, total)
     shared = None
