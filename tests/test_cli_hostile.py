@@ -309,3 +309,16 @@ def test_output_over_the_input_data_file_is_refused_even_with_force(
     assert document["result"] is None
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
     assert omny.read(load(source)) is not None
+
+
+def test_demo_failed_step_says_so_on_stderr_and_in_the_json_envelope(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Exit 1 from a failed step (the bundled gpt_tiny.omny fails the strict check): one
+    error line names the file and the step, so a script sees why without parsing the text."""
+    from onnx_ir_multidevice.examples import GPT_TINY
+
+    code, document, err = _run_json(["demo", "--model", str(GPT_TINY), "--only", "check"], capsys)
+    assert code == 1, err
+    assert err == f"omny: error: {GPT_TINY}: demo steps failed: check (see the step output)\n"
+    assert document["error"] == err.strip().removeprefix("omny: error: ")

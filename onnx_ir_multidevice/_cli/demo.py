@@ -123,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"demo: FAILED steps: {', '.join(failed)} (details above; --traceback for more)")
         print(f"demo took {seconds:.1f} s")
         print(f"demo: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed")
-    if no_plan:  # as the other commands on a model without a plan: one line that names it
+    # Status 1 says why on stderr (and in the --json envelope), as the other commands do.
+    if failed:
+        error(f"{path}: demo steps failed: {', '.join(failed)} (see the step output)")
+    elif no_plan:
         error(
             f"{path}: has no .omny plan; run `omny plan` first, or run the bundled example "
             "(`omny demo` without --model)"
