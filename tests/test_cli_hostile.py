@@ -20,7 +20,7 @@ import pytest
 from plain_text import assert_plain
 from test_bad_input import _chain, _planned
 
-from onnx_ir_multidevice import omny
+from onnx_ir_multidevice import omny, save_split
 from onnx_ir_multidevice._cli import main
 from onnx_ir_multidevice._errors import OmnyIOError
 from onnx_ir_multidevice._proto.files import load, save
@@ -322,3 +322,28 @@ def test_demo_failed_step_says_so_on_stderr_and_in_the_json_envelope(
     assert code == 1, err
     assert err == f"omny: error: {GPT_TINY}: demo steps failed: check (see the step output)\n"
     assert document["error"] == err.strip().removeprefix("omny: error: ")
+
+
+@pytest.mark.parametrize("command", ["run", "verify", "view"])
+def test_split_folder_without_a_stage_data_file_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A split folder whose stage data file was deleted: exit 2 and an error that names the
+    manifest entry and the file (not onnxruntime's message about a tensor), for every
+    command that reads a split folder."""
+    source = tmp_path / "m.omny"
+    save(_planned(), source)
+    folder = tmp_path / "stages"
+    save_split(load(source), folder, 2, external_data_threshold=0)  # weights in data files
+    stage = json.loads((folder / "manifest.json").read_text())["stages"][1]
+    data = folder / stage["external_data"][0]
+    data.unlink()
+    argv = {
+        "run": ["run", str(folder), "--requests", "1", "--warmup", "0"],
+        "verify": ["verify", str(source), "--split", str(folder)],
+        "view": ["view", str(folder), "--write", str(tmp_path / "view")],
+    }[command]
+    code, _, err = _run_json(argv, capsys)
+    assert code == 2, err
+    assert err.startswith(f"omny: error: {folder / 'manifest.json'}: stages[1].external_data[0]: ")
+    assert f"{data} does not exist" in err and "omny split" in err, err
