@@ -347,3 +347,27 @@ def test_split_folder_without_a_stage_data_file_names_it(
     assert code == 2, err
     assert err.startswith(f"omny: error: {folder / 'manifest.json'}: stages[1].external_data[0]: ")
     assert f"{data} does not exist" in err and "omny split" in err, err
+
+
+@pytest.mark.parametrize("command", ["run", "verify"])
+def test_split_folder_with_a_truncated_stage_data_file_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A stage data file cut short: exit 2 (the folder cannot be read, as for a missing one)
+    and an error naming the stage file, its data file and what to do."""
+    source = tmp_path / "m.omny"
+    save(_planned(), source)
+    folder = tmp_path / "stages"
+    save_split(load(source), folder, 2, external_data_threshold=0)
+    stage = json.loads((folder / "manifest.json").read_text())["stages"][1]
+    data = folder / stage["external_data"][0]
+    data.write_bytes(data.read_bytes()[:100])
+    argv = {
+        "run": ["run", str(folder), "--requests", "1", "--warmup", "0"],
+        "verify": ["verify", str(source), "--split", str(folder)],
+    }[command]
+    code, _, err = _run_json(argv, capsys)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert str(folder / stage["file"]) in err and "reaches past the end" in err, err
+    assert "omny split" in err, err

@@ -35,7 +35,13 @@ from onnx_ir_multidevice._cli import (
     progress_reporter,
     tolerance_argument,
 )
-from onnx_ir_multidevice._errors import OmnyFormatError, PipelineError, SplitError, VerifyError
+from onnx_ir_multidevice._errors import (
+    OmnyFormatError,
+    OmnyIOError,
+    PipelineError,
+    SplitError,
+    VerifyError,
+)
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -159,7 +165,7 @@ def _verify_folder(args: argparse.Namespace, model: ir.Model, progress: Any) -> 
             seed=args.seed,
         )  # fmt: skip
     except (PipelineError, VerifyError) as exc:
-        if isinstance(exc.__cause__, OmnyFormatError):  # its manifest: as `omny run DIR`, 2
+        if _unreadable(exc):  # its manifest or a data file: as `omny run DIR`, 2
             error(str(exc))
             return EXIT_USAGE
         if args.json:
@@ -182,3 +188,13 @@ def _verify_folder(args: argparse.Namespace, model: ir.Model, progress: Any) -> 
 
 def _stages(count: int) -> str:
     return f"{count} stage{'' if count == 1 else 's'}"
+
+
+def _unreadable(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a split folder that cannot be read (manifest, data file)."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, (OmnyFormatError, OmnyIOError)):
+            return True
+        cause = cause.__cause__
+    return False
