@@ -269,9 +269,33 @@ def existing_output(path: Path, force: bool, *, source: Path | None = None) -> s
         return f"{path}: is a directory; name the file to write (e.g. {path / 'model.omny'})"
     if force or not os.path.lexists(path):
         return None
-    if source is not None and source.exists() and os.path.samefile(path, source):
-        return None
+    if source is not None and path.exists() and source.exists() and os.path.samefile(path, source):
+        return None  # (a dangling link ``path`` exists as a link only: refused as any file)
     return f"{path}: exists; choose another path or pass --force to replace it"
+
+
+def output_holds_input(outdir: Path, source: Path) -> str | None:
+    """The message refusing to write the folder ``outdir`` over the one holding ``source``.
+
+    A folder output (``split``, ``export``) replaces ``outdir`` whole with ``--force``: where
+    ``outdir`` is the input's folder or one above it, that would delete the input (and what
+    lies beside it). Refused, with or without ``--force`` (exit status 2, before any work).
+
+    Args:
+        outdir: The output folder.
+        source: The input file.
+    """
+    if not outdir.is_dir():  # a file or a new folder holds nothing (the writer says so)
+        return None
+    folder = os.path.realpath(outdir)
+    # the input as named (a link in the folder goes with it) and the file it points to
+    paths = {os.path.join(os.path.realpath(source.parent), source.name), os.path.realpath(source)}
+    if not any(os.path.commonpath([folder, path]) == folder for path in paths):
+        return None
+    return (
+        f"{outdir}: holds the input {source}; writing the output there would replace the "
+        "folder and delete the input: choose a new folder outside it"
+    )
 
 
 def dim_argument(text: str) -> tuple[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = ["register", "run"]
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -80,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     if refusal is not None:
         error(refusal)
         return EXIT_USAGE
+    # Allowed above: --force, or the input itself. An output that appears meanwhile is not.
+    replace = args.force or os.path.lexists(args.output)
     model = load(args.input)
     read(model)  # a plan that cannot be read is an unreadable input (exit 2), as for split
     try:
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     except BindingError as exc:
         error(f"{args.input}: {exc}")
         return EXIT_FINDINGS
-    save(model, args.output)  # refused above unless --force or in place
+    save(model, args.output, overwrite=replace)  # refused above unless --force or in place
     summary = []
     try:
         record = read_tensor_parallel(model)

@@ -135,15 +135,14 @@ def run(args: argparse.Namespace) -> int:
             f"{_plural(counts['warning'], 'warning')}, {_plural(counts['info'], 'info')}{hidden}"
         )
     if report.model is None:
-        refused = any(d.code == "OMNY106" for d in report.diagnostics)  # valid ONNX
-        error(
-            f"{args.file}: "
-            + (
-                "cannot be loaded (see the errors above)"
-                if refused
-                else "cannot be read as an ONNX model"
-            )
-        )
+        codes = {d.code for d in report.diagnostics}
+        if codes & {"OMNY108", "OMNY109"}:  # valid ONNX; its data files are missing or changed
+            reason = "its external data cannot be read (see the errors above)"
+        elif "OMNY106" in codes:  # valid ONNX
+            reason = "cannot be loaded (see the errors above)"
+        else:
+            reason = "cannot be read as an ONNX model"
+        error(f"{args.file}: {reason}")
         return EXIT_USAGE
     if report.unreadable:
         error(f"{args.file}: its model or .omny plan cannot be read (see the errors above)")

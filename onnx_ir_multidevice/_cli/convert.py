@@ -74,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
                 # No plan: a content problem (1), as for split, verify and run.
                 error(str(exc))
                 return EXIT_FINDINGS
+            if exc.path == "model" and _unfit(exc.reason):
+                # Read, but no container can hold it (external data, 2 GiB): content, 1.
+                error(str(exc))
+                return EXIT_FINDINGS
             raise
     for warning in caught:
         if issubclass(warning.category, ContainerWarning):
@@ -96,3 +100,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{args.input} ({result.source_container}) -> {args.output} ({result.container})")
     return EXIT_OK
+
+
+def _unfit(reason: str) -> bool:
+    """Whether ``reason`` says that no v2 container can hold the model (external data, 2 GiB)."""
+    # lazy: `omny --help` does not import the container package
+    from onnx_ir_multidevice.omny.container import unfit_model_reason
+
+    if reason == unfit_model_reason(external_data=True):
+        return True
+    words = reason.split()  # "the serialized model is N bytes, ..."
+    return (
+        len(words) > 4
+        and words[4].isdigit()
+        and reason == unfit_model_reason(n_bytes=int(words[4]))
+    )

@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     path = EXAMPLE if args.model is None else args.model
     if not path.is_file():
-        raise OmnyIOError(f"{path}: no such file; pass an existing .omny file to --model")
+        what = "is a directory" if path.is_dir() else "no such file"
+        raise OmnyIOError(f"{path}: {what}; pass an existing .omny file to --model")
     if args.model is not None:
         # lazy: `omny --help` stays fast. An unreadable model or plan is an unreadable input
         # (exit 2, as for the other commands), not a failed step.
@@ -122,4 +123,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"demo: FAILED steps: {', '.join(failed)} (details above; --traceback for more)")
         print(f"demo took {seconds:.1f} s")
         print(f"demo: {counts['ok']} ok, {counts['skipped']} skipped, {counts['failed']} failed")
+    # Status 1 says why on stderr (and in the --json envelope), as the other commands do.
+    if failed:
+        error(f"{path}: demo steps failed: {', '.join(failed)} (see the step output)")
+    elif no_plan:
+        error(
+            f"{path}: has no .omny plan; run `omny plan` first, or run the bundled example "
+            "(`omny demo` without --model)"
+        )
     return EXIT_FINDINGS if failed or no_plan else EXIT_OK

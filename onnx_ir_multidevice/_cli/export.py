@@ -34,6 +34,7 @@ from onnx_ir_multidevice._cli import (
     dim_argument,
     error,
     help_description,
+    output_holds_input,
     print_json,
     progress_reporter,
 )
@@ -260,6 +261,10 @@ def run(args: argparse.Namespace) -> int:
             f"export: format {args.format!r} has no option {', '.join(unknown)} "
             f"(its options: {accepted})"
         )
+        return EXIT_USAGE
+    refusal = output_holds_input(args.output, args.input)
+    if refusal is not None:
+        error(refusal)
         return EXIT_USAGE
     from onnx_ir_multidevice._proto.files import load  # lazy: `omny --help` stays fast
 

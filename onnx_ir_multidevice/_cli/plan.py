@@ -24,6 +24,7 @@ __all__ = ["register", "run"]
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -161,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
     if refusal is not None:
         error(refusal)
         return EXIT_USAGE
+    # Allowed above: --force, or the input itself. An output that appears meanwhile is not.
+    replace = args.force or os.path.lexists(args.output)
     progress = progress_reporter(args, "plan")
     progress(f"loading {args.input}")
     model = load(args.input)
@@ -179,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"omny plan: warning: {caveat}", file=sys.stderr)
     omny.write(model, result.metadata)
     progress(f"writing {args.output}")
-    save(model, args.output)  # refused above unless --force or in place
+    save(model, args.output, overwrite=replace)  # refused above unless --force or in place
     if args.json:
         document = json.loads(result.metadata.to_json())
         document["plan"] = {

@@ -27,6 +27,7 @@ from onnx_ir_multidevice._cli import (
     add_shards_argument,
     error,
     help_description,
+    output_holds_input,
     print_json,
     progress_reporter,
 )
@@ -64,14 +65,9 @@ def run(args: argparse.Namespace) -> int:
     from onnx_ir_multidevice._split import save_split
     from onnx_ir_multidevice.omny._schema import parse_configuration
 
-    outdir = args.outdir.resolve()
-    if outdir.is_dir() and args.input.resolve().is_relative_to(outdir):
-        # The split is renamed over OUTDIR: the input would be deleted with it.
-        error(
-            f"{args.input}: is inside {args.outdir}, which the split would replace (and the "
-            f"model with it); write the split to another folder, e.g. "
-            f"{args.outdir.parent / (args.outdir.name + '_split')}"
-        )
+    refusal = output_holds_input(args.outdir, args.input)
+    if refusal is not None:
+        error(refusal)
         return EXIT_USAGE
     progress = progress_reporter(args, "split")
     progress(f"loading {args.input}")

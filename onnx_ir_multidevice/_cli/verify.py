@@ -37,7 +37,13 @@ from onnx_ir_multidevice._cli import (
     progress_reporter,
     tolerance_argument,
 )
-from onnx_ir_multidevice._errors import PipelineError, SplitError, VerifyError
+from onnx_ir_multidevice._errors import (
+    OmnyFormatError,
+    OmnyIOError,
+    PipelineError,
+    SplitError,
+    VerifyError,
+)
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -165,6 +171,9 @@ def _verify_folder(args: argparse.Namespace, model: ir.Model, progress: Any) -> 
             seed=args.seed,
         )  # fmt: skip
     except (PipelineError, VerifyError) as exc:
+        if _unreadable(exc):  # its manifest or a data file: as `omny run DIR`, 2
+            error(str(exc))
+            return EXIT_USAGE
         if args.json:
             print_json({"file": str(args.file), "split": str(args.split), "ok": False,
                         "error": str(exc)})  # fmt: skip
@@ -185,3 +194,13 @@ def _verify_folder(args: argparse.Namespace, model: ir.Model, progress: Any) -> 
 
 def _stages(count: int) -> str:
     return f"{count} stage{'' if count == 1 else 's'}"
+
+
+def _unreadable(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a split folder that cannot be read (manifest, data file)."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, (OmnyFormatError, OmnyIOError)):
+            return True
+        cause = cause.__cause__
+    return False

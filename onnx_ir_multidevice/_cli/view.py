@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _view(args, prepare)
     except ViewError as exc:  # no plan, or no such configuration: as the other commands, 1
-        error(in_cli_words(str(exc)))
+        message = in_cli_words(str(exc))
+        error(message if str(args.file) in message else f"{args.file}: {message}")
         return EXIT_FINDINGS
 
 

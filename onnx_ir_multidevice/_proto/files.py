@@ -834,13 +834,32 @@ def _save_destination(model: object, path: str | os.PathLike) -> tuple[Path, Pat
     return path, target
 
 
+def _refuse_own_data_file(graphs: Sequence[ir.Graph], path: Path, target: Path) -> None:
+    """Refuse to write the model over a data file its own tensors are read from.
+
+    The model would be written whole, but the file the weights came from would hold it: the
+    model file that names that data file (the input, on the command line) loses its weights.
+    """
+    files: dict[str, str] = {}  # each data file once, by the first tensor read from it
+    for value, tensor in _external_initializers(graphs):
+        files.setdefault(os.fspath(tensor.path), value.name or "")
+    real = os.path.realpath(target)
+    for file, name in files.items():
+        if os.path.realpath(file) == real:
+            raise OmnyIOError(
+                f"{path}: is the data file the model's weights (tensor {name!r}) are read "
+                "from; writing the model there would leave the model file that names it "
+                "without its weights: choose another path"
+            )
+
+
 def _refuse_existing(*paths: Path | None) -> None:
     """Raise :class:`OmnyIOError` for the first of ``paths`` that exists (``overwrite=False``)."""
     for existing in paths:
         if existing is not None and os.path.lexists(existing):
             raise OmnyIOError(
-                f"{existing}: exists and overwrite=False; choose another path or pass "
-                "overwrite=True"
+                f"{existing}: exists (overwrite=False in Python); choose another path, or "
+                "pass --force (overwrite=True in Python) to replace it"
             )
 
 
@@ -877,8 +896,10 @@ def save(
 
     Raises:
         OmnyIOError: The destination folder does not exist or is not writable, the
-            destination exists and ``overwrite`` is ``False``, ``external_data`` leaves the
-            model's folder, or writing failed.
+            destination exists and ``overwrite`` is ``False`` (also when another writer
+            made it while this one ran), the destination is a data file the model's own
+            tensors are read from, ``external_data`` leaves the model's folder, or writing
+            failed.
         ExternalDataError: A tensor of the model cannot be read from its external file (the
             file is gone, outside its folder, or too short); its ``problems`` name each.
         OmnyFormatError: The model cannot be serialised without losing its multi-device
@@ -890,6 +911,7 @@ def save(
     path, target = _save_destination(model, path)
     folder = target.parent
     graphs = list(model.graphs())
+    _refuse_own_data_file(graphs, path, target)
     total = sum(_initializer_sizes(graphs))
     data_name = _choose_data_name(graphs, target, external_data, total)
     shared = None
@@ -911,6 +933,7 @@ def save(
         ) from error
     claimed: Path | None = None
     staged: _Staged | None = None
+    committed = False
     removed: set[str] = set()
     try:
         mode = atomic.existing_mode(target)
@@ -923,6 +946,12 @@ def save(
                 model, graphs, staging, target.name, final, size_threshold_bytes, mode, shared
             )
         with atomic.folder_lock(folder):  # commits into one folder happen one at a time
+            if not overwrite and os.path.lexists(target):  # made since the check above
+                raise OmnyIOError(
+                    f"{path}: another writer created this file while this one ran; it was "
+                    "left as it is and nothing was written. Choose another path, or pass "
+                    "--force (overwrite=True in Python) to replace it."
+                )
             # What the model being replaced owns (its data files written by a save).
             replaced = _model_references(target, owned_only=True)
             if shared:
@@ -934,17 +963,20 @@ def save(
                 os.replace(staging / final, claimed)
                 atomic.fsync_dir(claimed.parent)
             os.replace(staging / target.name, target)  # the commit
+            committed = True
             atomic.fsync_dir(folder)
             keep = {os.path.realpath(claimed)} if staged.data and claimed is not None else set()
             keep.add(os.path.realpath(target))
             keep.update(file.path for file in (shared[0].values() if shared else ()))
             removed = _remove_replaced(replaced, keep)
+    except OmnyIOError:
+        raise
     except OSError as error:
         raise OmnyIOError(
             f"{path}: writing failed ({error}); the destination is unchanged"
         ) from error
     finally:
-        if claimed is not None and (staged is None or not staged.data):
+        if claimed is not None and (staged is None or not staged.data or not committed):
             _unlink_claim(claimed, staging)
         shutil.rmtree(staging, ignore_errors=True)
         atomic.release(staging)

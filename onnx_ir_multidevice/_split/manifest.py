@@ -631,7 +631,7 @@ class SplitManifest:
             if not path.is_file():
                 raise OmnyIOError(f"{file}: {where}.file: {path} does not exist")
             for k, data in enumerate(stage.external_data):
-                inside_folder(file, f"{where}.external_data[{k}]", data)
+                _require_data(file, f"{where}.external_data[{k}]", data)
             parallel = stage.tensor_parallel
             if parallel is not None:
                 ranks = []
@@ -646,7 +646,7 @@ class SplitManifest:
                             )
                         paths.append(segment)
                     for k, data in enumerate(rank.external_data):
-                        inside_folder(file, f"{at}.external_data[{k}]", data)
+                        _require_data(file, f"{at}.external_data[{k}]", data)
                     ranks.append(dataclasses.replace(rank, paths=tuple(paths)))
                 parallel = dataclasses.replace(parallel, ranks=tuple(ranks))
             stages.append(dataclasses.replace(stage, path=path, tensor_parallel=parallel))
@@ -1021,6 +1021,18 @@ def build_manifest(
             earlier stage.
     """
     return SplitManifest.build(model, stages, files=files)
+
+
+def _require_data(manifest: pathlib.Path, where: str, name: str) -> None:
+    """Check that the data file ``name`` of a manifest entry is inside the folder and exists.
+
+    Raises:
+        ManifestError: ``name`` leads out of the split folder.
+        OmnyIOError: The file does not exist (deleted or renamed since the split).
+    """
+    path = inside_folder(manifest, where, name)
+    if not path.is_file():
+        raise OmnyIOError(f"{manifest}: {where}: {path} does not exist; {_FIX}")
 
 
 def read_manifest(folder: str | os.PathLike) -> SplitManifest:

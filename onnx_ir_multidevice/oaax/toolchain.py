@@ -507,6 +507,13 @@ class _Conversion:
             )
         name = Path(self.input.member or self.input.model_path.name).stem + ".omny"
         artifact = self.outdir / name
+        if artifact.exists() and os.path.samefile(artifact, self.input.model_path):
+            raise ConversionError(
+                "OAAX101",
+                "write",
+                f"{artifact}: is the input; the artifact {name} would replace it: give an "
+                "OUTDIR other than the input's folder",
+            )
         try:
             save(model, artifact, external_data=False)
         except OmnyIOError as error:

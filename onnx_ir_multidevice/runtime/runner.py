@@ -10,13 +10,16 @@ from __future__ import annotations
 __all__ = ["StageFailure", "StageRunner", "as_numpy", "failure_message"]
 
 import dataclasses
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import onnx
 
-from onnx_ir_multidevice._errors import PipelineError
+from onnx_ir_multidevice._errors import ExternalDataError, PipelineError
+from onnx_ir_multidevice._proto.external import proto_problems
 from onnx_ir_multidevice.runtime.devices import Device
 from onnx_ir_multidevice.runtime.sessions import ModelSession, session_options
 from onnx_ir_multidevice.runtime.stages import StageModel
@@ -101,6 +104,9 @@ class StageRunner:
                 stage.source, options, device.ort_providers(index=device_index)
             )
         except Exception as exc:
+            damaged = _data_problems(stage)
+            if damaged is not None:  # its data file, not onnxruntime, is what to name
+                raise damaged from damaged.__cause__  # the ExternalDataError
             raise PipelineError(
                 f"onnxruntime cannot load the stage model on {device}: {exc}", stage=stage.index
             ) from exc
@@ -198,3 +204,30 @@ class StageRunner:
         with self._lock:
             self.session = None
         self._owner.close()
+
+
+def _data_problems(stage: StageModel) -> PipelineError | None:
+    """Why the data files of a stage file cannot be read, after onnxruntime failed to load it.
+
+    Returns:
+        A :class:`PipelineError` naming the stage file, its data file and the problem (caused
+        by an :class:`~onnx_ir_multidevice.ExternalDataError`), or ``None`` when the stage
+        is not a file or its data files are as it says.
+    """
+    source = stage.source
+    if not isinstance(source, str) or not os.path.isfile(source):
+        return None
+    try:
+        proto = onnx.load_model(source, load_external_data=False)
+    except Exception:  # the file itself is damaged: onnxruntime's message says so
+        return None
+    problems = proto_problems(proto, os.path.dirname(os.path.abspath(source)))
+    if not problems:
+        return None
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    error = PipelineError(
+        f"{source}: {problems[0]}{more}; split the model again (`omny split`)",
+        stage=stage.index,
+    )
+    error.__cause__ = ExternalDataError(source, problems)
+    return error

@@ -18,7 +18,7 @@ memory is the ``.omny`` figure, else the initializers' sizes from their stated s
 
 from __future__ import annotations
 
-__all__ = ["NodeDataFile", "graph_id", "node_data", "node_ids", "write_node_data"]
+__all__ = ["NodeDataFile", "graph_id", "make_folder", "node_data", "node_ids", "write_node_data"]
 
 import dataclasses
 import json
@@ -32,7 +32,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from onnx_ir_multidevice._dtype_sizes import tensor_nbytes
-from onnx_ir_multidevice._errors import ViewError
+from onnx_ir_multidevice._errors import OmnyIOError, ViewError
 from onnx_ir_multidevice._proto.atomic import write_bytes_atomic
 from onnx_ir_multidevice._util import gc_paused, require_model
 from onnx_ir_multidevice.analysis.sizes import ValueSizes
@@ -383,6 +383,28 @@ def _one(
     return NodeDataFile(configuration.name, num_stages, {graph_id(model): graph_data})
 
 
+def make_folder(directory: str | os.PathLike) -> Path:
+    """Create the output folder ``directory`` (and its parents) if absent; return it.
+
+    Raises:
+        OmnyIOError: ``directory`` (or a parent) is a file, or the folder cannot be created.
+    """
+    folder = Path(directory)
+    if folder.exists() and not folder.is_dir():
+        raise OmnyIOError(
+            f"{folder}: exists and is not a directory; the node-data files go into a folder: "
+            "pass a folder that does not exist yet or an existing one"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OmnyIOError(
+            f"{folder}: cannot create the output folder ({error.strerror}); "
+            "pass a folder you can write to"
+        ) from error
+    return folder
+
+
 def write_node_data(
     files: Sequence[NodeDataFile], directory: str | os.PathLike
 ) -> list[NodeDataFile]:
@@ -390,9 +412,11 @@ def write_node_data(
 
     Each file is written atomically (a temporary file renamed into place): a reader never sees
     half a file, and an existing file is replaced whole.
+
+    Raises:
+        OmnyIOError: ``directory`` is a file, or cannot be created or written.
     """
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(directory)
     written = []
     for item in files:
         path = folder / item.file_name

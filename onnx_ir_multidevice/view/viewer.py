@@ -29,6 +29,7 @@ from onnx_ir_multidevice.view.node_data import (
     STAGE_COLOURS,
     NodeDataFile,
     graph_id,
+    make_folder,
     node_data,
     node_ids,
     write_node_data,
@@ -119,10 +120,10 @@ def prepare(
 
     Raises:
         ViewError: Nothing to show (no plan), or no such configuration.
+        OmnyIOError: ``out`` is a file, or cannot be created or written.
     """
     path = Path(source)
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(out)
     if path.is_dir():
         manifest = read_manifest(path)
         overlays = []
