@@ -23,7 +23,7 @@ from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX
 from onnx_ir_multidevice.checker import core as _check
 from onnx_ir_multidevice.checker.diagnostics import CODES, Diagnostic, Severity
 from onnx_ir_multidevice.graph.index import GraphIndex
-from onnx_ir_multidevice.passes.annotation import AnnotatePass, DeviceNames
+from onnx_ir_multidevice.passes.annotation import AnnotatePass, DeviceNames, validate_options
 
 _CONFIGURATION_PATH = re.compile(r"sharding\.configurations\[(\d+)\]")
 _CUT_PATH = re.compile(r"cut_points\[(\d+)\]")
@@ -75,9 +75,12 @@ def annotate(
             count the plan lacks, or a selected configuration does not resolve.
         OmnyIOError: ``model`` is a path that cannot be read.
         ValueError: ``index`` was built for another graph.
+        TypeError: ``configurations`` is not a collection of shard counts, or
+            ``device_names`` is not a sequence (or mapping) of strings.
 
     .. versionadded:: 0.1
     """
+    configurations = validate_options(configurations, device_names)
     ir_model = _as_model(model)
     with gc_paused():
         if index is None:

@@ -1,0 +1,63 @@
+"""Hostile use of the Python API: annotate's options, pre-existing configurations."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+import pytest
+from test_check import planned
+
+from onnx_ir_multidevice import annotate, check
+from onnx_ir_multidevice.checker.diagnostics import Severity
+from onnx_ir_multidevice.passes import AnnotatePass, AnnotateStagesPass
+
+
+def _errors(model: ir.Model) -> list[str]:
+    return [str(d) for d in check(model) if d.severity is Severity.ERROR]
+
+
+# --- device_names -----------------------------------------------------------------------------
+
+
+def test_device_names_as_one_string_is_refused_not_split_into_letters():
+    with pytest.raises(TypeError, match=r"device_names.*\['gpu'\]"):
+        annotate(planned(), device_names="gpu")
+
+
+@pytest.mark.parametrize("bad", [[1, 2, 3], [None, None, None], ["a", b"b", "c"]])
+def test_device_names_that_are_not_strings_are_refused_at_annotate_time(bad):
+    with pytest.raises(TypeError, match=r"device_names\[\d\].*not a string"):
+        annotate(planned(), device_names=bad)
+
+
+def test_device_names_mapping_with_non_string_names_is_refused():
+    with pytest.raises(TypeError, match=r"device_names\[3\]\[0\].*not a string"):
+        AnnotatePass(device_names={3: [0, 1, 2]})
+
+
+# --- configurations ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [2, "2", [2.0], [True]])
+def test_configurations_that_are_not_shard_counts_are_refused_clearly(bad):
+    with pytest.raises(TypeError, match=r"configurations.*shard counts"):
+        annotate(planned(), configurations=bad)
+
+
+def test_pass_constructor_refuses_a_bare_int_for_configurations():
+    with pytest.raises(TypeError, match=r"configurations.*\{2\}"):
+        AnnotateStagesPass(configurations=2)  # type: ignore[arg-type]
+
+
+# --- configurations already on the model ------------------------------------------------------
+
+
+def test_annotate_removes_a_duplicate_omny_configuration_and_checks_clean():
+    model = planned()
+    model.device_configurations = (
+        ir.ModelConfiguration("omny/2-shards", 2),
+        ir.ModelConfiguration("omny/2-shards", 5),
+    )
+    annotate(model)
+    assert [c.name for c in model.device_configurations] == ["omny/2-shards", "omny/3-shards"]
+    assert _errors(model) == []
+    assert not AnnotatePass()(model).modified
