@@ -6,7 +6,7 @@ import onnx_ir as ir
 import pytest
 from test_check import planned
 
-from onnx_ir_multidevice import annotate, check
+from onnx_ir_multidevice import annotate, check, from_proto, to_proto
 from onnx_ir_multidevice.checker.diagnostics import Severity
 from onnx_ir_multidevice.passes import AnnotatePass, AnnotateStagesPass
 
@@ -61,3 +61,22 @@ def test_annotate_removes_a_duplicate_omny_configuration_and_checks_clean():
     assert [c.name for c in model.device_configurations] == ["omny/2-shards", "omny/3-shards"]
     assert _errors(model) == []
     assert not AnnotatePass()(model).modified
+
+
+def test_annotate_pass_replaces_references_to_an_undeclared_omny_configuration():
+    # Another tool dropped the model configuration but left the node entries naming it:
+    # loading gives each node a placeholder that is not registered on the model.
+    proto = to_proto(annotate(planned()))
+    del proto.configuration[0]
+    model = from_proto(proto)
+    assert AnnotatePass()(model).modified
+    assert _errors(model) == []
+    assert not AnnotatePass()(model).modified
+    fresh = annotate(planned())
+    assert sorted(c.name for c in model.device_configurations) == sorted(
+        c.name for c in fresh.device_configurations
+    )
+    for ours, theirs in zip(model.graph, fresh.graph, strict=True):
+        assert sorted(
+            (e.configuration.name, e.pipeline_stage) for e in ours.device_configurations
+        ) == sorted((e.configuration.name, e.pipeline_stage) for e in theirs.device_configurations)

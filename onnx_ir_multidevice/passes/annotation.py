@@ -534,8 +534,9 @@ class AnnotatePass(_PlanPass):
     """Do what :class:`AnnotateStagesPass` and :class:`AnnotateShardingPass` do, in one walk.
 
     Also removes ``omny/`` configurations whose name no longer matches any configuration of
-    the plan (left over from an earlier plan), and every ``omny/`` configuration but the first
-    of a name the model holds twice, with their node annotations.
+    the plan (left over from an earlier plan), every ``omny/`` configuration but the first
+    of a name the model holds twice, and node entries naming an ``omny/`` configuration the
+    model does not declare, with their node annotations.
 
     Raises:
         BindingError: As :class:`AnnotateStagesPass`.
@@ -548,17 +549,21 @@ class AnnotatePass(_PlanPass):
         keep = set(names)
         # A second configuration of the same omny/ name (added by hand or by another tool)
         # would stay beside the one annotated, and names must be unique (OMNY212).
+        # Node entries naming an omny/ configuration the model does not declare (onnx-ir's
+        # placeholders for a dangling reference) go too: annotating writes fresh ones.
         seen: set[str] = set()
         duplicates: set[int] = set()
+        registered: set[int] = set()
         for configuration in model.device_configurations:
             if configuration.name in seen:
                 duplicates.add(id(configuration))
             seen.add(configuration.name)
+            registered.add(id(configuration))
         modified = strip_configurations(
             model,
             lambda c: (
                 c.name.startswith(OMNY_CONFIGURATION_PREFIX)
-                and (c.name not in keep or id(c) in duplicates)
+                and (c.name not in keep or id(c) in duplicates or id(c) not in registered)
             ),
             nodes=index.graph_nodes,
         )
