@@ -8,7 +8,7 @@ from test_check import planned
 
 from onnx_ir_multidevice import annotate, check, from_proto, to_proto
 from onnx_ir_multidevice.checker.diagnostics import Severity
-from onnx_ir_multidevice.passes import AnnotatePass, AnnotateStagesPass
+from onnx_ir_multidevice.passes import AnnotatePass, AnnotateStagesPass, StagesToOmnyPass
 
 
 def _errors(model: ir.Model) -> list[str]:
@@ -80,3 +80,18 @@ def test_annotate_pass_replaces_references_to_an_undeclared_omny_configuration()
         assert sorted(
             (e.configuration.name, e.pipeline_stage) for e in ours.device_configurations
         ) == sorted((e.configuration.name, e.pipeline_stage) for e in theirs.device_configurations)
+
+
+# --- StagesToOmnyPass and check options --------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["hand", 2, [2]])
+def test_reverse_pass_refuses_configurations_that_are_not_a_collection_of_names(bad):
+    with pytest.raises(TypeError, match=r"configurations.*names"):
+        StagesToOmnyPass(configurations=bad)
+
+
+@pytest.mark.parametrize("bad", ["3", 2.5, True])
+def test_check_refuses_a_max_per_code_that_is_not_an_integer(bad):
+    with pytest.raises(TypeError, match=r"max_per_code=.*integer or None"):
+        check(planned(), max_per_code=bad)
