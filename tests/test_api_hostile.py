@@ -6,7 +6,7 @@ import onnx_ir as ir
 import pytest
 from test_check import planned
 
-from onnx_ir_multidevice import annotate, check, from_proto, to_proto
+from onnx_ir_multidevice import CheckError, annotate, check, from_proto, to_proto
 from onnx_ir_multidevice.checker.diagnostics import Severity
 from onnx_ir_multidevice.passes import AnnotatePass, AnnotateStagesPass, StagesToOmnyPass
 
@@ -95,3 +95,29 @@ def test_reverse_pass_refuses_configurations_that_are_not_a_collection_of_names(
 def test_check_refuses_a_max_per_code_that_is_not_an_integer(bad):
     with pytest.raises(TypeError, match=r"max_per_code=.*integer or None"):
         check(planned(), max_per_code=bad)
+
+
+# --- annotate() repairs an earlier omny/ annotation instead of refusing it ---------------------
+
+
+@pytest.mark.parametrize("num_devices", [0, -3])
+def test_annotate_rewrites_an_omny_configuration_with_a_broken_device_count(num_devices):
+    proto = to_proto(annotate(planned()))
+    proto.configuration[0].num_devices = num_devices  # OMNY214, and OMNY211 on the cut nodes
+    model = annotate(from_proto(proto))
+    assert _errors(model) == []
+
+
+def test_annotate_rewrites_node_entries_naming_an_undeclared_omny_configuration():
+    proto = to_proto(annotate(planned()))
+    del proto.configuration[0]  # OMNY203 on every node
+    model = annotate(from_proto(proto))
+    assert _errors(model) == []
+
+
+def test_annotate_still_blocks_on_a_broken_foreign_configuration():
+    proto = to_proto(annotate(planned()))
+    proto.configuration[0].name = "theirs"  # nodes now name an undeclared 'omny/2-shards'...
+    proto.configuration[0].num_devices = 0  # ... and a foreign configuration is broken
+    with pytest.raises(CheckError, match="OMNY214 at configuration:theirs"):
+        annotate(from_proto(proto))
