@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import onnx_ir as ir
 import pytest
 from test_check import planned
 
-from onnx_ir_multidevice import CheckError, annotate, check, from_proto, to_proto
+from onnx_ir_multidevice import CheckError, annotate, check, from_proto, omny, to_proto
 from onnx_ir_multidevice.checker.diagnostics import Severity
 from onnx_ir_multidevice.passes import AnnotatePass, AnnotateStagesPass, StagesToOmnyPass
 
@@ -121,3 +123,26 @@ def test_annotate_still_blocks_on_a_broken_foreign_configuration():
     proto.configuration[0].num_devices = 0  # ... and a foreign configuration is broken
     with pytest.raises(CheckError, match="OMNY214 at configuration:theirs"):
         annotate(from_proto(proto))
+
+
+# --- extras that omny.write would write and omny.read refuse -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"x": 10**40}, r"extra\.x: integer .* signed 64-bit"),
+        ({"x": [-(2**63) - 1]}, r"extra\.x\[0\]: integer .* signed 64-bit"),
+        ({"x": 10**100_000}, r"extra\.x: integer of 1000\+ bits is outside"),
+        ({"x": "\ud800"}, r"extra\.x: .*unpaired UTF-16 surrogate"),
+        ({"\udc00": 1}, r"extra: key .*unpaired UTF-16 surrogate"),
+    ],
+)
+def test_an_extra_that_json_cannot_read_back_is_refused_when_set(extra, message):
+    model = planned()
+    metadata = omny.read(model)
+    assert metadata is not None
+    first = metadata.sharding.configurations[0]
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(first, extra=extra)
+    assert omny.read(model) == metadata  # nothing was written
