@@ -178,7 +178,8 @@ def check(
 
     Raises:
         OmnyIOError: ``model`` is a path that does not exist or cannot be read.
-        TypeError: ``model`` is of another type.
+        TypeError: ``model`` is of another type, or ``max_per_code`` is not an integer.
+        ValueError: ``max_per_code`` is negative.
 
     .. versionadded:: 0.1
     .. versionchanged:: 0.2
@@ -210,7 +211,8 @@ def run_check(
 
     Raises:
         OmnyIOError: ``model`` is a path that does not exist or cannot be read.
-        TypeError: ``model`` is of another type.
+        TypeError: ``model`` is of another type, or ``max_per_code`` is not an integer.
+        ValueError: ``max_per_code`` is negative.
     """
     diagnostics = DiagnosticCollector(max_per_code)
     plan: BoundPlan | None = None

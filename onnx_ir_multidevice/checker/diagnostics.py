@@ -318,6 +318,10 @@ class DiagnosticCollector(list):
     def __init__(self, limit: int | None = DEFAULT_MAX_PER_CODE) -> None:
         """Create an empty collector; ``limit=None`` keeps everything."""
         super().__init__()
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(
+                f"max_per_code={limit!r}: expected an integer or None (no limit), such as 20"
+            )
         if limit is not None and limit < 0:
             raise ValueError(f"max_per_code must be >= 0 or None, got {limit}")
         self.limit = limit

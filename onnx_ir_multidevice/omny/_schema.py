@@ -180,7 +180,18 @@ def _freeze(value: Any, path: str, depth: int = 0) -> Any:
     """Returns a deeply immutable copy of a JSON value given by a caller (for ``extra``)."""
     if depth > MAX_NESTING_DEPTH:
         raise ValueError(f"{path}: nested deeper than {MAX_NESTING_DEPTH} levels")
-    if value is None or isinstance(value, (str, bool, int)):
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if not value.isascii() and _SURROGATE_RE.search(value):
+            raise ValueError(f"{path}: string contains an unpaired UTF-16 surrogate")
+        return value
+    if isinstance(value, int):
+        # What omny.read accepts, so that a written document reads back.
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            # str() of an int over 4300 digits raises: name the size of a huge one.
+            shown = _short(str(value)) if value.bit_length() < 1000 else "of 1000+ bits"
+            raise ValueError(f"{path}: integer {shown} is outside the signed 64-bit range")
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -193,6 +204,8 @@ def _freeze(value: Any, path: str, depth: int = 0) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"{path}: object keys must be strings, got {key!r}")
+            if not key.isascii() and _SURROGATE_RE.search(key):
+                raise ValueError(f"{path}: key {key!r} contains an unpaired UTF-16 surrogate")
             frozen[key] = _freeze(item, _join(path, key), depth + 1)
         return _FrozenDict(frozen)
     if isinstance(value, (list, tuple)):

@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 import dataclasses
+import numbers
 import operator
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -130,6 +131,51 @@ def _stages(model: ir.Model, selected: _Selected, index: GraphIndex) -> dict[ir.
             f"sharding.configurations[{selected.index}]: the cut points do not form a "
             f"pipeline: {error}"
         ) from error
+
+
+def validate_options(
+    configurations: Collection[int] | None, device_names: DeviceNames | None
+) -> frozenset[int] | None:
+    """Refuse option values that would be misread; return ``configurations`` as a set.
+
+    A string is a sequence of strings, so ``device_names="gpu"`` would name the devices
+    ``'g'``, ``'p'``, ``'u'``; a name that is not a string fails only when the model is saved.
+
+    Raises:
+        TypeError: ``configurations`` is not a collection of shard counts, or
+            ``device_names`` is not a sequence (or shard-count mapping) of strings.
+    """
+    if configurations is not None:
+        if isinstance(configurations, (str, bytes)) or not isinstance(configurations, Iterable):
+            raise TypeError(
+                f"configurations={configurations!r}: expected a collection of shard counts "
+                f"such as {{2}} or [2, 4], or None for every configuration"
+            )
+        configurations = list(configurations)
+        for count in configurations:
+            if isinstance(count, bool) or not isinstance(count, numbers.Integral):
+                raise TypeError(
+                    f"configurations={configurations!r}: {count!r} is not an integer; give "
+                    "shard counts such as {2} or [2, 4]"
+                )
+    if device_names is not None:
+        if isinstance(device_names, Mapping):
+            groups = [(f"device_names[{k!r}]", v) for k, v in device_names.items()]
+        else:
+            groups = [("device_names", device_names)]
+        for path, names in groups:
+            if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+                raise TypeError(
+                    f"{path}={names!r}: expected a sequence of device names, one per device, "
+                    f"such as [{names!r}]"
+                )
+            for i, name in enumerate(names):
+                if not isinstance(name, str):
+                    raise TypeError(
+                        f"{path}[{i}]={name!r} is not a string; device names are strings "
+                        "such as 'cuda:0'"
+                    )
+    return None if configurations is None else frozenset(int(c) for c in configurations)
 
 
 def _names_for(device_names: DeviceNames | None, num_devices: int) -> tuple[str, ...] | None:
@@ -260,7 +306,7 @@ class _PlanPass(ir.passes.InPlacePass):
                 with other analyses; ignored for another graph (one is built then).
         """
         super().__init__()
-        self.configurations = None if configurations is None else frozenset(configurations)
+        self.configurations = validate_options(configurations, device_names)
         self.device_names = device_names
         self.index = index
 
@@ -488,7 +534,9 @@ class AnnotatePass(_PlanPass):
     """Do what :class:`AnnotateStagesPass` and :class:`AnnotateShardingPass` do, in one walk.
 
     Also removes ``omny/`` configurations whose name no longer matches any configuration of
-    the plan (left over from an earlier plan), with their node annotations.
+    the plan (left over from an earlier plan), every ``omny/`` configuration but the first
+    of a name the model holds twice, and node entries naming an ``omny/`` configuration the
+    model does not declare, with their node annotations.
 
     Raises:
         BindingError: As :class:`AnnotateStagesPass`.
@@ -499,9 +547,24 @@ class AnnotatePass(_PlanPass):
         index = self._index(model)
         selected, names = _select(model, self.configurations, index)
         keep = set(names)
+        # A second configuration of the same omny/ name (added by hand or by another tool)
+        # would stay beside the one annotated, and names must be unique (OMNY212).
+        # Node entries naming an omny/ configuration the model does not declare (onnx-ir's
+        # placeholders for a dangling reference) go too: annotating writes fresh ones.
+        seen: set[str] = set()
+        duplicates: set[int] = set()
+        registered: set[int] = set()
+        for configuration in model.device_configurations:
+            if configuration.name in seen:
+                duplicates.add(id(configuration))
+            seen.add(configuration.name)
+            registered.add(id(configuration))
         modified = strip_configurations(
             model,
-            lambda c: c.name.startswith(OMNY_CONFIGURATION_PREFIX) and c.name not in keep,
+            lambda c: (
+                c.name.startswith(OMNY_CONFIGURATION_PREFIX)
+                and (c.name not in keep or id(c) in duplicates or id(c) not in registered)
+            ),
             nodes=index.graph_nodes,
         )
         modified |= _annotate(

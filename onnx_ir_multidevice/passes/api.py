@@ -7,9 +7,10 @@ from __future__ import annotations
 
 __all__ = ["annotate"]
 
+import contextlib
 import os
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -23,7 +24,8 @@ from onnx_ir_multidevice.binding.naming import OMNY_CONFIGURATION_PREFIX
 from onnx_ir_multidevice.checker import core as _check
 from onnx_ir_multidevice.checker.diagnostics import CODES, Diagnostic, Severity
 from onnx_ir_multidevice.graph.index import GraphIndex
-from onnx_ir_multidevice.passes.annotation import AnnotatePass, DeviceNames
+from onnx_ir_multidevice.passes.annotation import AnnotatePass, DeviceNames, validate_options
+from onnx_ir_multidevice.passes.strip import strip_configurations
 
 _CONFIGURATION_PATH = re.compile(r"sharding\.configurations\[(\d+)\]")
 _CUT_PATH = re.compile(r"cut_points\[(\d+)\]")
@@ -75,9 +77,12 @@ def annotate(
             count the plan lacks, or a selected configuration does not resolve.
         OmnyIOError: ``model`` is a path that cannot be read.
         ValueError: ``index`` was built for another graph.
+        TypeError: ``configurations`` is not a collection of shard counts, or
+            ``device_names`` is not a sequence (or mapping) of strings.
 
     .. versionadded:: 0.1
     """
+    configurations = validate_options(configurations, device_names)
     ir_model = _as_model(model)
     with gc_paused():
         if index is None:
@@ -98,13 +103,38 @@ def _annotate_model(
 ) -> None:
     if check:
         # Every diagnostic (no limit per code): which ones block depends on their locations.
-        report = _check.run_check(
-            ir_model, relaxed_cuts=relaxed_cuts, onnx_checker=False, index=index, max_per_code=None
-        )
+        # Checked without the omny/ annotations, which AnnotatePass rewrites: their errors
+        # (a broken device count, entries naming an undeclared omny/ configuration...) sit
+        # on nodes and must not block the call that repairs them.
+        with _without_omny_annotations(ir_model):
+            report = _check.run_check(
+                ir_model,
+                relaxed_cuts=relaxed_cuts,
+                onnx_checker=False,
+                index=index,
+                max_per_code=None,
+            )
         errors = _blocking_errors(report.diagnostics, report.plan, configurations)
         if errors:
             raise CheckError(errors)
     AnnotatePass(configurations, device_names, index=index)(ir_model)
+
+
+@contextlib.contextmanager
+def _without_omny_annotations(model: ir.Model) -> Iterator[None]:
+    """Hide the model's ``omny/`` configurations and their node entries meanwhile."""
+    saved_configurations = model.device_configurations
+    nodes = list(model.graph.all_nodes())
+    for function in model.functions.values():
+        nodes.extend(function.all_nodes())
+    saved = [(node, node.device_configurations) for node in nodes if node.device_configurations]
+    strip_configurations(model, lambda c: c.name.startswith(OMNY_CONFIGURATION_PREFIX))
+    try:
+        yield
+    finally:
+        model.device_configurations = saved_configurations
+        for node, entries in saved:
+            node.device_configurations = entries
 
 
 def _as_model(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> ir.Model:

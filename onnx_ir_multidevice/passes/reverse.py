@@ -49,7 +49,7 @@ from __future__ import annotations
 __all__ = ["StagesToOmnyPass", "stage_weight_bytes"]
 
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import onnx_ir as ir
 
@@ -179,8 +179,21 @@ class StagesToOmnyPass(ir.passes.InPlacePass):
             configurations: Names of the model configurations to convert (default: every
                 configuration with pipeline stages).
             relaxed: Accept boundaries that several activations cross (relaxed cuts).
+
+        Raises:
+            TypeError: ``configurations`` is not a collection of names.
         """
         super().__init__()
+        if configurations is not None and (
+            isinstance(configurations, (str, bytes))
+            or not isinstance(configurations, Iterable)
+            or not all(isinstance(name, str) for name in configurations)
+        ):
+            # A string is a collection of strings: its letters would be the names.
+            raise TypeError(
+                f"configurations={configurations!r}: expected a collection of model "
+                "configuration names such as ['hand'], or None for every staged configuration"
+            )
         self.configurations = None if configurations is None else frozenset(configurations)
         self.relaxed = relaxed
 
