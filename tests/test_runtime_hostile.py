@@ -91,3 +91,30 @@ def test_a_stage_given_as_a_model_is_named_by_its_graph(tmp_path):
             pipe.run({**request(0), "x": np.zeros((3, WIDTH), np.int32)})
         assert "graph 'stage0'" in str(info.value)
         assert "x: int32[3, 16]" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# map() given something that is not a stream of requests
+
+
+def test_map_of_one_request_mapping_says_to_pass_a_list_or_use_run():
+    with Pipeline(mlp_stages([2]), outputs=OUTPUTS, intra_op_num_threads=1) as pipe:
+        with pytest.raises(PipelineError, match=r"map\(\) takes an iterable of requests.*run\("):
+            pipe.map(request(0))
+        with pytest.raises(PipelineError, match=r"map\(\) takes an iterable of requests.*int"):
+            pipe.map(5)  # type: ignore[arg-type]  # the hostile call under test
+        assert_outputs(next(pipe.map([request(0)])), request(0))
+
+
+def test_map_names_the_item_of_the_iterable_that_is_not_a_request():
+    def requests():
+        yield request(0)
+        yield request(1)
+        yield 5
+
+    with Pipeline(mlp_stages([2]), outputs=OUTPUTS, intra_op_num_threads=1) as pipe:
+        got = []
+        with pytest.raises(PipelineError, match=r"map\(\): item 2 of the iterable: inputs must"):
+            got.extend(pipe.map(requests()))
+        assert pipe.in_flight == 0
+        assert_outputs(pipe.run(request(3)), request(3))

@@ -773,7 +773,19 @@ class Pipeline:
         refusal = self._book.refusal()
         if refusal is not None:
             raise refusal
-        return self._map(iter(requests), timeout)
+        if isinstance(requests, Mapping):  # iterating it would yield its input names
+            raise PipelineError(
+                "map() takes an iterable of requests (each a mapping of input name to array), "
+                "got one request; pass a list of requests, or use run(inputs) for one"
+            )
+        try:
+            stream = iter(requests)
+        except TypeError:
+            raise PipelineError(
+                "map() takes an iterable of requests (each a mapping of input name to array), "
+                f"got {type(requests).__name__}"
+            ) from None
+        return self._map(stream, timeout)
 
     def _map(
         self, requests: Iterator[Mapping[str, Any]], timeout: float | None
@@ -781,12 +793,15 @@ class Pipeline:
         mine: collections.deque[int] = collections.deque()
         book = self._book
         try:
-            for inputs in requests:
+            for item, inputs in enumerate(requests):
                 if len(mine) >= book.max_in_flight:
                     outputs = book.wait(mine[0], timeout, "map()")
                     mine.popleft()
                     yield outputs
-                env = self._check_inputs(inputs)
+                try:
+                    env = self._check_inputs(inputs)
+                except PipelineError as exc:  # say which item of a long stream it is
+                    raise PipelineError(f"map(): item {item} of the iterable: {exc}") from None
                 request, _ = book.admit("map()", None, mine)
                 self._dispatch(request, env, inline=False)
             while mine:
