@@ -118,3 +118,24 @@ def test_map_names_the_item_of_the_iterable_that_is_not_a_request():
             got.extend(pipe.map(requests()))
         assert pipe.in_flight == 0
         assert_outputs(pipe.run(request(3)), request(3))
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs= given as one string
+
+
+@pytest.mark.parametrize("name", ["layer.0.out", "y"])
+def test_outputs_given_as_one_string_is_one_output_name(name):
+    with Pipeline(mlp_stages([2]), outputs=name, intra_op_num_threads=1) as pipe:
+        assert pipe.output_names == (name,)
+        out = pipe.run(request(0))
+        assert list(out) == [name]
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [(["y", "y"], r"outputs names \['y'\] more than once"), ([["y"]], "must be tensor names")],
+)
+def test_outputs_repeated_or_not_names_are_refused(outputs, message):
+    with pytest.raises(PipelineError, match=message):
+        Pipeline(mlp_stages([2]), outputs=outputs)
