@@ -139,3 +139,17 @@ def test_outputs_given_as_one_string_is_one_output_name(name):
 def test_outputs_repeated_or_not_names_are_refused(outputs, message):
     with pytest.raises(PipelineError, match=message):
         Pipeline(mlp_stages([2]), outputs=outputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrays numpy holds in another layout
+
+
+@pytest.mark.parametrize("use_map", [False, True])
+def test_big_endian_inputs_give_the_same_result(use_map):
+    """onnxruntime reads an OrtValue's bytes as native: a '>f4' array gave wrong numbers."""
+    r = request(0)
+    swapped = {name: value.astype(value.dtype.newbyteorder(">")) for name, value in r.items()}
+    with Pipeline(mlp_stages([2]), outputs=OUTPUTS, intra_op_num_threads=1) as pipe:
+        out = list(pipe.map([swapped, swapped]))[1] if use_map else pipe.run(swapped)
+        assert_outputs(out, r)

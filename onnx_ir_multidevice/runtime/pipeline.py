@@ -375,16 +375,23 @@ def _timeout(value: Any, what: str) -> float | None:
 
 
 def _array(name: str, value: Any) -> np.ndarray:
-    """A request input as a numpy array (an array is passed on as it is), or a clear refusal."""
-    if isinstance(value, np.ndarray):
-        return value
-    try:
-        return np.asarray(value)
-    except (ValueError, TypeError) as exc:  # a ragged nested list, an odd object
-        raise PipelineError(
-            f"bad request input {name!r}: not an array ({exc}); give a numpy array or a "
-            "nested list of numbers with the same length at each level"
-        ) from None
+    """A request input as a numpy array, or a clear refusal.
+
+    An array in the machine's byte order is passed on as it is; one in the other byte order
+    (``'>f4'`` on x86) is copied into native order, since onnxruntime reads the bytes as native
+    and would compute on garbage.
+    """
+    if not isinstance(value, np.ndarray):
+        try:
+            value = np.asarray(value)
+        except (ValueError, TypeError) as exc:  # a ragged nested list, an odd object
+            raise PipelineError(
+                f"bad request input {name!r}: not an array ({exc}); give a numpy array or a "
+                "nested list of numbers with the same length at each level"
+            ) from None
+    if not value.dtype.isnative:
+        return value.astype(value.dtype.newbyteorder("="))
+    return value
 
 
 def _threads(value: Any) -> int | None:
