@@ -91,6 +91,10 @@ def test_a_stage_given_as_a_model_is_named_by_its_graph(tmp_path):
             pipe.run({**request(0), "x": np.zeros((3, WIDTH), np.int32)})
         assert "graph 'stage0'" in str(info.value)
         assert "x: int32[3, 16]" in str(info.value)
+        bad = {**request(2), "scale": np.zeros(3, np.float32)}
+        with pytest.raises(PipelineError) as info:  # a worker thread runs it, not the caller
+            list(pipe.map([request(1), bad]))
+        assert "graph 'stage1'" in str(info.value) and "scale: float32[3]" in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------
