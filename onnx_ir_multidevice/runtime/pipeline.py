@@ -661,7 +661,8 @@ class Pipeline:
         numbers.
 
         Args:
-            inputs: Graph input name -> array (numpy arrays are passed on without a copy).
+            inputs: Graph input name -> array (numpy arrays are passed on without a copy,
+                except those in the other byte order, copied into the machine's).
             timeout: Seconds to wait for room in the pipeline (``None`` or ``math.inf``: no
                 limit).
 
