@@ -375,16 +375,23 @@ def _timeout(value: Any, what: str) -> float | None:
 
 
 def _array(name: str, value: Any) -> np.ndarray:
-    """A request input as a numpy array (an array is passed on as it is), or a clear refusal."""
-    if isinstance(value, np.ndarray):
-        return value
-    try:
-        return np.asarray(value)
-    except (ValueError, TypeError) as exc:  # a ragged nested list, an odd object
-        raise PipelineError(
-            f"bad request input {name!r}: not an array ({exc}); give a numpy array or a "
-            "nested list of numbers with the same length at each level"
-        ) from None
+    """A request input as a numpy array, or a clear refusal.
+
+    An array in the machine's byte order is passed on as it is; one in the other byte order
+    (``'>f4'`` on x86) is copied into native order, since onnxruntime reads the bytes as native
+    and would compute on garbage.
+    """
+    if not isinstance(value, np.ndarray):
+        try:
+            value = np.asarray(value)
+        except (ValueError, TypeError) as exc:  # a ragged nested list, an odd object
+            raise PipelineError(
+                f"bad request input {name!r}: not an array ({exc}); give a numpy array or a "
+                "nested list of numbers with the same length at each level"
+            ) from None
+    if not value.dtype.isnative:
+        return value.astype(value.dtype.newbyteorder("="))
+    return value
 
 
 def _threads(value: Any) -> int | None:
@@ -654,7 +661,8 @@ class Pipeline:
         numbers.
 
         Args:
-            inputs: Graph input name -> array (numpy arrays are passed on without a copy).
+            inputs: Graph input name -> array (numpy arrays are passed on without a copy,
+                except those in the other byte order, copied into the machine's).
             timeout: Seconds to wait for room in the pipeline (``None`` or ``math.inf``: no
                 limit).
 
@@ -773,7 +781,19 @@ class Pipeline:
         refusal = self._book.refusal()
         if refusal is not None:
             raise refusal
-        return self._map(iter(requests), timeout)
+        if isinstance(requests, Mapping):  # iterating it would yield its input names
+            raise PipelineError(
+                "map() takes an iterable of requests (each a mapping of input name to array), "
+                "got one request; pass a list of requests, or use run(inputs) for one"
+            )
+        try:
+            stream = iter(requests)
+        except TypeError:
+            raise PipelineError(
+                "map() takes an iterable of requests (each a mapping of input name to array), "
+                f"got {type(requests).__name__}"
+            ) from None
+        return self._map(stream, timeout)
 
     def _map(
         self, requests: Iterator[Mapping[str, Any]], timeout: float | None
@@ -781,12 +801,15 @@ class Pipeline:
         mine: collections.deque[int] = collections.deque()
         book = self._book
         try:
-            for inputs in requests:
+            for item, inputs in enumerate(requests):
                 if len(mine) >= book.max_in_flight:
                     outputs = book.wait(mine[0], timeout, "map()")
                     mine.popleft()
                     yield outputs
-                env = self._check_inputs(inputs)
+                try:
+                    env = self._check_inputs(inputs)
+                except PipelineError as exc:  # say which item of a long stream it is
+                    raise PipelineError(f"map(): item {item} of the iterable: {exc}") from None
                 request, _ = book.admit("map()", None, mine)
                 self._dispatch(request, env, inline=False)
             while mine:

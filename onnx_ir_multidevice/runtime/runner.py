@@ -183,6 +183,43 @@ class StageRunner:
                 self._current = None
         return dict(zip(self.stage.outputs, values, strict=True))
 
+    def describe_failure(self, exc: BaseException, env: Mapping[str, Any]) -> str:
+        """One line saying why a run of this stage failed, and on what.
+
+        onnxruntime's message (:func:`failure_message`), then the stage's file (or, for a
+        model given in memory, its graph's name), the element type and shape of each tensor
+        the stage was fed, and those its model declares, so a bad request can be told from a
+        bad model without a debugger.
+
+        Args:
+            exc: What :meth:`run` raised.
+            env: The tensors :meth:`run` was given.
+
+        Returns:
+            The message.
+        """
+        source = self.stage.source
+        if isinstance(source, str):
+            model = f"stage file {source}"
+        else:
+            session = self.session
+            graph = None if session is None else session.get_modelmeta().graph_name
+            model = f"stage model graph {graph!r}" if graph else "stage model given in memory"
+        fed = ", ".join(
+            f"{name}: {_describe_value(env[name])}" for name in self._feeds if name in env
+        )
+        session = self.session
+        declared = (
+            ""
+            if session is None
+            else "; it declares "
+            + ", ".join(
+                f"{i.name}: {_type_name(i.type)}[{', '.join(str(d) for d in i.shape)}]"
+                for i in session.get_inputs()
+            )
+        )
+        return f"{failure_message(exc)} ({model}; it was fed {fed or 'nothing'}{declared})"
+
     def _as_ort_value(self, value: Any) -> Any:
         if isinstance(value, self._ort_value):
             return value
@@ -204,6 +241,24 @@ class StageRunner:
         with self._lock:
             self.session = None
         self._owner.close()
+
+
+def _type_name(ort_type: str) -> str:
+    """``float`` for onnxruntime's ``tensor(float)``; other type strings as they are."""
+    if ort_type.startswith("tensor(") and ort_type.endswith(")"):
+        return ort_type[len("tensor(") : -1]
+    return ort_type
+
+
+def _describe_value(value: Any) -> str:
+    """``float32[3, 16]`` for a numpy array or an OrtValue: its element type and shape."""
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype}[{', '.join(str(d) for d in value.shape)}]"
+    try:  # an onnxruntime.OrtValue: its element type as numpy names it, as for arrays
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(value.element_type())
+        return f"{dtype}[{', '.join(str(d) for d in value.shape())}]"
+    except Exception:  # anything else: what it is
+        return type(value).__name__
 
 
 def _data_problems(stage: StageModel) -> PipelineError | None:

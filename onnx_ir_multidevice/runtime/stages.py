@@ -30,6 +30,7 @@ from __future__ import annotations
 
 __all__ = ["StageChain", "StageModel", "load_stages"]
 
+import collections
 import dataclasses
 import os
 import pathlib
@@ -397,9 +398,9 @@ def load_stages(
             protos or paths) whose names chain; or a :class:`StageChain`.
         shards: Number of stages. Required for a single model; for a directory or a list it
             is optional and must match when given.
-        outputs: Names the pipeline returns. Default: the model's graph outputs (for a
-            directory, the manifest's ``graph_outputs``; for a list, the last stage's outputs
-            plus earlier outputs that no later stage reads).
+        outputs: Names the pipeline returns (a string is one name). Default: the model's
+            graph outputs (for a directory, the manifest's ``graph_outputs``; for a list, the
+            last stage's outputs plus earlier outputs that no later stage reads).
 
     Returns:
         The chain.
@@ -411,6 +412,20 @@ def load_stages(
 
     Formerly named ``load_plan`` (a deprecated alias for one release).
     """
+    if isinstance(outputs, str):  # one name, not a sequence of one-letter names
+        outputs = [outputs]
+    if outputs is not None:
+        not_names = [n for n in outputs if not isinstance(n, str)]
+        if not_names:
+            raise PipelineError(
+                f"outputs must be tensor names (strings), got {not_names[:5]!r}; e.g. outputs=['y']"
+            )
+        repeated = sorted((n for n, k in collections.Counter(outputs).items() if k > 1), key=str)
+        if repeated:
+            raise PipelineError(
+                f"outputs names {repeated} more than once; a result holds each output once, "
+                "so give each name once"
+            )
     if isinstance(source, StageChain):
         chain = source
     elif isinstance(source, (list, tuple)):

@@ -126,13 +126,19 @@ class ThreadEngine:
         the outputs after the last stage.
         """
         clock = self.clock
+        runner = self._runners[index]
         with self._stage_locks[index]:
             start = clock()
             try:
-                produced = self._runners[index].run(env, ort_values=True)
+                produced = runner.run(env, ort_values=True)
             except Exception as exc:  # any failure of the stage belongs to this request
                 self._recorder.busy(index, request, start, clock())
-                self._deliver(request, StageFailure(index, failure_message(exc), exc))
+                message = (
+                    runner.describe_failure(exc, env)
+                    if isinstance(runner, StageRunner)
+                    else failure_message(exc)  # a tensor-parallel stage names its segment
+                )
+                self._deliver(request, StageFailure(index, message, exc))
                 return None
             self._recorder.busy(index, request, start, clock())
         env.update(produced)
