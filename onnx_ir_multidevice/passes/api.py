@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = ["annotate"]
 
 import contextlib
+import operator
 import os
 import re
 from collections.abc import Collection, Iterator, Sequence
@@ -106,7 +107,7 @@ def _annotate_model(
         # Checked without the omny/ annotations, which AnnotatePass rewrites: their errors
         # (a broken device count, entries naming an undeclared omny/ configuration...) sit
         # on nodes and must not block the call that repairs them.
-        with _without_omny_annotations(ir_model):
+        with _without_omny_annotations(ir_model, index.graph_nodes):
             report = _check.run_check(
                 ir_model,
                 relaxed_cuts=relaxed_cuts,
@@ -121,20 +122,40 @@ def _annotate_model(
 
 
 @contextlib.contextmanager
-def _without_omny_annotations(model: ir.Model) -> Iterator[None]:
-    """Hide the model's ``omny/`` configurations and their node entries meanwhile."""
+def _without_omny_annotations(model: ir.Model, graph_nodes: Sequence[ir.Node]) -> Iterator[None]:
+    """Hide the model's ``omny/`` configurations and their node entries meanwhile.
+
+    ``graph_nodes``: the main graph's nodes (``GraphIndex.graph_nodes``). When the model
+    declares no ``omny/`` configuration and no main-graph node names one, nothing is hidden
+    (what :func:`strip_configurations` would remove then) and no node is walked again: the
+    usual case of a model annotated for the first time, on the hot path of ``annotate()``.
+    """
+    if not any(map(_is_omny, model.device_configurations)) and not any(
+        entry.configuration is not None and _is_omny(entry.configuration)
+        for entries in {id(e): e for e in map(_NODE_ENTRIES, graph_nodes) if e}.values()
+        for entry in entries
+    ):
+        yield
+        return
     saved_configurations = model.device_configurations
     nodes = list(model.graph.all_nodes())
     for function in model.functions.values():
         nodes.extend(function.all_nodes())
     saved = [(node, node.device_configurations) for node in nodes if node.device_configurations]
-    strip_configurations(model, lambda c: c.name.startswith(OMNY_CONFIGURATION_PREFIX))
+    strip_configurations(model, _is_omny)
     try:
         yield
     finally:
         model.device_configurations = saved_configurations
         for node, entries in saved:
             node.device_configurations = entries
+
+
+def _is_omny(configuration: ir.ModelConfiguration) -> bool:
+    return configuration.name.startswith(OMNY_CONFIGURATION_PREFIX)
+
+
+_NODE_ENTRIES = operator.attrgetter("device_configurations")
 
 
 def _as_model(model: ir.Model | onnx.ModelProto | str | os.PathLike) -> ir.Model:
